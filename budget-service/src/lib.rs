@@ -1,0 +1,1 @@
+//! budget-service (placeholder until its crate is written).

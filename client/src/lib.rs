@@ -1,0 +1,1 @@
+//! budget-client (placeholder until its crate is written).

@@ -1,0 +1,1 @@
+//! budget-agent (placeholder until its crate is written).

@@ -1,0 +1,75 @@
+//! Reading the scheduling contract out of a job's `--comment` text.
+//!
+//! Users write `sbatch --comment "min_runtime=4h"`; other text may stand beside
+//! it (`--comment "exp42 min_runtime=2h30m"`). The word `unallocated` (or
+//! `free`) opts the job into the free tier. Tokens are separated by white
+//! space, commas or semicolons.
+
+use crate::duration::{DurationError, parse_duration};
+
+/// The key users write in `--comment`.
+pub const MIN_RUNTIME_KEY: &str = "min_runtime";
+
+/// What a comment asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommentRequest {
+    /// The declared minimum runtime in seconds, if any.
+    pub min_runtime: Option<i64>,
+    /// The job opted into the free (unallocated, always preemptable) tier.
+    pub free_tier: bool,
+}
+
+/// Why a comment could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommentError {
+    #[error("min_runtime given more than once")]
+    Repeated,
+    #[error("min_runtime: {0}")]
+    Duration(#[from] DurationError),
+}
+
+/// Extracts `min_runtime=` and the free-tier flag from a comment.
+pub fn parse_comment(comment: &str) -> Result<CommentRequest, CommentError> {
+    let mut req = CommentRequest::default();
+    for token in comment.split(|c: char| c.is_whitespace() || c == ',' || c == ';') {
+        if token.is_empty() {
+            continue;
+        }
+        if let Some((key, value)) = token.split_once('=') {
+            if key.eq_ignore_ascii_case(MIN_RUNTIME_KEY) {
+                if req.min_runtime.is_some() {
+                    return Err(CommentError::Repeated);
+                }
+                req.min_runtime = Some(parse_duration(value)?);
+            }
+        } else if token.eq_ignore_ascii_case("unallocated") || token.eq_ignore_ascii_case("free") {
+            req.free_tier = true;
+        }
+    }
+    Ok(req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_contract_among_other_text() {
+        let r = parse_comment("exp42 min_runtime=2h30m, note").unwrap();
+        assert_eq!(r.min_runtime, Some(9000));
+        assert!(!r.free_tier);
+        assert_eq!(parse_comment("").unwrap(), CommentRequest::default());
+        assert!(parse_comment("unallocated").unwrap().free_tier);
+    }
+
+    #[test]
+    fn reports_bad_values() {
+        assert!(matches!(parse_comment("min_runtime=4x"), Err(CommentError::Duration(_))));
+        assert!(matches!(parse_comment("min_runtime="), Err(CommentError::Duration(DurationError::Empty))));
+        assert!(matches!(
+            parse_comment("min_runtime=-5m"),
+            Err(CommentError::Duration(DurationError::Negative(_)))
+        ));
+        assert_eq!(parse_comment("min_runtime=1h min_runtime=2h"), Err(CommentError::Repeated));
+    }
+}

@@ -1,0 +1,161 @@
+//! Wire types between the `slurmctld` plugins and `budgetd` (JSON over HTTP on
+//! a Unix socket).
+//!
+//! Two exchanges, both started by the plugin's background thread:
+//! - `GET /v1/snapshot` returns a [`PluginSnapshot`]: everything the plugins
+//!   need to decide without I/O. It carries a `version` (also sent as the
+//!   `ETag`); a request with `If-None-Match: <version>` gets `304 Not Modified`
+//!   so an unchanged snapshot costs almost nothing.
+//! - `POST /v1/sync/jobs` sends a [`JobSync`]: the runs the controller knows
+//!   (pending, running, recently ended). The service turns them into run
+//!   intervals keyed by `(job_id, run)`, so repeating a sync changes nothing.
+//!
+//! This crate holds types only: no I/O, no HTTP. Field names are the JSON names.
+
+use policy_core::{FairShare, GpuWeights};
+use serde::{Deserialize, Serialize};
+
+/// Path of the snapshot endpoint.
+pub const SNAPSHOT_PATH: &str = "/v1/snapshot";
+/// Path of the job-state sync endpoint.
+pub const SYNC_PATH: &str = "/v1/sync/jobs";
+
+/// Site policy the plugins apply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Length of the sliding usage window in seconds (default 7 days).
+    pub window_secs: i64,
+    /// `min_runtime` applied when a job declares none.
+    pub default_min_runtime_secs: i64,
+    /// Largest `min_runtime` a job may declare.
+    pub max_min_runtime_secs: i64,
+    /// Reject jobs that declare no `min_runtime`.
+    pub require_min_runtime: bool,
+    /// Ratio gap needed for a budgeted job to preempt another (DESIGN 3.5).
+    pub hysteresis: f64,
+    /// A snapshot older than this puts the plugins in safe mode.
+    pub snapshot_max_age_secs: i64,
+    /// A job whose GPUs stay idle this long is flagged as squatting.
+    pub idle_threshold_secs: i64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            window_secs: policy_core::DEFAULT_WINDOW_SECS,
+            default_min_runtime_secs: 3600,
+            max_min_runtime_secs: 86_400,
+            require_min_runtime: false,
+            hysteresis: 0.1,
+            snapshot_max_age_secs: 60,
+            idle_threshold_secs: 1800,
+        }
+    }
+}
+
+/// A node under a maintenance drain (DESIGN 3.6).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DrainSpec {
+    pub node: String,
+    pub reason: String,
+    /// When the drain was requested (Unix seconds).
+    pub since: i64,
+}
+
+/// Everything the plugins need, computed by the service at `generated_at`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PluginSnapshot {
+    /// Changes whenever any field below changes; also the HTTP `ETag`.
+    pub version: String,
+    pub generated_at: i64,
+    pub policy: Policy,
+    pub weights: GpuWeights,
+    pub fair_share: FairShare,
+    #[serde(default)]
+    pub drains: Vec<DrainSpec>,
+}
+
+/// Slurm-side state of a job run, as the plugin sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Pending,
+    Running,
+    /// Ended for any reason (completed, failed, cancelled, timeout, node fail).
+    Ended,
+    /// Ended by a requeue (preemption, node failure, `scontrol requeue`).
+    Requeued,
+}
+
+/// One run of one job. A job requeued twice reports runs 0, 1 and 2.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRun {
+    pub job_id: u32,
+    /// Slurm's `restart_cnt` for this run (0 for the first run).
+    pub run: u32,
+    pub account: String,
+    pub user: String,
+    #[serde(default)]
+    pub partition: Option<String>,
+    pub gpus: u32,
+    #[serde(default)]
+    pub gpu_type: Option<String>,
+    /// Start of this run; `None` while pending.
+    #[serde(default)]
+    pub start: Option<i64>,
+    /// End of this run; `None` while pending or running.
+    #[serde(default)]
+    pub end: Option<i64>,
+    pub state: RunState,
+    /// Opted into the free tier (never charged to a budget).
+    #[serde(default)]
+    pub free_tier: bool,
+    /// The validated contract in seconds.
+    #[serde(default)]
+    pub min_runtime_secs: i64,
+    /// Nodes the run holds (Slurm hostlist expression), if running.
+    #[serde(default)]
+    pub nodes: Option<String>,
+    /// Slurm priority at the time of the sync.
+    #[serde(default)]
+    pub priority: Option<u32>,
+    /// Slurm's textual state reason, if any (e.g. `Priority`, `Resources`).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A batch of job runs from the controller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSync {
+    /// When the plugin collected the batch (Unix seconds).
+    pub collected_at: i64,
+    pub runs: Vec<JobRun>,
+}
+
+/// What a sync changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyncOutcome {
+    /// Runs seen for the first time.
+    pub inserted: u64,
+    /// Runs whose end or state changed.
+    pub updated: u64,
+    /// Runs already known exactly as sent.
+    pub unchanged: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_sync_rejects_unknown_fields() {
+        let ok = r#"{"collected_at":1,"runs":[{"job_id":1,"run":0,"account":"a","user":"u","gpus":2,"state":"running","start":5}]}"#;
+        let s: JobSync = serde_json::from_str(ok).unwrap();
+        assert_eq!(s.runs[0].start, Some(5));
+        let bad = r#"{"collected_at":1,"runs":[],"extra":1}"#;
+        assert!(serde_json::from_str::<JobSync>(bad).is_err());
+    }
+}

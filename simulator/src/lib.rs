@@ -1,0 +1,1 @@
+//! budget-sim (placeholder until its crate is written).
