@@ -146,6 +146,53 @@ pub struct SyncOutcome {
     pub unchanged: u64,
 }
 
+/// Path of the node agent's report endpoint.
+pub const AGENT_REPORT_PATH: &str = "/v1/agent/report";
+
+/// One process on a GPU, mapped to its Slurm job where possible.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuProcess {
+    pub pid: u32,
+    /// Slurm job id from the process's cgroup or environment; `None` if not a job.
+    #[serde(default)]
+    pub job_id: Option<u32>,
+    /// GPU memory used by the process in MiB.
+    #[serde(default)]
+    pub used_memory_mib: Option<u64>,
+    /// SM utilisation of the process in percent over the last sample period.
+    #[serde(default)]
+    pub sm_util_pct: Option<u32>,
+}
+
+/// One GPU as the node agent saw it (DESIGN 3.7).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSample {
+    pub index: u32,
+    pub uuid: String,
+    pub name: String,
+    /// GPU (SM) utilisation in percent.
+    pub util_pct: u32,
+    pub memory_used_mib: u64,
+    pub memory_total_mib: u64,
+    pub processes: Vec<GpuProcess>,
+    /// Seconds this GPU has been continuously idle while held by a job
+    /// (0 when busy or free).
+    pub idle_secs: i64,
+}
+
+/// What a node agent reports every sample period.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentReport {
+    pub node: String,
+    pub at: i64,
+    /// `false` when the agent runs without NVML (no GPU or no driver).
+    pub nvml: bool,
+    pub gpus: Vec<GpuSample>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
