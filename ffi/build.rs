@@ -156,6 +156,8 @@ fn main() {
         "ListDelF",
         "job_states",
         "slurm_preempt_data_type_t",
+        // ESLURM_* return codes (job_submit/budget rejects with ESLURM_INVALID_ACCOUNT etc.).
+        "slurm_err_t",
         "uid_t",
         "time_t",
     ];
@@ -190,6 +192,8 @@ fn main() {
         "SLURM_VERSION_NUMBER",
         "JOB_.*",
         "PRIORITY_FLAGS_.*",
+        // preempt/budget answers PREEMPT_DATA_MODE with these bits.
+        "PREEMPT_MODE_.*",
         "slurm_conf",
     ];
     let mut builder = bindgen::Builder::default()

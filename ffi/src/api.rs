@@ -96,6 +96,59 @@ pub mod priority {
     type UidT = crate::sys::uid_t;
 }
 
+/// Preemption plugin (`PreemptType`) operations.
+///
+/// All are called by `slurmctld` with the job lock held (read or write): never lock.
+pub mod preempt {
+    use crate::sys::{job_queue_rec_t, job_record_t};
+
+    /// `bool preempt_p_job_preempt_check(job_queue_rec_t *preemptor, job_queue_rec_t
+    /// *preemptee)`: also used as a comparator when sorting the pending queue, so it
+    /// must be a strict weak order.
+    pub type JobPreemptCheckFn =
+        unsafe extern "C" fn(*mut job_queue_rec_t, *mut job_queue_rec_t) -> bool;
+    /// `bool preempt_p_preemptable(job_record_t *preemptee, job_record_t *preemptor)`
+    /// (note the order): called for every job of `job_list`, running or not.
+    pub type PreemptableFn = unsafe extern "C" fn(*mut job_record_t, *mut job_record_t) -> bool;
+    /// `int preempt_p_get_data(job_record_t *job, slurm_preempt_data_type_t, void *data)`
+    /// (<= 24.11): ENABLED (`bool *`, job NULL), MODE (`uint16_t *`), PRIO (`uint32_t *`,
+    /// ascending = preempted first), GRACE_TIME (`uint32_t *`, seconds).
+    #[cfg(not(slurm_25_05))]
+    pub type GetDataFn = unsafe extern "C" fn(
+        *mut job_record_t,
+        crate::sys::slurm_preempt_data_type_t,
+        *mut std::ffi::c_void,
+    ) -> i32;
+    /// `uint32_t preempt_p_get_grace_time(job_record_t *job)` (25.05+).
+    #[cfg(slurm_25_05)]
+    pub type GetGraceTimeFn = unsafe extern "C" fn(*mut job_record_t) -> u32;
+    /// `uint16_t preempt_p_get_mode(job_record_t *job)` (25.05+).
+    #[cfg(slurm_25_05)]
+    pub type GetModeFn = unsafe extern "C" fn(*mut job_record_t) -> u16;
+    /// `uint32_t preempt_p_get_prio(job_record_t *job)` (25.05+).
+    #[cfg(slurm_25_05)]
+    pub type GetPrioFn = unsafe extern "C" fn(*mut job_record_t) -> u32;
+}
+
+/// Job submit plugin (`JobSubmitPlugins`) operations. Called with config/job/node/part
+/// read locks held; `err_msg` must be `xmalloc`ed (Slurm `xfree`s it).
+pub mod job_submit {
+    use crate::sys::{job_desc_msg_t, job_record_t};
+    use std::ffi::c_char;
+
+    /// `int job_submit(job_desc_msg_t *job_desc, uint32_t submit_uid, char **err_msg)`.
+    pub type SubmitFn = unsafe extern "C" fn(*mut job_desc_msg_t, u32, *mut *mut c_char) -> i32;
+    /// `int job_modify(job_desc_msg_t *job_desc, job_record_t *job_ptr, uint32_t
+    /// submit_uid)` (22.05).
+    #[cfg(not(slurm_23_02))]
+    pub type ModifyFn = unsafe extern "C" fn(*mut job_desc_msg_t, *mut job_record_t, u32) -> i32;
+    /// `int job_modify(job_desc_msg_t *, job_record_t *, uint32_t submit_uid, char
+    /// **err_msg)` (23.02+).
+    #[cfg(slurm_23_02)]
+    pub type ModifyFn =
+        unsafe extern "C" fn(*mut job_desc_msg_t, *mut job_record_t, u32, *mut *mut c_char) -> i32;
+}
+
 /// Common plugin entry points.
 pub mod common {
     /// `int init(void)`: 22.05 calls it without locks after jobs are loaded;
