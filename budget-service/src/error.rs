@@ -1,0 +1,105 @@
+//! The service's error type and its HTTP mapping.
+//!
+//! Every handler returns `Result<_, AppError>`; the variant decides the status
+//! code and the message is sent as `{"error": "..."}` (plus optional
+//! `details`, e.g. the bad lines of an import), so scripts and `budgetctl`
+//! can print it verbatim. Internal errors are logged in full but answered
+//! with a generic message: SQL text is no business of the caller.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use policy_core::TreeError;
+
+/// An error a request can end in.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// Malformed request (syntax, bad query parameter): 400.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Well-formed but unacceptable content (unknown field, failed validation): 422.
+    #[error("{0}")]
+    Invalid(String),
+    /// Unacceptable content with per-item details (e.g. import lines): 422.
+    #[error("{message}")]
+    InvalidWithDetails {
+        message: String,
+        details: serde_json::Value,
+    },
+    /// The change conflicts with the current state (duplicate, still in use): 409.
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    NotFound(String),
+    /// No or unknown credentials: 401.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// Known caller, not allowed: 403.
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("request body is larger than the limit of {0} bytes")]
+    TooLarge(usize),
+    /// Anything else; the message is logged, not sent.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl AppError {
+    /// The HTTP status of this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            AppError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            AppError::Invalid(_) | AppError::InvalidWithDetails { .. } => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            AppError::Conflict(_) => StatusCode::CONFLICT,
+            AppError::NotFound(_) => StatusCode::NOT_FOUND,
+            AppError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            AppError::Forbidden(_) => StatusCode::FORBIDDEN,
+            AppError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<TreeError> for AppError {
+    fn from(e: TreeError) -> Self {
+        match e {
+            TreeError::Duplicate(_) | TreeError::DuplicateMember { .. } => {
+                AppError::Conflict(e.to_string())
+            }
+            _ => AppError::Invalid(e.to_string()),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for AppError {
+    fn from(e: rusqlite::Error) -> Self {
+        AppError::Internal(format!("database: {e}"))
+    }
+}
+
+impl From<serde_json::Error> for AppError {
+    fn from(e: serde_json::Error) -> Self {
+        AppError::Internal(format!("json: {e}"))
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = match &self {
+            AppError::Internal(msg) => {
+                tracing::error!(error = %msg, "internal error");
+                serde_json::json!({ "error": "internal error (see the budgetd log)" })
+            }
+            AppError::InvalidWithDetails { message, details } => {
+                serde_json::json!({ "error": message, "details": details })
+            }
+            other => serde_json::json!({ "error": other.to_string() }),
+        };
+        (status, axum::Json(body)).into_response()
+    }
+}
+
+/// Result alias of the service.
+pub type AppResult<T> = Result<T, AppError>;

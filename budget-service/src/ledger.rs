@@ -1,0 +1,571 @@
+//! The run ledger's rules and its in-memory mirror.
+//!
+//! Every run of every job is one row keyed by `(job_id, run)`. This module owns
+//! (1) the merge rule that makes ingestion idempotent and exact — a run's start
+//! never changes once set, its end is set once, terminal states are final —
+//! and (2) [`Ledger`], a compact in-memory copy of the `runs` table.
+//!
+//! Why a mirror: the fair-share snapshot needs the window usage of every
+//! (account, user) over up to millions of runs, within tens of milliseconds.
+//! SQLite needs ~1 µs per row just to hand a row over, so the service keeps
+//! the few fields usage needs (strings interned) in memory, changes it only
+//! after the database transaction that wrote the same rows has committed, and
+//! rebuilds it from the table at start. Usage is then exact integer
+//! arithmetic: GPU-seconds per (account, user, GPU type) are summed as
+//! integers (clipped with [`policy_core::Run::overlap_secs`]), and the GPU
+//! type's weight is applied once per sum, so the result does not depend on the
+//! order of runs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use budget_protocol::{JobRun, RunState};
+use policy_core::Run;
+use serde::{Deserialize, Serialize};
+
+/// One ledger row as stored and returned by the API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub job_id: u32,
+    pub run: u32,
+    pub account: String,
+    pub user: String,
+    pub partition: Option<String>,
+    pub gpus: u32,
+    pub gpu_type: Option<String>,
+    pub start: Option<i64>,
+    pub end: Option<i64>,
+    pub free_tier: bool,
+    pub min_runtime_secs: i64,
+    pub nodes: Option<String>,
+    pub state: RunState,
+    /// When the service first heard of this run (Unix seconds).
+    pub first_seen: i64,
+}
+
+/// What ingesting one record does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Merge {
+    Insert(RunRecord),
+    Update(RunRecord),
+    Unchanged,
+}
+
+/// Latest sane Unix time (year 2100): later values are typos or garbage.
+pub const MAX_TIME: i64 = 4_102_444_800;
+/// Most GPUs one run may hold.
+pub const MAX_GPUS: u32 = 1_000_000;
+
+/// Text name of a run state, as stored in SQL.
+pub fn state_str(s: RunState) -> &'static str {
+    match s {
+        RunState::Pending => "pending",
+        RunState::Running => "running",
+        RunState::Ended => "ended",
+        RunState::Requeued => "requeued",
+    }
+}
+
+/// Parses [`state_str`]'s output.
+pub fn parse_state(s: &str) -> Option<RunState> {
+    Some(match s {
+        "pending" => RunState::Pending,
+        "running" => RunState::Running,
+        "ended" => RunState::Ended,
+        "requeued" => RunState::Requeued,
+        _ => return None,
+    })
+}
+
+fn terminal(s: RunState) -> bool {
+    matches!(s, RunState::Ended | RunState::Requeued)
+}
+
+fn check_text(field: &str, v: &str) -> Result<(), String> {
+    if v.is_empty() || v.len() > 128 || v.chars().any(char::is_control) {
+        return Err(format!(
+            "{field} must be 1-128 printable characters, got {v:?}"
+        ));
+    }
+    Ok(())
+}
+
+impl RunRecord {
+    /// Converts and checks one synced run; the message names the field.
+    pub fn from_job_run(r: &JobRun, seen_at: i64) -> Result<RunRecord, String> {
+        check_text("account", &r.account)?;
+        check_text("user", &r.user)?;
+        for (f, v) in [
+            ("partition", &r.partition),
+            ("gpu_type", &r.gpu_type),
+            ("nodes", &r.nodes),
+        ] {
+            if let Some(v) = v {
+                check_text(f, v)?;
+            }
+        }
+        let rec = RunRecord {
+            job_id: r.job_id,
+            run: r.run,
+            account: r.account.clone(),
+            user: r.user.clone(),
+            partition: r.partition.clone(),
+            gpus: r.gpus,
+            gpu_type: r.gpu_type.as_ref().map(|t| t.to_ascii_lowercase()),
+            start: r.start,
+            end: r.end,
+            free_tier: r.free_tier,
+            min_runtime_secs: r.min_runtime_secs,
+            nodes: r.nodes.clone(),
+            state: r.state,
+            first_seen: seen_at,
+        };
+        rec.check()?;
+        Ok(rec)
+    }
+
+    /// Internal consistency of a record.
+    pub fn check(&self) -> Result<(), String> {
+        if self.gpus > MAX_GPUS {
+            return Err(format!(
+                "gpus must be at most {MAX_GPUS}, got {}",
+                self.gpus
+            ));
+        }
+        if !(0..=policy_core::duration::MAX_DURATION_SECS).contains(&self.min_runtime_secs) {
+            return Err(format!(
+                "min_runtime_secs must be between 0 and 366 days, got {}",
+                self.min_runtime_secs
+            ));
+        }
+        for (f, v) in [("start", self.start), ("end", self.end)] {
+            if let Some(t) = v {
+                if !(0..=MAX_TIME).contains(&t) {
+                    return Err(format!(
+                        "{f} must be a Unix time between 0 and {MAX_TIME}, got {t}"
+                    ));
+                }
+            }
+        }
+        if let (Some(s), Some(e)) = (self.start, self.end) {
+            if e < s {
+                return Err(format!("end ({e}) is before start ({s})"));
+            }
+        }
+        match self.state {
+            RunState::Running if self.start.is_none() => Err("a running run needs a start".into()),
+            RunState::Running | RunState::Pending if self.end.is_some() => Err(format!(
+                "a {} run cannot have an end",
+                state_str(self.state)
+            )),
+            RunState::Pending if self.start.is_some() => {
+                Err("a pending run cannot have a start".into())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The interval the window arithmetic sees, if the run ever started.
+    pub fn as_run(&self) -> Option<Run> {
+        self.start.map(|start| Run {
+            start,
+            end: self.end,
+            gpus: self.gpus,
+            weight: 1.0,
+        })
+    }
+}
+
+/// The merge rule: what ingesting `incoming` does given the stored row.
+///
+/// - a new key is inserted as sent;
+/// - `start` and `end` are each set once and never change afterwards;
+/// - `ended`/`requeued` are final states; a run with an end is never running;
+/// - account, user, partition, GPUs, GPU type, free tier and contract may
+///   still change while the run has not started (Slurm allows it for pending
+///   jobs) and are frozen from its start on;
+/// - `first_seen` keeps its first value.
+///
+/// Repeating any sync therefore leaves every row as it is.
+pub fn merge(existing: Option<&RunRecord>, incoming: &RunRecord) -> Merge {
+    let Some(old) = existing else {
+        return Merge::Insert(incoming.clone());
+    };
+    let mut new = old.clone();
+    if old.start.is_none() && !terminal(old.state) {
+        new.account.clone_from(&incoming.account);
+        new.user.clone_from(&incoming.user);
+        new.partition.clone_from(&incoming.partition);
+        new.gpus = incoming.gpus;
+        new.gpu_type.clone_from(&incoming.gpu_type);
+        new.free_tier = incoming.free_tier;
+        new.min_runtime_secs = incoming.min_runtime_secs;
+    }
+    if new.start.is_none() && !terminal(old.state) {
+        new.start = incoming.start;
+    }
+    if new.end.is_none() {
+        // An end before the frozen start would be a contradiction: keep the start
+        // and clamp (a controller never reports that, but a replay might).
+        new.end = match (incoming.end, new.start) {
+            (Some(e), Some(s)) => Some(e.max(s)),
+            (e, _) => e,
+        };
+    }
+    if !terminal(old.state) {
+        new.state = incoming.state;
+        if incoming.nodes.is_some() {
+            new.nodes.clone_from(&incoming.nodes);
+        }
+    }
+    if new.end.is_some() && !terminal(new.state) {
+        new.state = RunState::Ended;
+    }
+    if new.state == RunState::Running && new.start.is_none() {
+        new.state = old.state;
+    }
+    if new == *old {
+        Merge::Unchanged
+    } else {
+        Merge::Update(new)
+    }
+}
+
+/// Interned strings: accounts, users, partitions and GPU types repeat a lot.
+#[derive(Debug, Default, Clone)]
+struct Pool {
+    names: Vec<Arc<str>>,
+    ids: HashMap<Arc<str>, u32>,
+}
+
+impl Pool {
+    fn id(&mut self, s: &str) -> u32 {
+        if let Some(&i) = self.ids.get(s) {
+            return i;
+        }
+        let i = self.names.len() as u32;
+        let a: Arc<str> = Arc::from(s);
+        self.names.push(a.clone());
+        self.ids.insert(a, i);
+        i
+    }
+    fn opt_id(&mut self, s: Option<&str>) -> u32 {
+        s.map_or(u32::MAX, |s| self.id(s))
+    }
+    fn get(&self, i: u32) -> &str {
+        self.names.get(i as usize).map_or("", |s| s)
+    }
+    fn opt_get(&self, i: u32) -> Option<String> {
+        (i != u32::MAX).then(|| self.get(i).to_string())
+    }
+}
+
+/// Compact in-memory row.
+#[derive(Debug, Clone)]
+struct MemRun {
+    job_id: u32,
+    run: u32,
+    /// Index into [`Ledger::leaves`].
+    leaf: u32,
+    partition: u32,
+    gpu_type: u32,
+    gpus: u32,
+    start: Option<i64>,
+    end: Option<i64>,
+    free_tier: bool,
+    state: RunState,
+    min_runtime: i64,
+    first_seen: i64,
+    nodes: Option<Box<str>>,
+}
+
+/// Weighted-usage inputs: integer GPU-seconds per (account, user, GPU type).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UsageSums {
+    /// `(account, user, gpu_type) -> GPU-seconds` charged to budgets.
+    pub charged: Vec<(String, String, Option<String>, i128)>,
+    /// The same for free-tier runs (recorded, never charged).
+    pub free: Vec<(String, String, Option<String>, i128)>,
+}
+
+/// The in-memory mirror of the `runs` table.
+#[derive(Debug, Default, Clone)]
+pub struct Ledger {
+    runs: Vec<MemRun>,
+    index: HashMap<(u32, u32), usize>,
+    strings: Pool,
+    /// (account id, user id) pairs.
+    leaves: Vec<(u32, u32)>,
+    leaf_ids: HashMap<(u32, u32), u32>,
+}
+
+impl Ledger {
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Whether the ledger is empty.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    fn leaf(&mut self, account: &str, user: &str) -> u32 {
+        let key = (self.strings.id(account), self.strings.id(user));
+        if let Some(&l) = self.leaf_ids.get(&key) {
+            return l;
+        }
+        let l = self.leaves.len() as u32;
+        self.leaves.push(key);
+        self.leaf_ids.insert(key, l);
+        l
+    }
+
+    fn to_mem(&mut self, r: &RunRecord) -> MemRun {
+        MemRun {
+            job_id: r.job_id,
+            run: r.run,
+            leaf: self.leaf(&r.account, &r.user),
+            partition: self.strings.opt_id(r.partition.as_deref()),
+            gpu_type: self.strings.opt_id(r.gpu_type.as_deref()),
+            gpus: r.gpus,
+            start: r.start,
+            end: r.end,
+            free_tier: r.free_tier,
+            state: r.state,
+            min_runtime: r.min_runtime_secs,
+            first_seen: r.first_seen,
+            nodes: r.nodes.as_deref().map(Box::from),
+        }
+    }
+
+    fn to_record(&self, m: &MemRun) -> RunRecord {
+        let (a, u) = self
+            .leaves
+            .get(m.leaf as usize)
+            .copied()
+            .unwrap_or((u32::MAX, u32::MAX));
+        RunRecord {
+            job_id: m.job_id,
+            run: m.run,
+            account: self.strings.get(a).to_string(),
+            user: self.strings.get(u).to_string(),
+            partition: self.strings.opt_get(m.partition),
+            gpus: m.gpus,
+            gpu_type: self.strings.opt_get(m.gpu_type),
+            start: m.start,
+            end: m.end,
+            free_tier: m.free_tier,
+            min_runtime_secs: m.min_runtime,
+            nodes: m.nodes.as_deref().map(str::to_string),
+            state: m.state,
+            first_seen: m.first_seen,
+        }
+    }
+
+    /// The stored row for a key.
+    pub fn get(&self, job_id: u32, run: u32) -> Option<RunRecord> {
+        self.index
+            .get(&(job_id, run))
+            .map(|&i| self.to_record(&self.runs[i]))
+    }
+
+    /// Inserts or replaces a row (after the database committed it).
+    pub fn put(&mut self, r: &RunRecord) {
+        let m = self.to_mem(r);
+        match self.index.get(&(r.job_id, r.run)) {
+            Some(&i) => self.runs[i] = m,
+            None => {
+                self.index.insert((r.job_id, r.run), self.runs.len());
+                self.runs.push(m);
+            }
+        }
+    }
+
+    /// Every run of one job, by run number.
+    pub fn job_runs(&self, job_id: u32) -> Vec<RunRecord> {
+        let mut out: Vec<RunRecord> = self
+            .runs
+            .iter()
+            .filter(|m| m.job_id == job_id)
+            .map(|m| self.to_record(m))
+            .collect();
+        out.sort_by_key(|r| r.run);
+        out
+    }
+
+    /// Rows in a given state (the latest synced pending or running runs).
+    pub fn in_state(&self, state: RunState) -> Vec<RunRecord> {
+        self.runs
+            .iter()
+            .filter(|m| m.state == state)
+            .map(|m| self.to_record(m))
+            .collect()
+    }
+
+    /// Whether any run of `account` is running.
+    pub fn has_running(&self, account: &str) -> bool {
+        let Some(&a) = self.strings.ids.get(account) else {
+            return false;
+        };
+        self.runs
+            .iter()
+            .any(|m| m.state == RunState::Running && self.leaves[m.leaf as usize].0 == a)
+    }
+
+    /// Every row, sorted by key (tests, export).
+    pub fn all(&self) -> Vec<RunRecord> {
+        let mut out: Vec<RunRecord> = self.runs.iter().map(|m| self.to_record(m)).collect();
+        out.sort_by_key(|r| (r.job_id, r.run));
+        out
+    }
+
+    /// Integer GPU-seconds of every run inside `[at - len, at]`, per
+    /// (account, user, GPU type), charged and free tier apart.
+    pub fn usage(&self, at: i64, len: i64) -> UsageSums {
+        let ntypes = self.strings.names.len() + 1; // + "no type"
+        let slots = self.leaves.len() * ntypes;
+        let mut charged = vec![0i128; slots];
+        let mut free = vec![0i128; slots];
+        let lo = at.saturating_sub(len);
+        for m in &self.runs {
+            let Some(start) = m.start else { continue };
+            // Cheap rejection before the exact clip.
+            if start >= at || m.end.is_some_and(|e| e <= lo) || m.gpus == 0 {
+                continue;
+            }
+            let secs = Run {
+                start,
+                end: m.end,
+                gpus: m.gpus,
+                weight: 1.0,
+            }
+            .overlap_secs(at, len);
+            let t = if m.gpu_type == u32::MAX {
+                ntypes - 1
+            } else {
+                m.gpu_type as usize
+            };
+            let slot = m.leaf as usize * ntypes + t;
+            let v = i128::from(secs) * i128::from(m.gpus);
+            if m.free_tier {
+                free[slot] += v
+            } else {
+                charged[slot] += v
+            }
+        }
+        let collect = |v: &[i128]| {
+            v.iter()
+                .enumerate()
+                .filter(|(_, s)| **s != 0)
+                .map(|(slot, &s)| {
+                    let (leaf, t) = (slot / ntypes, slot % ntypes);
+                    let (a, u) = self.leaves[leaf];
+                    let ty = if t == ntypes - 1 {
+                        None
+                    } else {
+                        Some(self.strings.get(t as u32).to_string())
+                    };
+                    (
+                        self.strings.get(a).to_string(),
+                        self.strings.get(u).to_string(),
+                        ty,
+                        s,
+                    )
+                })
+                .collect()
+        };
+        UsageSums {
+            charged: collect(&charged),
+            free: collect(&free),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(job: u32, run: u32, start: Option<i64>, end: Option<i64>, state: RunState) -> RunRecord {
+        RunRecord {
+            job_id: job,
+            run,
+            account: "a".into(),
+            user: "u".into(),
+            partition: None,
+            gpus: 2,
+            gpu_type: Some("h100".into()),
+            start,
+            end,
+            free_tier: false,
+            min_runtime_secs: 60,
+            nodes: None,
+            state,
+            first_seen: 1,
+        }
+    }
+
+    #[test]
+    fn start_and_end_are_set_once_and_repeats_change_nothing() {
+        let pending = rec(1, 0, None, None, RunState::Pending);
+        assert!(matches!(merge(None, &pending), Merge::Insert(_)));
+        let running = rec(1, 0, Some(100), None, RunState::Running);
+        let Merge::Update(stored) = merge(Some(&pending), &running) else {
+            panic!("update")
+        };
+        assert_eq!(stored.start, Some(100));
+        assert_eq!(merge(Some(&stored), &running), Merge::Unchanged);
+        // A later report with a different start does not move it.
+        let moved = rec(1, 0, Some(150), None, RunState::Running);
+        assert_eq!(merge(Some(&stored), &moved), Merge::Unchanged);
+        let ended = rec(1, 0, Some(100), Some(500), RunState::Ended);
+        let Merge::Update(done) = merge(Some(&stored), &ended) else {
+            panic!("update")
+        };
+        assert_eq!((done.end, done.state), (Some(500), RunState::Ended));
+        // End is final; a stale "running" report does not revive it.
+        assert_eq!(merge(Some(&done), &running), Merge::Unchanged);
+        assert_eq!(
+            merge(
+                Some(&done),
+                &rec(1, 0, Some(100), Some(900), RunState::Ended)
+            ),
+            Merge::Unchanged
+        );
+        // Fields are frozen once started.
+        let mut other = running.clone();
+        other.account = "b".into();
+        assert_eq!(merge(Some(&stored), &other), Merge::Unchanged);
+    }
+
+    #[test]
+    fn usage_clips_at_both_window_edges_and_keeps_free_apart() {
+        let mut l = Ledger::default();
+        l.put(&rec(1, 0, Some(50), Some(150), RunState::Ended)); // 50 s inside [100, 200]
+        l.put(&rec(2, 0, Some(180), None, RunState::Running)); // 20 s
+        let mut f = rec(3, 0, Some(100), Some(200), RunState::Ended);
+        f.free_tier = true;
+        l.put(&f);
+        l.put(&rec(4, 0, Some(0), Some(100), RunState::Ended)); // ends at the edge: 0
+        let u = l.usage(200, 100);
+        assert_eq!(
+            u.charged,
+            vec![("a".into(), "u".into(), Some("h100".into()), 140)]
+        );
+        assert_eq!(
+            u.free,
+            vec![("a".into(), "u".into(), Some("h100".into()), 200)]
+        );
+    }
+
+    #[test]
+    fn checks_name_the_field() {
+        let mut r = rec(1, 0, Some(10), Some(5), RunState::Ended);
+        assert!(r.check().unwrap_err().contains("before start"));
+        r = rec(1, 0, None, None, RunState::Running);
+        assert!(r.check().unwrap_err().contains("start"));
+        r = rec(1, 0, Some(1), None, RunState::Running);
+        r.gpus = MAX_GPUS + 1;
+        assert!(r.check().unwrap_err().contains("gpus"));
+    }
+}

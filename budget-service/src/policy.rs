@@ -1,0 +1,129 @@
+//! Site policy: partial updates (`PATCH /v1/policy`, config defaults) and validation.
+//!
+//! [`budget_protocol::Policy`] is the wire type the plugins read; this module
+//! owns the rules a policy must obey before the service stores it, so a bad
+//! `budgetctl policy set` changes nothing.
+
+use budget_protocol::Policy;
+use serde::{Deserialize, Serialize};
+
+/// A partial policy: every field optional. Used by `PATCH /v1/policy` and by
+/// the `[policy]` table of the config file (defaults for a fresh database).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyPatch {
+    #[serde(default)]
+    pub window_secs: Option<i64>,
+    #[serde(default)]
+    pub default_min_runtime_secs: Option<i64>,
+    #[serde(default)]
+    pub max_min_runtime_secs: Option<i64>,
+    #[serde(default)]
+    pub require_min_runtime: Option<bool>,
+    #[serde(default)]
+    pub hysteresis: Option<f64>,
+    #[serde(default)]
+    pub snapshot_max_age_secs: Option<i64>,
+    #[serde(default)]
+    pub idle_threshold_secs: Option<i64>,
+}
+
+impl PolicyPatch {
+    /// `base` with every field this patch sets replaced.
+    pub fn apply(&self, base: &Policy) -> Policy {
+        Policy {
+            window_secs: self.window_secs.unwrap_or(base.window_secs),
+            default_min_runtime_secs: self
+                .default_min_runtime_secs
+                .unwrap_or(base.default_min_runtime_secs),
+            max_min_runtime_secs: self
+                .max_min_runtime_secs
+                .unwrap_or(base.max_min_runtime_secs),
+            require_min_runtime: self.require_min_runtime.unwrap_or(base.require_min_runtime),
+            hysteresis: self.hysteresis.unwrap_or(base.hysteresis),
+            snapshot_max_age_secs: self
+                .snapshot_max_age_secs
+                .unwrap_or(base.snapshot_max_age_secs),
+            idle_threshold_secs: self.idle_threshold_secs.unwrap_or(base.idle_threshold_secs),
+        }
+    }
+
+    /// Whether the patch sets nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == PolicyPatch::default()
+    }
+}
+
+/// Checks a whole policy; the message names the offending field.
+pub fn validate(p: &Policy) -> Result<(), String> {
+    let max = policy_core::duration::MAX_DURATION_SECS;
+    if !(3600..=max).contains(&p.window_secs) {
+        return Err(format!(
+            "window_secs must be between 3600 (1h) and {max} (366d), got {}",
+            p.window_secs
+        ));
+    }
+    for (name, v) in [
+        ("default_min_runtime_secs", p.default_min_runtime_secs),
+        ("max_min_runtime_secs", p.max_min_runtime_secs),
+        ("idle_threshold_secs", p.idle_threshold_secs),
+    ] {
+        if !(0..=max).contains(&v) {
+            return Err(format!(
+                "{name} must be between 0 and {max} seconds, got {v}"
+            ));
+        }
+    }
+    if p.default_min_runtime_secs > p.max_min_runtime_secs {
+        return Err(format!(
+            "default_min_runtime_secs ({}) must not exceed max_min_runtime_secs ({})",
+            p.default_min_runtime_secs, p.max_min_runtime_secs
+        ));
+    }
+    if !(p.hysteresis.is_finite() && (0.0..=10.0).contains(&p.hysteresis)) {
+        return Err(format!(
+            "hysteresis must be a number between 0 and 10, got {}",
+            p.hysteresis
+        ));
+    }
+    if !(1..=86_400).contains(&p.snapshot_max_age_secs) {
+        return Err(format!(
+            "snapshot_max_age_secs must be between 1 and 86400, got {}",
+            p.snapshot_max_age_secs
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_policy_is_valid_and_bad_fields_are_named() {
+        let p = Policy::default();
+        validate(&p).unwrap();
+        let bad = PolicyPatch {
+            default_min_runtime_secs: Some(10 * 86_400),
+            ..Default::default()
+        }
+        .apply(&p);
+        assert!(
+            validate(&bad)
+                .unwrap_err()
+                .contains("default_min_runtime_secs")
+        );
+        let bad = PolicyPatch {
+            hysteresis: Some(f64::NAN),
+            ..Default::default()
+        }
+        .apply(&p);
+        assert!(validate(&bad).unwrap_err().contains("hysteresis"));
+        let bad = PolicyPatch {
+            window_secs: Some(0),
+            ..Default::default()
+        }
+        .apply(&p);
+        assert!(validate(&bad).unwrap_err().contains("window_secs"));
+    }
+}

@@ -1,0 +1,897 @@
+//! The service's state: the SQLite connection plus in-memory copies of the
+//! tree, coordinators, weights, policy and ledger, and every mutation.
+//!
+//! Every mutation follows one pattern so that bad input changes nothing:
+//! apply the change to a *copy* of the in-memory state, validate the copy
+//! (tree rules come from `policy_core::TreeSpec::validate`), then write the
+//! rows, one audit row and the bumped generation in a single transaction, and
+//! only after the commit replace the in-memory state. A failed validation or
+//! a failed commit leaves both the database and memory as they were.
+//!
+//! The store is used behind a `std::sync::Mutex` (see `state.rs`): rusqlite's
+//! `Connection` is `Send` but not `Sync`, every operation is short and
+//! synchronous, and one writer at a time is what SQLite does anyway.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use budget_protocol::{JobSync, Policy, SyncOutcome};
+use policy_core::fairshare::UsageByLeaf;
+use policy_core::tree::{ROOT, validate_name};
+use policy_core::{AccountSpec, FairShare, GpuWeights, HOUR, MemberSpec, TreeSpec};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::error::{AppError, AppResult};
+use crate::ledger::{Ledger, Merge, RunRecord, merge, parse_state, state_str};
+use crate::policy::PolicyPatch;
+
+/// `POST /v1/accounts` body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewAccount {
+    pub name: String,
+    /// Parent account; absent, null or `"root"`: under the root.
+    #[serde(default)]
+    pub parent: Option<String>,
+    pub allocation_gpu_hours: f64,
+    #[serde(default)]
+    pub overcommit: bool,
+}
+
+/// `PATCH /v1/accounts/{name}` body: fields to change.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountPatch {
+    #[serde(default)]
+    pub allocation_gpu_hours: Option<f64>,
+    /// New parent (`"root"` for the top level).
+    #[serde(default)]
+    pub parent: Option<String>,
+    #[serde(default)]
+    pub overcommit: Option<bool>,
+}
+
+/// `POST /v1/coordinators` body.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Coordinator {
+    pub user: String,
+    pub account: String,
+}
+
+/// `PATCH /v1/weights` body.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightsPatch {
+    /// New weight for GPUs without a known type.
+    #[serde(default)]
+    pub default: Option<f64>,
+    /// Type -> weight to set.
+    #[serde(default)]
+    pub set: BTreeMap<String, f64>,
+}
+
+/// One row of `GET /v1/audit`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    pub id: i64,
+    pub at: i64,
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+    pub old: Option<serde_json::Value>,
+    pub new: Option<serde_json::Value>,
+}
+
+/// The state behind the mutex.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    tree: TreeSpec,
+    coordinators: BTreeSet<Coordinator>,
+    weights: GpuWeights,
+    policy: Policy,
+    ledger: Ledger,
+    /// Bumped (and persisted) by every committed change; shared so readers
+    /// can tell without the lock whether a cached snapshot is current.
+    generation: Arc<AtomicU64>,
+}
+
+fn meta_get(conn: &Connection, key: &str) -> rusqlite::Result<Option<String>> {
+    conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+        .optional()
+}
+
+fn meta_set(tx: &Transaction<'_>, key: &str, value: &str) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO meta(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        params![key, value],
+    )?;
+    Ok(())
+}
+
+fn bump(tx: &Transaction<'_>, generation: &AtomicU64) -> rusqlite::Result<u64> {
+    let next = generation.load(Ordering::SeqCst) + 1;
+    meta_set(tx, "generation", &next.to_string())?;
+    Ok(next)
+}
+
+fn audit(
+    tx: &Transaction<'_>,
+    now: i64,
+    actor: &str,
+    action: &str,
+    target: &str,
+    old: Option<serde_json::Value>,
+    new: Option<serde_json::Value>,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO audit(at, actor, action, target, old, new) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![
+            now,
+            actor,
+            action,
+            target,
+            old.map(|v| v.to_string()),
+            new.map(|v| v.to_string())
+        ],
+    )?;
+    Ok(())
+}
+
+fn norm_parent(p: Option<String>) -> Option<String> {
+    p.filter(|p| p != ROOT && !p.is_empty())
+}
+
+const UPSERT_RUN: &str = "INSERT INTO runs(job_id, run, account, user, partition, gpus, gpu_type, start, end, \
+     free_tier, min_runtime, nodes, state, first_seen, source) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+     ON CONFLICT(job_id, run) DO UPDATE SET account = excluded.account, user = excluded.user, \
+     partition = excluded.partition, gpus = excluded.gpus, gpu_type = excluded.gpu_type, start = excluded.start, \
+     end = excluded.end, free_tier = excluded.free_tier, min_runtime = excluded.min_runtime, \
+     nodes = excluded.nodes, state = excluded.state";
+
+impl Store {
+    /// Opens the database, migrates it, and loads the in-memory state.
+    /// `default_policy` is stored only if the database has no policy yet.
+    pub fn open(path: &Path, default_policy: &PolicyPatch) -> anyhow::Result<Store> {
+        let conn = crate::db::open(path)?;
+        Store::load(conn, default_policy)
+    }
+
+    fn load(mut conn: Connection, default_policy: &PolicyPatch) -> anyhow::Result<Store> {
+        let policy = match meta_get(&conn, "policy")? {
+            Some(text) => serde_json::from_str(&text)?,
+            None => {
+                let p = default_policy.apply(&Policy::default());
+                crate::policy::validate(&p).map_err(anyhow::Error::msg)?;
+                let tx = conn.transaction()?;
+                meta_set(&tx, "policy", &serde_json::to_string(&p)?)?;
+                tx.commit()?;
+                p
+            }
+        };
+        let generation: u64 = meta_get(&conn, "generation")?
+            .and_then(|g| g.parse().ok())
+            .unwrap_or(0);
+        let mut tree = TreeSpec::default();
+        {
+            let mut st = conn.prepare(
+                "SELECT name, parent, allocation, overcommit FROM accounts ORDER BY name",
+            )?;
+            let rows = st.query_map([], |r| {
+                Ok(AccountSpec {
+                    name: r.get(0)?,
+                    parent: r.get(1)?,
+                    allocation_gpu_hours: r.get(2)?,
+                    overcommit: r.get(3)?,
+                })
+            })?;
+            for a in rows {
+                tree.accounts.push(a?);
+            }
+            let mut st = conn
+                .prepare("SELECT user, account, allocation FROM members ORDER BY account, user")?;
+            let rows = st.query_map([], |r| {
+                Ok(MemberSpec {
+                    user: r.get(0)?,
+                    account: r.get(1)?,
+                    allocation_gpu_hours: r.get(2)?,
+                })
+            })?;
+            for m in rows {
+                tree.members.push(m?);
+            }
+        }
+        let mut coordinators = BTreeSet::new();
+        {
+            let mut st = conn.prepare("SELECT user, account FROM coordinators")?;
+            let rows = st.query_map([], |r| {
+                Ok(Coordinator {
+                    user: r.get(0)?,
+                    account: r.get(1)?,
+                })
+            })?;
+            for c in rows {
+                coordinators.insert(c?);
+            }
+        }
+        let mut weights = GpuWeights::default();
+        if let Some(d) = meta_get(&conn, "default_weight")? {
+            weights.default = d.parse()?;
+        }
+        {
+            let mut st = conn.prepare("SELECT gpu_type, weight FROM gpu_weights")?;
+            let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?)))?;
+            for w in rows {
+                let (t, w) = w?;
+                weights.by_type.insert(t, w);
+            }
+        }
+        let mut ledger = Ledger::default();
+        {
+            let mut st = conn.prepare(
+                "SELECT job_id, run, account, user, partition, gpus, gpu_type, start, end, free_tier, \
+                 min_runtime, nodes, state, first_seen FROM runs",
+            )?;
+            let mut rows = st.query([])?;
+            while let Some(r) = rows.next()? {
+                let state: String = r.get(12)?;
+                ledger.put(&RunRecord {
+                    job_id: r.get(0)?,
+                    run: r.get(1)?,
+                    account: r.get(2)?,
+                    user: r.get(3)?,
+                    partition: r.get(4)?,
+                    gpus: r.get(5)?,
+                    gpu_type: r.get(6)?,
+                    start: r.get(7)?,
+                    end: r.get(8)?,
+                    free_tier: r.get(9)?,
+                    min_runtime_secs: r.get(10)?,
+                    nodes: r.get(11)?,
+                    state: parse_state(&state)
+                        .ok_or_else(|| anyhow::anyhow!("bad run state {state:?} in db"))?,
+                    first_seen: r.get(13)?,
+                });
+            }
+        }
+        Ok(Store {
+            conn,
+            tree,
+            coordinators,
+            weights,
+            policy,
+            ledger,
+            generation: Arc::new(AtomicU64::new(generation)),
+        })
+    }
+
+    // ---- reads ----
+
+    pub fn tree(&self) -> &TreeSpec {
+        &self.tree
+    }
+    pub fn coordinators(&self) -> &BTreeSet<Coordinator> {
+        &self.coordinators
+    }
+    pub fn weights(&self) -> &GpuWeights {
+        &self.weights
+    }
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+    /// Shared handle on the generation counter.
+    pub fn generation_handle(&self) -> Arc<AtomicU64> {
+        self.generation.clone()
+    }
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Weighted GPU-seconds per (account, user) in `[at - len, at]`, charged
+    /// and free tier apart.
+    pub fn weighted_usage(&self, at: i64, len: i64) -> (UsageByLeaf, UsageByLeaf) {
+        let sums = self.ledger.usage(at, len);
+        let fold = |rows: Vec<(String, String, Option<String>, i128)>| {
+            let mut out = UsageByLeaf::new();
+            for (a, u, t, secs) in rows {
+                *out.entry((a, u)).or_insert(0.0) +=
+                    secs as f64 * self.weights.weight(t.as_deref());
+            }
+            out
+        };
+        (fold(sums.charged), fold(sums.free))
+    }
+
+    /// The fair-share tree at `at` over the policy's window.
+    pub fn fair_share(&self, at: i64) -> FairShare {
+        let (usage, _) = self.weighted_usage(at, self.policy.window_secs);
+        FairShare::compute(&self.tree, &usage, at, self.policy.window_secs)
+    }
+
+    /// Audit rows after `after_id`, oldest first, at most `limit`.
+    pub fn audit_log(&self, after_id: i64, limit: i64) -> AppResult<Vec<AuditEntry>> {
+        let mut st = self.conn.prepare(
+            "SELECT id, at, actor, action, target, old, new FROM audit WHERE id > ?1 ORDER BY id LIMIT ?2",
+        )?;
+        let rows = st.query_map(params![after_id, limit], |r| {
+            let parse = |s: Option<String>| s.and_then(|s| serde_json::from_str(&s).ok());
+            Ok(AuditEntry {
+                id: r.get(0)?,
+                at: r.get(1)?,
+                actor: r.get(2)?,
+                action: r.get(3)?,
+                target: r.get(4)?,
+                old: parse(r.get(5)?),
+                new: parse(r.get(6)?),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Number of rows of the `runs` table (tests, metrics).
+    pub fn count_runs_in_db(&self) -> AppResult<i64> {
+        Ok(self
+            .conn
+            .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))?)
+    }
+
+    // ---- tree mutations ----
+
+    fn account_or_404(&self, name: &str) -> AppResult<&AccountSpec> {
+        self.tree
+            .account(name)
+            .ok_or_else(|| AppError::NotFound(format!("unknown account {name:?}")))
+    }
+
+    /// Creates an account.
+    pub fn create_account(
+        &mut self,
+        actor: &str,
+        req: NewAccount,
+        now: i64,
+    ) -> AppResult<AccountSpec> {
+        let spec = AccountSpec {
+            name: req.name,
+            parent: norm_parent(req.parent),
+            allocation_gpu_hours: req.allocation_gpu_hours,
+            overcommit: req.overcommit,
+        };
+        let mut tree = self.tree.clone();
+        tree.accounts.push(spec.clone());
+        tree.validate()?;
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO accounts(name, parent, allocation, overcommit, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![spec.name, spec.parent, spec.allocation_gpu_hours, spec.overcommit, now],
+        )?;
+        audit(
+            &tx,
+            now,
+            actor,
+            "account.create",
+            &spec.name,
+            None,
+            Some(json!(spec)),
+        )?;
+        let g = bump(&tx, &self.generation)?;
+        tx.commit()?;
+        tree.accounts.sort_by(|a, b| a.name.cmp(&b.name));
+        self.tree = tree;
+        self.generation.store(g, Ordering::SeqCst);
+        Ok(spec)
+    }
+
+    /// Changes an account's allocation, parent or overcommit flag.
+    pub fn modify_account(
+        &mut self,
+        actor: &str,
+        name: &str,
+        patch: AccountPatch,
+        now: i64,
+    ) -> AppResult<AccountSpec> {
+        let old = self.account_or_404(name)?.clone();
+        let mut new = old.clone();
+        if let Some(a) = patch.allocation_gpu_hours {
+            new.allocation_gpu_hours = a;
+        }
+        if let Some(p) = patch.parent {
+            new.parent = norm_parent(Some(p));
+        }
+        if let Some(o) = patch.overcommit {
+            new.overcommit = o;
+        }
+        if new == old {
+            return Ok(old);
+        }
+        let mut tree = self.tree.clone();
+        if let Some(a) = tree.accounts.iter_mut().find(|a| a.name == name) {
+            *a = new.clone();
+        }
+        tree.validate()?;
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "UPDATE accounts SET parent = ?2, allocation = ?3, overcommit = ?4 WHERE name = ?1",
+            params![name, new.parent, new.allocation_gpu_hours, new.overcommit],
+        )?;
+        audit(
+            &tx,
+            now,
+            actor,
+            "account.modify",
+            name,
+            Some(json!(old)),
+            Some(json!(new)),
+        )?;
+        let g = bump(&tx, &self.generation)?;
+        tx.commit()?;
+        self.tree = tree;
+        self.generation.store(g, Ordering::SeqCst);
+        Ok(new)
+    }
+
+    /// Deletes an account that has no child accounts and no running runs;
+    /// its memberships and coordinators go with it (recorded in the audit row).
+    pub fn delete_account(&mut self, actor: &str, name: &str, now: i64) -> AppResult<()> {
+        let old = self.account_or_404(name)?.clone();
+        let children: Vec<&str> = self
+            .tree
+            .children_of(name)
+            .map(|c| c.name.as_str())
+            .collect();
+        if !children.is_empty() {
+            return Err(AppError::Conflict(format!(
+                "account {name:?} has child accounts ({}); delete or move them first",
+                children.join(", ")
+            )));
+        }
+        if self.ledger.has_running(name) {
+            return Err(AppError::Conflict(format!(
+                "account {name:?} has running jobs; delete it when they end"
+            )));
+        }
+        let members: Vec<&MemberSpec> = self
+            .tree
+            .members
+            .iter()
+            .filter(|m| m.account == name)
+            .collect();
+        let coords: Vec<&Coordinator> = self
+            .coordinators
+            .iter()
+            .filter(|c| c.account == name)
+            .collect();
+        let old_json = json!({ "account": old, "members": members, "coordinators": coords });
+        let mut tree = self.tree.clone();
+        tree.accounts.retain(|a| a.name != name);
+        tree.members.retain(|m| m.account != name);
+        tree.validate()?;
+        let tx = self.conn.transaction()?;
+        tx.execute("DELETE FROM accounts WHERE name = ?1", [name])?;
+        audit(
+            &tx,
+            now,
+            actor,
+            "account.delete",
+            name,
+            Some(old_json),
+            None,
+        )?;
+        let g = bump(&tx, &self.generation)?;
+        tx.commit()?;
+        self.tree = tree;
+        self.coordinators.retain(|c| c.account != name);
+        self.generation.store(g, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Adds a user to an account.
+    pub fn add_member(&mut self, actor: &str, m: MemberSpec, now: i64) -> AppResult<MemberSpec> {
+        self.account_or_404(&m.account)?;
+        let mut tree = self.tree.clone();
+        tree.members.push(m.clone());
+        tree.validate()?;
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO members(user, account, allocation) VALUES (?1, ?2, ?3)",
+            params![m.user, m.account, m.allocation_gpu_hours],
+        )?;
+        audit(
+            &tx,
+            now,
+            actor,
+            "member.add",
+            &format!("{}/{}", m.account, m.user),
+            None,
+            Some(json!(m)),
+        )?;
+        let g = bump(&tx, &self.generation)?;
+        tx.commit()?;
+        self.tree = tree;
+        self.generation.store(g, Ordering::SeqCst);
+        Ok(m)
+    }
+
+    /// Removes a user from an account.
+    pub fn remove_member(
+        &mut self,
+        actor: &str,
+        account: &str,
+        user: &str,
+        now: i64,
+    ) -> AppResult<()> {
+        let Some(old) = self
+            .tree
+            .members
+            .iter()
+            .find(|m| m.account == account && m.user == user)
+            .cloned()
+        else {
+            return Err(AppError::NotFound(format!(
+                "user {user:?} is not a member of account {account:?}"
+            )));
+        };
+        let mut tree = self.tree.clone();
+        tree.members
+            .retain(|m| !(m.account == account && m.user == user));
+        tree.validate()?;
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "DELETE FROM members WHERE user = ?1 AND account = ?2",
+            params![user, account],
+        )?;
+        audit(
+            &tx,
+            now,
+            actor,
+            "member.remove",
+            &format!("{account}/{user}"),
+            Some(json!(old)),
+            None,
+        )?;
+        let g = bump(&tx, &self.generation)?;
+        tx.commit()?;
+        self.tree = tree;
+        self.generation.store(g, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Makes a user coordinator of an account.
+    pub fn add_coordinator(
+        &mut self,
+        actor: &str,
+        c: Coordinator,
+        now: i64,
+    ) -> AppResult<Coordinator> {
+        validate_name(&c.user)?;
+        self.account_or_404(&c.account)?;
+        if self.coordinators.contains(&c) {
+            return Err(AppError::Conflict(format!(
+                "user {:?} is already a coordinator of account {:?}",
+                c.user, c.account
+            )));
+        }
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT INTO coordinators(user, account) VALUES (?1, ?2)",
+            params![c.user, c.account],
+        )?;
+        audit(
+            &tx,
+            now,
+            actor,
+            "coordinator.add",
+            &format!("{}/{}", c.account, c.user),
+            None,
+            Some(json!(c)),
+        )?;
+        let g = bump(&tx, &self.generation)?;
+        tx.commit()?;
+        self.coordinators.insert(c.clone());
+        self.generation.store(g, Ordering::SeqCst);
+        Ok(c)
+    }
+
+    /// Removes a coordinator.
+    pub fn remove_coordinator(&mut self, actor: &str, c: &Coordinator, now: i64) -> AppResult<()> {
+        if !self.coordinators.contains(c) {
+            return Err(AppError::NotFound(format!(
+                "user {:?} is not a coordinator of account {:?}",
+                c.user, c.account
+            )));
+        }
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "DELETE FROM coordinators WHERE user = ?1 AND account = ?2",
+            params![c.user, c.account],
+        )?;
+        audit(
+            &tx,
+            now,
+            actor,
+            "coordinator.remove",
+            &format!("{}/{}", c.account, c.user),
+            Some(json!(c)),
+            None,
+        )?;
+        let g = bump(&tx, &self.generation)?;
+        tx.commit()?;
+        self.coordinators.remove(c);
+        self.generation.store(g, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Sets GPU-type weights (and optionally the default weight).
+    pub fn set_weights(
+        &mut self,
+        actor: &str,
+        patch: WeightsPatch,
+        now: i64,
+    ) -> AppResult<GpuWeights> {
+        let mut new = self.weights.clone();
+        if let Some(d) = patch.default {
+            policy_core::weights::validate_weight("default", d)
+                .map_err(|e| AppError::Invalid(e.to_string()))?;
+            new.default = d;
+        }
+        for (t, w) in &patch.set {
+            new.set(t, *w)
+                .map_err(|e| AppError::Invalid(e.to_string()))?;
+        }
+        if new == self.weights {
+            return Ok(new);
+        }
+        let tx = self.conn.transaction()?;
+        meta_set(&tx, "default_weight", &new.default.to_string())?;
+        for (t, w) in &new.by_type {
+            tx.execute(
+                "INSERT INTO gpu_weights(gpu_type, weight) VALUES (?1, ?2) \
+                 ON CONFLICT(gpu_type) DO UPDATE SET weight = excluded.weight",
+                params![t, w],
+            )?;
+        }
+        audit(
+            &tx,
+            now,
+            actor,
+            "weights.set",
+            "weights",
+            Some(json!(self.weights)),
+            Some(json!(new)),
+        )?;
+        let g = bump(&tx, &self.generation)?;
+        tx.commit()?;
+        self.weights = new.clone();
+        self.generation.store(g, Ordering::SeqCst);
+        Ok(new)
+    }
+
+    /// Changes policy fields.
+    pub fn set_policy(&mut self, actor: &str, patch: &PolicyPatch, now: i64) -> AppResult<Policy> {
+        let new = patch.apply(&self.policy);
+        crate::policy::validate(&new).map_err(AppError::Invalid)?;
+        if new == self.policy {
+            return Ok(new);
+        }
+        let tx = self.conn.transaction()?;
+        meta_set(&tx, "policy", &serde_json::to_string(&new)?)?;
+        audit(
+            &tx,
+            now,
+            actor,
+            "policy.set",
+            "policy",
+            Some(json!(self.policy)),
+            Some(json!(new)),
+        )?;
+        let g = bump(&tx, &self.generation)?;
+        tx.commit()?;
+        self.policy = new.clone();
+        self.generation.store(g, Ordering::SeqCst);
+        Ok(new)
+    }
+
+    // ---- ledger ----
+
+    /// Ingests job-state runs from the plugin. Every run is checked first;
+    /// one bad run rejects the whole batch.
+    pub fn sync(&mut self, batch: &JobSync, now: i64) -> AppResult<SyncOutcome> {
+        let mut recs = Vec::with_capacity(batch.runs.len());
+        for (i, r) in batch.runs.iter().enumerate() {
+            let rec = RunRecord::from_job_run(r, now).map_err(|e| {
+                AppError::Invalid(format!("runs[{i}] (job {} run {}): {e}", r.job_id, r.run))
+            })?;
+            recs.push(rec);
+        }
+        self.ingest(&recs, "sync")
+    }
+
+    /// Writes checked records through the merge rule in one transaction and
+    /// returns what changed. Nothing is written when nothing changed.
+    pub fn ingest(&mut self, recs: &[RunRecord], source: &str) -> AppResult<SyncOutcome> {
+        let mut out = SyncOutcome::default();
+        // Later records of the same key in one batch merge onto earlier ones.
+        let mut pending: BTreeMap<(u32, u32), (RunRecord, bool)> = BTreeMap::new();
+        for rec in recs {
+            let key = (rec.job_id, rec.run);
+            let stored = pending
+                .get(&key)
+                .map(|(r, _)| r.clone())
+                .or_else(|| self.ledger.get(rec.job_id, rec.run));
+            match merge(stored.as_ref(), rec) {
+                Merge::Insert(r) => {
+                    out.inserted += 1;
+                    pending.insert(key, (r, true));
+                }
+                Merge::Update(r) => {
+                    out.updated += 1;
+                    let fresh = pending.get(&key).is_some_and(|(_, f)| *f);
+                    pending.insert(key, (r, fresh));
+                }
+                Merge::Unchanged => out.unchanged += 1,
+            }
+        }
+        if pending.is_empty() {
+            return Ok(out);
+        }
+        let tx = self.conn.transaction()?;
+        {
+            let mut st = tx.prepare_cached(UPSERT_RUN)?;
+            for (r, _) in pending.values() {
+                st.execute(params![
+                    r.job_id,
+                    r.run,
+                    r.account,
+                    r.user,
+                    r.partition,
+                    r.gpus,
+                    r.gpu_type,
+                    r.start,
+                    r.end,
+                    r.free_tier,
+                    r.min_runtime_secs,
+                    r.nodes,
+                    state_str(r.state),
+                    r.first_seen,
+                    source
+                ])?;
+            }
+        }
+        let g = bump(&tx, &self.generation)?;
+        tx.commit()?;
+        for (r, _) in pending.values() {
+            self.ledger.put(r);
+        }
+        self.generation.store(g, Ordering::SeqCst);
+        Ok(out)
+    }
+
+    /// Records an import in the audit log (after [`Store::ingest`]).
+    pub fn audit_import(
+        &mut self,
+        actor: &str,
+        summary: serde_json::Value,
+        now: i64,
+    ) -> AppResult<()> {
+        let tx = self.conn.transaction()?;
+        audit(
+            &tx,
+            now,
+            actor,
+            "usage.import",
+            "ledger",
+            None,
+            Some(summary),
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Allocation in GPU-hours of an account (for reports).
+    pub fn allocation_gpu_hours(&self, account: &str) -> Option<f64> {
+        self.tree.account(account).map(|a| a.allocation_gpu_hours)
+    }
+}
+
+/// GPU-seconds to GPU-hours.
+pub fn hours(secs: f64) -> f64 {
+    secs / HOUR as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = Store::open(&dir.path().join("t.db"), &PolicyPatch::default()).expect("open");
+        (dir, s)
+    }
+
+    fn acct(name: &str, parent: Option<&str>, alloc: f64) -> NewAccount {
+        NewAccount {
+            name: name.into(),
+            parent: parent.map(Into::into),
+            allocation_gpu_hours: alloc,
+            overcommit: false,
+        }
+    }
+
+    #[test]
+    fn bad_mutations_change_nothing_and_good_ones_survive_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.db");
+        {
+            let mut s = Store::open(&path, &PolicyPatch::default()).expect("open");
+            s.create_account("t", acct("a", None, 100.0), 1).expect("a");
+            s.create_account("t", acct("a1", Some("a"), 60.0), 1)
+                .expect("a1");
+            let g = s.generation();
+            assert!(matches!(
+                s.create_account("t", acct("a", None, 1.0), 2),
+                Err(AppError::Conflict(_))
+            ));
+            assert!(matches!(
+                s.create_account("t", acct("x", Some("zz"), 1.0), 2),
+                Err(AppError::Invalid(_))
+            ));
+            assert!(matches!(
+                s.create_account("t", acct("a2", Some("a"), 50.0), 2),
+                Err(AppError::Invalid(_))
+            ));
+            let cyc = AccountPatch {
+                parent: Some("a1".into()),
+                ..Default::default()
+            };
+            assert!(matches!(
+                s.modify_account("t", "a", cyc, 2),
+                Err(AppError::Invalid(_))
+            ));
+            assert!(matches!(
+                s.delete_account("t", "a", 2),
+                Err(AppError::Conflict(_))
+            ));
+            assert_eq!(s.generation(), g);
+            assert_eq!(s.audit_log(0, 100).expect("audit").len(), 2);
+        }
+        let s = Store::open(&path, &PolicyPatch::default()).expect("reopen");
+        assert_eq!(s.tree().accounts.len(), 2);
+        assert_eq!(s.generation(), 2);
+    }
+
+    #[test]
+    fn delete_takes_members_and_coordinators_along() {
+        let (_d, mut s) = store();
+        s.create_account("t", acct("a", None, 10.0), 1).expect("a");
+        s.add_member(
+            "t",
+            MemberSpec {
+                user: "u".into(),
+                account: "a".into(),
+                allocation_gpu_hours: None,
+            },
+            1,
+        )
+        .expect("member");
+        s.add_coordinator(
+            "t",
+            Coordinator {
+                user: "c".into(),
+                account: "a".into(),
+            },
+            1,
+        )
+        .expect("coord");
+        s.delete_account("t", "a", 2).expect("delete");
+        assert!(s.tree().members.is_empty());
+        assert!(s.coordinators().is_empty());
+    }
+}
