@@ -33,7 +33,10 @@ use crate::worker::Worker;
 
 /// Unix time in seconds (callbacks and the fetcher agree on one clock).
 pub fn unix_now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
 }
 
 /// The shared, lock-light snapshot holder.
@@ -122,7 +125,9 @@ impl HttpSource {
     /// A source for `endpoint` whose every request finishes within `timeout`.
     pub fn new(endpoint: &str, timeout: Duration) -> Result<Self, String> {
         let ep = Endpoint::parse(endpoint).map_err(|e| e.to_string())?;
-        Ok(Self { client: Client::new(ep).with_timeout(timeout) })
+        Ok(Self {
+            client: Client::new(ep).with_timeout(timeout),
+        })
     }
 }
 
@@ -172,7 +177,13 @@ pub struct Fetcher<S> {
 impl<S: SnapshotSource> Fetcher<S> {
     /// A fetcher filling `cache` from `source`.
     pub fn new(cache: Arc<SnapshotCache>, source: S) -> Self {
-        Self { cache, source, etag: None, mode: Mode::Starting, last_error: None }
+        Self {
+            cache,
+            source,
+            etag: None,
+            mode: Mode::Starting,
+            last_error: None,
+        }
     }
 
     /// One fetch at `now`; returns the freshness transition, if any, for the caller
@@ -202,7 +213,9 @@ impl<S: SnapshotSource> Fetcher<S> {
         match (prev, next) {
             (Mode::Starting, Mode::Fresh) => Some(Transition::FirstSnapshot),
             (Mode::Safe, Mode::Fresh) => Some(Transition::LeftSafeMode),
-            (Mode::Starting | Mode::Fresh, Mode::Safe) => Some(Transition::EnteredSafeMode(self.safe_reason(now))),
+            (Mode::Starting | Mode::Fresh, Mode::Safe) => {
+                Some(Transition::EnteredSafeMode(self.safe_reason(now)))
+            }
             _ => None,
         }
     }
@@ -222,8 +235,14 @@ impl<S: SnapshotSource> Fetcher<S> {
     pub fn tick_and_log(&mut self, now: i64) {
         match self.tick(now) {
             Some(Transition::FirstSnapshot) => {
-                let v = self.cache.latest().map(|s| s.version.clone()).unwrap_or_default();
-                log::info(&format!("snapshot {v} received from budgetd; fair-share decisions enabled"));
+                let v = self
+                    .cache
+                    .latest()
+                    .map(|s| s.version.clone())
+                    .unwrap_or_default();
+                log::info(&format!(
+                    "snapshot {v} received from budgetd; fair-share decisions enabled"
+                ));
             }
             Some(Transition::LeftSafeMode) => {
                 log::info("budgetd snapshot fresh again: leaving safe mode, rebalancing enabled");
@@ -261,7 +280,11 @@ pub const ENDPOINT_ENV: &str = "SLURM_BUDGET_ENDPOINT";
 
 impl Default for FetcherConfig {
     fn default() -> Self {
-        Self { endpoint: DEFAULT_ENDPOINT.into(), period: Duration::from_secs(5), timeout: Duration::from_secs(2) }
+        Self {
+            endpoint: DEFAULT_ENDPOINT.into(),
+            period: Duration::from_secs(5),
+            timeout: Duration::from_secs(2),
+        }
     }
 }
 
@@ -287,11 +310,17 @@ impl FetcherConfig {
                 "endpoint" => cfg.endpoint = v.to_string(),
                 "fetchintervalsecs" => match num(v) {
                     Some(s) => cfg.period = Duration::from_secs(s),
-                    None => problems.push(format!("line {}: FetchIntervalSecs={v:?} is not a positive integer", n + 1)),
+                    None => problems.push(format!(
+                        "line {}: FetchIntervalSecs={v:?} is not a positive integer",
+                        n + 1
+                    )),
                 },
                 "fetchtimeoutms" => match num(v) {
                     Some(ms) => cfg.timeout = Duration::from_millis(ms),
-                    None => problems.push(format!("line {}: FetchTimeoutMs={v:?} is not a positive integer", n + 1)),
+                    None => problems.push(format!(
+                        "line {}: FetchTimeoutMs={v:?} is not a positive integer",
+                        n + 1
+                    )),
                 },
                 // Keys read by individual plugins from the same file.
                 _ if k.contains('.') => {}
@@ -305,13 +334,15 @@ impl FetcherConfig {
     /// (if any), then the `SLURM_BUDGET_ENDPOINT` environment variable. Reads one small
     /// local file: call it from the fetcher thread, not from a callback.
     pub fn load(slurm_conf_path: Option<&Path>) -> (Self, Vec<String>) {
-        let (mut cfg, problems) = match config_path(slurm_conf_path).map(|p| (std::fs::read_to_string(&p), p)) {
-            Some((Ok(text), _)) => Self::parse(&text),
-            Some((Err(e), p)) if e.kind() != std::io::ErrorKind::NotFound => {
-                (Self::default(), vec![format!("cannot read {}: {e}", p.display())])
-            }
-            _ => (Self::default(), Vec::new()),
-        };
+        let (mut cfg, problems) =
+            match config_path(slurm_conf_path).map(|p| (std::fs::read_to_string(&p), p)) {
+                Some((Ok(text), _)) => Self::parse(&text),
+                Some((Err(e), p)) if e.kind() != std::io::ErrorKind::NotFound => (
+                    Self::default(),
+                    vec![format!("cannot read {}: {e}", p.display())],
+                ),
+                _ => (Self::default(), Vec::new()),
+            };
         if let Ok(ep) = std::env::var(ENDPOINT_ENV) {
             if !ep.trim().is_empty() {
                 cfg.endpoint = ep.trim().to_string();
@@ -366,7 +397,10 @@ pub fn spawn_fetcher(name: &str, cache: Arc<SnapshotCache>) -> std::io::Result<W
                     state = Some(Fetcher::new(Arc::clone(&cache), src));
                 }
                 Err(e) => {
-                    log::error(&format!("bad budgetd endpoint {:?}: {e}; staying in safe mode", cfg.endpoint));
+                    log::error(&format!(
+                        "bad budgetd endpoint {:?}: {e}; staying in safe mode",
+                        cfg.endpoint
+                    ));
                     failed_config = true;
                 }
             }
@@ -392,7 +426,10 @@ mod tests {
         PluginSnapshot {
             version: version.into(),
             generated_at: 0,
-            policy: Policy { snapshot_max_age_secs: max_age, ..Policy::default() },
+            policy: Policy {
+                snapshot_max_age_secs: max_age,
+                ..Policy::default()
+            },
             weights: GpuWeights::default(),
             fair_share: fs,
             drains: vec![],
@@ -403,7 +440,9 @@ mod tests {
     impl SnapshotSource for Script {
         fn fetch(&mut self, etag: Option<&str>) -> Result<Fetched, String> {
             self.1.push(etag.map(str::to_string));
-            self.0.pop_front().unwrap_or_else(|| Err("connection refused".into()))
+            self.0
+                .pop_front()
+                .unwrap_or_else(|| Err("connection refused".into()))
         }
     }
 
@@ -415,7 +454,10 @@ mod tests {
         let script = Script(
             VecDeque::from(vec![
                 Err("connection refused".into()),
-                Ok(Fetched::New(Box::new(snap("v1", 30)), Some("\"v1\"".into()))),
+                Ok(Fetched::New(
+                    Box::new(snap("v1", 30)),
+                    Some("\"v1\"".into()),
+                )),
                 Ok(Fetched::NotModified),
                 Err("timed out".into()),
                 Err("timed out".into()),
@@ -425,7 +467,9 @@ mod tests {
             vec![],
         );
         let mut f = Fetcher::new(Arc::clone(&cache), script);
-        assert!(matches!(f.tick(100), Some(Transition::EnteredSafeMode(m)) if m.contains("no snapshot")));
+        assert!(
+            matches!(f.tick(100), Some(Transition::EnteredSafeMode(m)) if m.contains("no snapshot"))
+        );
         assert_eq!(f.tick(105), Some(Transition::LeftSafeMode));
         assert_eq!(f.tick(110), None);
         assert!(cache.fresh(110).is_some());
@@ -434,9 +478,15 @@ mod tests {
         assert_eq!(f.tick(140), None);
         assert!(cache.fresh(140).is_some());
         // 31 s after the last 304: stale, logged once.
-        assert!(matches!(f.tick(141), Some(Transition::EnteredSafeMode(m)) if m.contains("31 s old") && m.contains("timed out")));
+        assert!(
+            matches!(f.tick(141), Some(Transition::EnteredSafeMode(m)) if m.contains("31 s old") && m.contains("timed out"))
+        );
         assert!(cache.fresh(141).is_none());
-        assert_eq!(cache.latest().map(|s| s.version.clone()).as_deref(), Some("v1"), "stale policy still readable");
+        assert_eq!(
+            cache.latest().map(|s| s.version.clone()).as_deref(),
+            Some("v1"),
+            "stale policy still readable"
+        );
         assert_eq!(f.tick(150), Some(Transition::LeftSafeMode));
         // The ETag is sent once known.
         assert_eq!(f.source.1[0], None);
@@ -446,7 +496,10 @@ mod tests {
     #[test]
     fn first_snapshot_transition() {
         let cache = Arc::new(SnapshotCache::new());
-        let script = Script(VecDeque::from(vec![Ok(Fetched::New(Box::new(snap("v1", 60)), None))]), vec![]);
+        let script = Script(
+            VecDeque::from(vec![Ok(Fetched::New(Box::new(snap("v1", 60)), None))]),
+            vec![],
+        );
         let mut f = Fetcher::new(Arc::clone(&cache), script);
         assert_eq!(f.tick(1), Some(Transition::FirstSnapshot));
         // Without an ETag header the version is used, quoted.
@@ -462,6 +515,9 @@ mod tests {
         assert_eq!(c.period, Duration::from_secs(2));
         assert_eq!(c.timeout, Duration::from_millis(500));
         assert_eq!(p.len(), 2, "{p:?}");
-        assert_eq!(config_path(Some(Path::new("/etc/slurm/slurm.conf"))), Some(PathBuf::from("/etc/slurm/slurm-budget.conf")));
+        assert_eq!(
+            config_path(Some(Path::new("/etc/slurm/slurm.conf"))),
+            Some(PathBuf::from("/etc/slurm/slurm-budget.conf"))
+        );
     }
 }
