@@ -20,7 +20,6 @@
 //! its own fetcher; with `304`s that costs next to nothing and keeps the plugins
 //! independent of each other's load order.
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -45,6 +44,8 @@ pub struct SnapshotCache {
     current: RwLock<Option<Arc<PluginSnapshot>>>,
     /// Unix seconds of the last successful contact with budgetd (0 = never).
     confirmed_at: AtomicI64,
+    /// `budget_max_age` from the configuration (0 = use the snapshot's policy).
+    max_age_override: AtomicI64,
 }
 
 impl SnapshotCache {
@@ -66,7 +67,23 @@ impl SnapshotCache {
     /// The snapshot if it is fresh at `now`; `None` means safe mode.
     pub fn fresh(&self, now: i64) -> Option<Arc<PluginSnapshot>> {
         let snap = self.latest()?;
-        is_fresh(&snap.policy, self.confirmed_at.load(Ordering::Acquire), now).then_some(snap)
+        let max_age = self.max_age(&snap.policy);
+        let at = self.confirmed_at.load(Ordering::Acquire);
+        (at > 0 && now.saturating_sub(at) <= max_age).then_some(snap)
+    }
+
+    /// Snapshot age that enters safe mode: the configured override, else the policy's.
+    pub fn max_age(&self, policy: &Policy) -> i64 {
+        match self.max_age_override.load(Ordering::Relaxed) {
+            n if n > 0 => n,
+            _ => policy.snapshot_max_age_secs.max(0),
+        }
+    }
+
+    /// Set (or clear, with `None`) the configured maximum age.
+    pub fn set_max_age_override(&self, secs: Option<i64>) {
+        self.max_age_override
+            .store(secs.unwrap_or(0).max(0), Ordering::Relaxed);
     }
 
     /// The site policy of the newest snapshot, or the built-in defaults before any.
@@ -94,10 +111,6 @@ impl SnapshotCache {
     pub fn confirm(&self, now: i64) {
         self.confirmed_at.store(now, Ordering::Release);
     }
-}
-
-fn is_fresh(policy: &Policy, confirmed_at: i64, now: i64) -> bool {
-    confirmed_at > 0 && now.saturating_sub(confirmed_at) <= policy.snapshot_max_age_secs.max(0)
 }
 
 /// Result of one fetch.
@@ -225,8 +238,8 @@ impl<S: SnapshotSource> Fetcher<S> {
         match self.cache.age(now) {
             None => format!("no snapshot received from budgetd yet ({err})"),
             Some(age) => format!(
-                "snapshot is {age} s old, more than snapshot_max_age_secs={} (last error: {err})",
-                self.cache.policy().snapshot_max_age_secs
+                "snapshot is {age} s old, more than the maximum age of {} s (last error: {err})",
+                self.cache.max_age(&self.cache.policy())
             ),
         }
     }
@@ -269,12 +282,12 @@ pub struct FetcherConfig {
     pub period: Duration,
     /// Hard deadline of one request (connect, write, read).
     pub timeout: Duration,
+    /// Overrides the snapshot's `policy.snapshot_max_age_secs` when set.
+    pub max_age_secs: Option<i64>,
 }
 
-/// Default budgetd socket.
-pub const DEFAULT_ENDPOINT: &str = "/run/budgetd/budgetd.sock";
-/// Name of the plugins' configuration file, looked up beside `slurm.conf`.
-pub const CONFIG_FILE: &str = "slurm-budget.conf";
+/// Default budgetd socket (the same as `priority/budget`'s).
+pub const DEFAULT_ENDPOINT: &str = "/run/slurm-budget/budgetd.sock";
 /// Environment variable that overrides the endpoint (handy for testbeds).
 pub const ENDPOINT_ENV: &str = "SLURM_BUDGET_ENDPOINT";
 
@@ -283,66 +296,54 @@ impl Default for FetcherConfig {
         Self {
             endpoint: DEFAULT_ENDPOINT.into(),
             period: Duration::from_secs(5),
-            timeout: Duration::from_secs(2),
+            timeout: Duration::from_millis(1000),
+            max_age_secs: None,
         }
     }
 }
 
 impl FetcherConfig {
-    /// Parse `slurm-budget.conf` text: `Key=Value` lines, `#` comments, keys
-    /// case-insensitive: `Endpoint`, `FetchIntervalSecs`, `FetchTimeoutMs`. Unknown keys
-    /// and bad values are reported (and skipped) so a typo is visible in the log.
-    pub fn parse(text: &str) -> (Self, Vec<String>) {
+    /// Read the budgetd keys of `PriorityParameters` (comma separated `key=value`; other
+    /// keys belong to other plugins and are ignored), so one line in `slurm.conf`
+    /// configures all three plugins: `budget_socket=PATH`, `budget_period=SECS`
+    /// (1..=3600), `budget_timeout_ms=MS` (10..=60000), `budget_max_age=SECS`. Bad values
+    /// are reported and the default kept.
+    pub fn parse(params: &str) -> (Self, Vec<String>) {
         let mut cfg = Self::default();
         let mut problems = Vec::new();
-        for (n, raw) in text.lines().enumerate() {
-            let line = raw.split('#').next().unwrap_or("").trim();
-            if line.is_empty() {
-                continue;
-            }
-            let Some((k, v)) = line.split_once('=') else {
-                problems.push(format!("line {}: expected Key=Value, got {line:?}", n + 1));
+        for item in params.split(',') {
+            let Some((k, v)) = item.split_once('=') else {
                 continue;
             };
             let (k, v) = (k.trim(), v.trim());
-            let num = |v: &str| v.parse::<u64>().ok().filter(|&x| x > 0);
-            match k.to_ascii_lowercase().as_str() {
-                "endpoint" => cfg.endpoint = v.to_string(),
-                "fetchintervalsecs" => match num(v) {
-                    Some(s) => cfg.period = Duration::from_secs(s),
-                    None => problems.push(format!(
-                        "line {}: FetchIntervalSecs={v:?} is not a positive integer",
-                        n + 1
-                    )),
-                },
-                "fetchtimeoutms" => match num(v) {
-                    Some(ms) => cfg.timeout = Duration::from_millis(ms),
-                    None => problems.push(format!(
-                        "line {}: FetchTimeoutMs={v:?} is not a positive integer",
-                        n + 1
-                    )),
-                },
-                // Keys read by individual plugins from the same file.
-                _ if k.contains('.') => {}
-                _ => problems.push(format!("line {}: unknown key {k:?}", n + 1)),
+            let num = |lo: u64, hi: u64| v.parse::<u64>().ok().filter(|n| (lo..=hi).contains(n));
+            let ok = match k {
+                "budget_socket" if !v.is_empty() => {
+                    cfg.endpoint = v.to_string();
+                    true
+                }
+                "budget_period" => num(1, 3600)
+                    .map(|n| cfg.period = Duration::from_secs(n))
+                    .is_some(),
+                "budget_timeout_ms" => num(10, 60_000)
+                    .map(|n| cfg.timeout = Duration::from_millis(n))
+                    .is_some(),
+                "budget_max_age" => num(1, 7 * 86_400)
+                    .map(|n| cfg.max_age_secs = Some(n as i64))
+                    .is_some(),
+                _ => true,
+            };
+            if !ok {
+                problems.push(format!("PriorityParameters: bad value {k}={v:?}"));
             }
         }
         (cfg, problems)
     }
 
-    /// The configuration for this process: `slurm-budget.conf` beside `slurm_conf_path`
-    /// (if any), then the `SLURM_BUDGET_ENDPOINT` environment variable. Reads one small
-    /// local file: call it from the fetcher thread, not from a callback.
-    pub fn load(slurm_conf_path: Option<&Path>) -> (Self, Vec<String>) {
-        let (mut cfg, problems) =
-            match config_path(slurm_conf_path).map(|p| (std::fs::read_to_string(&p), p)) {
-                Some((Ok(text), _)) => Self::parse(&text),
-                Some((Err(e), p)) if e.kind() != std::io::ErrorKind::NotFound => (
-                    Self::default(),
-                    vec![format!("cannot read {}: {e}", p.display())],
-                ),
-                _ => (Self::default(), Vec::new()),
-            };
+    /// The configuration of this process: `PriorityParameters`, then the
+    /// `SLURM_BUDGET_ENDPOINT` environment variable.
+    pub fn load() -> (Self, Vec<String>) {
+        let (mut cfg, problems) = Self::parse(&priority_params().unwrap_or_default());
         if let Ok(ep) = std::env::var(ENDPOINT_ENV) {
             if !ep.trim().is_empty() {
                 cfg.endpoint = ep.trim().to_string();
@@ -352,41 +353,31 @@ impl FetcherConfig {
     }
 }
 
-/// `slurm-budget.conf` in the folder of `slurm.conf` (`SLURM_CONF` when no path given).
-pub fn config_path(slurm_conf_path: Option<&Path>) -> Option<PathBuf> {
-    let conf = match slurm_conf_path {
-        Some(p) => p.to_path_buf(),
-        None => PathBuf::from(std::env::var_os("SLURM_CONF")?),
-    };
-    Some(conf.parent()?.join(CONFIG_FILE))
-}
-
-/// The path of `slurm.conf` as `slurmctld` read it (`slurm_conf.slurm_conf`).
-pub fn slurm_conf_path() -> Option<PathBuf> {
+/// `PriorityParameters` from `slurm.conf` as `slurmctld` read it.
+pub fn priority_params() -> Option<String> {
     // SAFETY: `slurm_conf` is libslurmfull's global configuration, filled before any
-    // plugin loads; the string is read once here and copied.
-    let p = unsafe { crate::cstr::opt_string(slurm_ffi::sys::slurm_conf.slurm_conf) }?;
-    Some(PathBuf::from(p))
+    // plugin loads; the string is copied at once.
+    unsafe { crate::cstr::opt_string(slurm_ffi::sys::slurm_conf.priority_params) }
 }
 
-/// Start the fetcher thread for `cache`: it reads the configuration (file + env) on
-/// its first tick, then fetches every `period`. Join it with [`Worker::stop`] in `fini`.
+/// Start the fetcher thread for `cache`: it reads the configuration on its first tick,
+/// then fetches every `budget_period`. Join it with [`Worker::stop`] in `fini`.
 pub fn spawn_fetcher(name: &str, cache: Arc<SnapshotCache>) -> std::io::Result<Worker> {
-    let conf_path = slurm_conf_path();
     let mut state: Option<Fetcher<HttpSource>> = None;
     let mut failed_config = false;
     // The worker's period is fixed at spawn; the configured interval is honoured by
-    // skipping ticks (the worker ticks every second, cheap when idle).
+    // skipping ticks (the worker wakes every second; an idle wake costs nothing).
     let mut next_due = 0i64;
     let mut period_secs = 5i64;
     Worker::spawn(name, Duration::from_secs(1), move || {
         let now = unix_now();
         if state.is_none() && !failed_config {
-            let (cfg, problems) = FetcherConfig::load(conf_path.as_deref());
+            let (cfg, problems) = FetcherConfig::load();
             for p in problems {
-                log::error(&format!("{CONFIG_FILE}: {p}"));
+                log::error(&p);
             }
             period_secs = cfg.period.as_secs().max(1) as i64;
+            cache.set_max_age_override(cfg.max_age_secs);
             match HttpSource::new(&cfg.endpoint, cfg.timeout) {
                 Ok(src) => {
                     log::verbose(&format!(
@@ -507,17 +498,19 @@ mod tests {
     }
 
     #[test]
-    fn config_file() {
+    fn config_from_priority_parameters() {
         let (c, p) = FetcherConfig::parse(
-            "# comment\nEndpoint = /tmp/b.sock\nFetchIntervalSecs=2\nFetchTimeoutMs=500\npreempt.GraceTime=5\nbogus=1\nFetchTimeoutMs=x\n",
+            "budget_socket=/tmp/b.sock,budget_period=2,PriorityFlags=x,budget_timeout_ms=500,budget_max_age=30,budget_period=0",
         );
         assert_eq!(c.endpoint, "/tmp/b.sock");
         assert_eq!(c.period, Duration::from_secs(2));
         assert_eq!(c.timeout, Duration::from_millis(500));
-        assert_eq!(p.len(), 2, "{p:?}");
-        assert_eq!(
-            config_path(Some(Path::new("/etc/slurm/slurm.conf"))),
-            Some(PathBuf::from("/etc/slurm/slurm-budget.conf"))
-        );
+        assert_eq!(c.max_age_secs, Some(30));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(FetcherConfig::parse("").0, FetcherConfig::default());
+        let cache = SnapshotCache::new();
+        cache.store(snap("v", 60), 100);
+        cache.set_max_age_override(Some(5));
+        assert!(cache.fresh(105).is_some() && cache.fresh(106).is_none());
     }
 }
