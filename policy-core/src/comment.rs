@@ -64,12 +64,21 @@ mod tests {
 
     #[test]
     fn reports_bad_values() {
-        assert!(matches!(parse_comment("min_runtime=4x"), Err(CommentError::Duration(_))));
-        assert!(matches!(parse_comment("min_runtime="), Err(CommentError::Duration(DurationError::Empty))));
+        assert!(matches!(
+            parse_comment("min_runtime=4x"),
+            Err(CommentError::Duration(_))
+        ));
+        assert!(matches!(
+            parse_comment("min_runtime="),
+            Err(CommentError::Duration(DurationError::Empty))
+        ));
         assert!(matches!(
             parse_comment("min_runtime=-5m"),
             Err(CommentError::Duration(DurationError::Negative(_)))
         ));
-        assert_eq!(parse_comment("min_runtime=1h min_runtime=2h"), Err(CommentError::Repeated));
+        assert_eq!(
+            parse_comment("min_runtime=1h min_runtime=2h"),
+            Err(CommentError::Repeated)
+        );
     }
 }

@@ -15,8 +15,7 @@ use std::fmt;
 pub const MAX_DURATION_SECS: i64 = 366 * 86_400;
 
 /// The accepted forms, quoted in every parse error.
-pub const ACCEPTED_FORMS: &str =
-    "accepted forms: 90m, 4h, 1d, 2h30m, 45s (units d,h,m,s in that order) or HH:MM:SS or D-HH:MM:SS";
+pub const ACCEPTED_FORMS: &str = "accepted forms: 90m, 4h, 1d, 2h30m, 45s (units d,h,m,s in that order) or HH:MM:SS or D-HH:MM:SS";
 
 /// Why a duration could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -150,16 +149,40 @@ mod tests {
 
     #[test]
     fn rejects_malformed_values_with_the_accepted_forms() {
-        for bad in ["4x", "", "m", "h4", "4", "2m30h", "4h4h", "1:2", "00:60:00", "1-25:00:00",
-            "1.5h", "4 h", "1-2", "abc", "99999999999999d"]
-        {
+        for bad in [
+            "4x",
+            "",
+            "m",
+            "h4",
+            "4",
+            "2m30h",
+            "4h4h",
+            "1:2",
+            "00:60:00",
+            "1-25:00:00",
+            "1.5h",
+            "4 h",
+            "1-2",
+            "abc",
+            "99999999999999d",
+        ] {
             let err = parse_duration(bad).expect_err(bad);
             if !bad.is_empty() {
-                assert!(err.to_string().contains("accepted forms") || matches!(err, DurationError::TooLong(_)), "{bad}: {err}");
+                assert!(
+                    err.to_string().contains("accepted forms")
+                        || matches!(err, DurationError::TooLong(_)),
+                    "{bad}: {err}"
+                );
             }
         }
-        assert_eq!(parse_duration("-5m"), Err(DurationError::Negative("-5m".into())));
-        assert!(matches!(parse_duration("400d"), Err(DurationError::TooLong(_))));
+        assert_eq!(
+            parse_duration("-5m"),
+            Err(DurationError::Negative("-5m".into()))
+        );
+        assert!(matches!(
+            parse_duration("400d"),
+            Err(DurationError::TooLong(_))
+        ));
     }
 
     proptest! {

@@ -124,12 +124,20 @@ impl From<FairShareData> for FairShare {
 
 impl From<FairShare> for FairShareData {
     fn from(f: FairShare) -> Self {
-        FairShareData { at: f.at, window_secs: f.window_secs, nodes: f.nodes }
+        FairShareData {
+            at: f.at,
+            window_secs: f.window_secs,
+            nodes: f.nodes,
+        }
     }
 }
 
 fn ratio(usage: f64, allocation: f64) -> f64 {
-    if allocation > 0.0 { usage / allocation } else { RATIO_NO_ALLOCATION }
+    if allocation > 0.0 {
+        usage / allocation
+    } else {
+        RATIO_NO_ALLOCATION
+    }
 }
 
 impl FairShare {
@@ -155,18 +163,34 @@ impl FairShare {
             tier: Tier::Budgeted,
             budget_bearing: bearing,
         };
-        let root_alloc = tree.root_allocation_gpu_hours.map(hours_to_secs).unwrap_or_else(|| {
-            tree.accounts.iter().filter(|a| a.parent.as_deref().unwrap_or(ROOT) == ROOT).map(|a| hours_to_secs(a.allocation_gpu_hours)).sum()
-        });
+        let root_alloc = tree
+            .root_allocation_gpu_hours
+            .map(hours_to_secs)
+            .unwrap_or_else(|| {
+                tree.accounts
+                    .iter()
+                    .filter(|a| a.parent.as_deref().unwrap_or(ROOT) == ROOT)
+                    .map(|a| hours_to_secs(a.allocation_gpu_hours))
+                    .sum()
+            });
         nodes.push(new_node(ROOT, NodeKind::Account, root_alloc, false));
         idx.insert(ROOT.to_string(), 0);
         for a in &tree.accounts {
             idx.insert(a.name.clone(), nodes.len());
-            nodes.push(new_node(&a.name, NodeKind::Account, hours_to_secs(a.allocation_gpu_hours), true));
+            nodes.push(new_node(
+                &a.name,
+                NodeKind::Account,
+                hours_to_secs(a.allocation_gpu_hours),
+                true,
+            ));
         }
         for a in &tree.accounts {
             let me = idx[&a.name];
-            let p = a.parent.as_deref().and_then(|p| idx.get(p).copied()).unwrap_or(0);
+            let p = a
+                .parent
+                .as_deref()
+                .and_then(|p| idx.get(p).copied())
+                .unwrap_or(0);
             let p = if p == me { 0 } else { p };
             nodes[me].parent = Some(p);
             nodes[p].children.push(me);
@@ -174,9 +198,18 @@ impl FairShare {
         // Members: explicit allocations first, the rest share what remains.
         let mut user_idx: HashMap<(String, String), usize> = HashMap::new();
         for m in &tree.members {
-            let Some(&acc) = idx.get(&m.account) else { continue };
+            let Some(&acc) = idx.get(&m.account) else {
+                continue;
+            };
             let i = nodes.len();
-            let mut n = new_node(&m.user, NodeKind::User { account: m.account.clone() }, 0.0, m.allocation_gpu_hours.is_some());
+            let mut n = new_node(
+                &m.user,
+                NodeKind::User {
+                    account: m.account.clone(),
+                },
+                0.0,
+                m.allocation_gpu_hours.is_some(),
+            );
             n.allocation = m.allocation_gpu_hours.map(hours_to_secs).unwrap_or(0.0);
             n.parent = Some(acc);
             nodes.push(n);
@@ -187,9 +220,22 @@ impl FairShare {
             if !matches!(nodes[acc].kind, NodeKind::Account) {
                 continue;
             }
-            let users: Vec<usize> = nodes[acc].children.iter().copied().filter(|&c| !matches!(nodes[c].kind, NodeKind::Account)).collect();
-            let explicit: f64 = users.iter().filter(|&&u| nodes[u].budget_bearing).map(|&u| nodes[u].allocation).sum();
-            let implicit: Vec<usize> = users.iter().copied().filter(|&u| !nodes[u].budget_bearing).collect();
+            let users: Vec<usize> = nodes[acc]
+                .children
+                .iter()
+                .copied()
+                .filter(|&c| !matches!(nodes[c].kind, NodeKind::Account))
+                .collect();
+            let explicit: f64 = users
+                .iter()
+                .filter(|&&u| nodes[u].budget_bearing)
+                .map(|&u| nodes[u].allocation)
+                .sum();
+            let implicit: Vec<usize> = users
+                .iter()
+                .copied()
+                .filter(|&u| !nodes[u].budget_bearing)
+                .collect();
             if !implicit.is_empty() {
                 let share = (nodes[acc].allocation - explicit).max(0.0) / implicit.len() as f64;
                 for u in implicit {
@@ -200,7 +246,9 @@ impl FairShare {
         // Usage: each (account, user) pair charges its user node (if a member)
         // and the account with every ancestor.
         for ((account, user), &u) in usage {
-            let Some(&acc) = idx.get(account) else { continue };
+            let Some(&acc) = idx.get(account) else {
+                continue;
+            };
             if let Some(&ui) = user_idx.get(&(account.clone(), user.clone())) {
                 nodes[ui].usage += u;
             }
@@ -228,7 +276,10 @@ impl FairShare {
                 let (na, nb) = (&nodes[a], &nodes[b]);
                 na.ratio
                     .total_cmp(&nb.ratio)
-                    .then_with(|| matches!(na.kind, NodeKind::User { .. }).cmp(&matches!(nb.kind, NodeKind::User { .. })))
+                    .then_with(|| {
+                        matches!(na.kind, NodeKind::User { .. })
+                            .cmp(&matches!(nb.kind, NodeKind::User { .. }))
+                    })
                     .then_with(|| na.name.cmp(&nb.name))
             });
             for (r, &k) in kids.iter().enumerate() {
@@ -247,7 +298,12 @@ impl FairShare {
             .map(|&old| {
                 let mut n = nodes[old].clone();
                 n.parent = n.parent.map(|p| new_index[p]).filter(|&p| p != usize::MAX);
-                n.children = n.children.iter().map(|&c| new_index[c]).filter(|&c| c != usize::MAX).collect();
+                n.children = n
+                    .children
+                    .iter()
+                    .map(|&c| new_index[c])
+                    .filter(|&c| c != usize::MAX)
+                    .collect();
                 n
             })
             .collect();
@@ -255,8 +311,15 @@ impl FairShare {
         let mut rank = 0u32;
         for i in 0..out.len() {
             let over_self = out[i].budget_bearing && out[i].ratio >= 1.0;
-            let parent_over = out[i].parent.map(|p| out[p].tier == Tier::OverBudget).unwrap_or(false);
-            out[i].tier = if over_self || parent_over { Tier::OverBudget } else { Tier::Budgeted };
+            let parent_over = out[i]
+                .parent
+                .map(|p| out[p].tier == Tier::OverBudget)
+                .unwrap_or(false);
+            out[i].tier = if over_self || parent_over {
+                Tier::OverBudget
+            } else {
+                Tier::Budgeted
+            };
             if out[i].children.is_empty() && i != 0 {
                 out[i].leaf_rank = Some(rank);
                 rank += 1;
@@ -299,7 +362,15 @@ impl FairShare {
                 }
             }
         }
-        FairShare { at, window_secs, nodes, num_leaves, accounts, users, account_worst_leaf }
+        FairShare {
+            at,
+            window_secs,
+            nodes,
+            num_leaves,
+            accounts,
+            users,
+            account_worst_leaf,
+        }
     }
 
     /// Node index of an account.
@@ -314,13 +385,21 @@ impl FairShare {
     pub fn place(&self, account: &str, user: &str) -> Option<LeafKey> {
         if let Some(&u) = self.users.get(&(account.to_string(), user.to_string())) {
             let n = &self.nodes[u];
-            return Some(LeafKey { node: u, rank: n.leaf_rank.unwrap_or(self.num_leaves), tier: n.tier });
+            return Some(LeafKey {
+                node: u,
+                rank: n.leaf_rank.unwrap_or(self.num_leaves),
+                tier: n.tier,
+            });
         }
         let a = self.account(account)?;
         let worst = self.account_worst_leaf.get(&a).copied().unwrap_or(a);
         Some(LeafKey {
             node: a,
-            rank: self.nodes.get(worst).and_then(|n| n.leaf_rank).unwrap_or(self.num_leaves),
+            rank: self
+                .nodes
+                .get(worst)
+                .and_then(|n| n.leaf_rank)
+                .unwrap_or(self.num_leaves),
             tier: self.nodes[a].tier,
         })
     }
@@ -350,12 +429,18 @@ impl FairShare {
 
     /// Usage in GPU-hours of a node.
     pub fn usage_gpu_hours(&self, node: usize) -> f64 {
-        self.nodes.get(node).map(|n| n.usage / HOUR as f64).unwrap_or(0.0)
+        self.nodes
+            .get(node)
+            .map(|n| n.usage / HOUR as f64)
+            .unwrap_or(0.0)
     }
 
     /// GPUs held per node, each running job counted at its leaf and every
     /// ancestor: the input of the preemption rule's "holds more than its share".
-    pub fn holdings<'a>(&self, running: impl IntoIterator<Item = (&'a str, &'a str, u32)>) -> Vec<u32> {
+    pub fn holdings<'a>(
+        &self,
+        running: impl IntoIterator<Item = (&'a str, &'a str, u32)>,
+    ) -> Vec<u32> {
         let mut held = vec![0u32; self.nodes.len()];
         for (account, user, gpus) in running {
             if let Some(place) = self.place(account, user) {
@@ -380,27 +465,52 @@ mod tests {
             root_allocation_gpu_hours: None,
             accounts: accounts
                 .iter()
-                .map(|(n, p, a)| AccountSpec { name: n.to_string(), parent: p.map(Into::into), allocation_gpu_hours: *a, overcommit: false })
+                .map(|(n, p, a)| AccountSpec {
+                    name: n.to_string(),
+                    parent: p.map(Into::into),
+                    allocation_gpu_hours: *a,
+                    overcommit: false,
+                })
                 .collect(),
             members: members
                 .iter()
-                .map(|(u, a)| MemberSpec { user: u.to_string(), account: a.to_string(), allocation_gpu_hours: None })
+                .map(|(u, a)| MemberSpec {
+                    user: u.to_string(),
+                    account: a.to_string(),
+                    allocation_gpu_hours: None,
+                })
                 .collect(),
         }
     }
 
     fn usage(entries: &[(&str, &str, f64)]) -> UsageByLeaf {
-        entries.iter().map(|(a, u, h)| ((a.to_string(), u.to_string()), h * 3600.0)).collect()
+        entries
+            .iter()
+            .map(|(a, u, h)| ((a.to_string(), u.to_string()), h * 3600.0))
+            .collect()
     }
 
     #[test]
     fn lower_ratio_team_outranks_every_leaf_of_a_higher_one() {
         let t = tree(
-            &[("teama", None, 600.0), ("teamb", None, 300.0), ("teamc", None, 100.0)],
-            &[("alice", "teama"), ("bob", "teama"), ("carol", "teamb"), ("dave", "teamc")],
+            &[
+                ("teama", None, 600.0),
+                ("teamb", None, 300.0),
+                ("teamc", None, 100.0),
+            ],
+            &[
+                ("alice", "teama"),
+                ("bob", "teama"),
+                ("carol", "teamb"),
+                ("dave", "teamc"),
+            ],
         );
         // ratios: teama 300/600 = .5, teamb 30/300 = .1, teamc 150/100 = 1.5
-        let u = usage(&[("teama", "alice", 300.0), ("teamb", "carol", 30.0), ("teamc", "dave", 150.0)]);
+        let u = usage(&[
+            ("teama", "alice", 300.0),
+            ("teamb", "carol", 30.0),
+            ("teamc", "dave", 150.0),
+        ]);
         let fs = FairShare::compute(&t, &u, 0, crate::DEFAULT_WINDOW_SECS);
         let carol = fs.place("teamb", "carol").unwrap();
         let bob = fs.place("teama", "bob").unwrap();
@@ -416,7 +526,10 @@ mod tests {
 
     #[test]
     fn tiers_follow_the_path() {
-        let t = tree(&[("a", None, 10.0), ("a1", Some("a"), 5.0), ("b", None, 10.0)], &[]);
+        let t = tree(
+            &[("a", None, 10.0), ("a1", Some("a"), 5.0), ("b", None, 10.0)],
+            &[],
+        );
         let u = usage(&[("a1", "x", 11.0), ("b", "y", 9.0)]);
         let fs = FairShare::compute(&t, &u, 0, crate::DEFAULT_WINDOW_SECS);
         assert_eq!(fs.place("a1", "x").unwrap().tier, Tier::OverBudget);
@@ -442,7 +555,11 @@ mod tests {
                         .enumerate()
                         .map(|(i, &(p, alloc))| AccountSpec {
                             name: format!("a{i}"),
-                            parent: if i == 0 || p % 3 == 0 { None } else { Some(format!("a{}", p % i)) },
+                            parent: if i == 0 || p % 3 == 0 {
+                                None
+                            } else {
+                                Some(format!("a{}", p % i))
+                            },
                             allocation_gpu_hours: f64::from(alloc),
                             overcommit: true,
                         })
@@ -452,12 +569,26 @@ mod tests {
                     for &(a, u, h) in &uses {
                         let account = format!("a{}", a % n);
                         let user = format!("u{u}");
-                        if !members.iter().any(|m: &MemberSpec| m.user == user && m.account == account) {
-                            members.push(MemberSpec { user: user.clone(), account: account.clone(), allocation_gpu_hours: None });
+                        if !members
+                            .iter()
+                            .any(|m: &MemberSpec| m.user == user && m.account == account)
+                        {
+                            members.push(MemberSpec {
+                                user: user.clone(),
+                                account: account.clone(),
+                                allocation_gpu_hours: None,
+                            });
                         }
                         *usage.entry((account, user)).or_insert(0.0) += f64::from(h) * 3600.0;
                     }
-                    (TreeSpec { root_allocation_gpu_hours: None, accounts, members }, usage)
+                    (
+                        TreeSpec {
+                            root_allocation_gpu_hours: None,
+                            accounts,
+                            members,
+                        },
+                        usage,
+                    )
                 })
         })
     }

@@ -95,7 +95,11 @@ pub enum Denied {
     /// Same leaf, or one path contains the other: nothing to rebalance.
     SameSide,
     /// The preemptor's side is not lower by more than the hysteresis.
-    RatioGapTooSmall { preemptor_ratio: f64, victim_ratio: f64, hysteresis: f64 },
+    RatioGapTooSmall {
+        preemptor_ratio: f64,
+        victim_ratio: f64,
+        hysteresis: f64,
+    },
     /// The victim's side does not hold more than its entitled share.
     VictimWithinShare { held: u32, entitled: f64 },
 }
@@ -109,7 +113,9 @@ pub fn job_tier(fs: Option<&FairShare>, job: &JobView<'_>) -> Tier {
     if job.free_tier {
         return Tier::Free;
     }
-    fs.and_then(|fs| fs.place(job.account, job.user)).map(|p| p.tier).unwrap_or(Tier::OverBudget)
+    fs.and_then(|fs| fs.place(job.account, job.user))
+        .map(|p| p.tier)
+        .unwrap_or(Tier::OverBudget)
 }
 
 /// Whether a maintenance drain may requeue `victim` now.
@@ -119,8 +125,15 @@ pub fn drain_may_take(victim: &JobView<'_>, now: i64) -> bool {
 
 /// Whether `preemptor` (pending) may preempt `victim` (running), and why.
 pub fn may_preempt(ctx: &Context<'_>, preemptor: &JobView<'_>, victim: &JobView<'_>) -> Decision {
-    if is_protected(victim.run_start, victim.min_runtime, victim.free_tier, ctx.now) {
-        return Err(Denied::Protected { until: protected_until(victim.run_start, victim.min_runtime) });
+    if is_protected(
+        victim.run_start,
+        victim.min_runtime,
+        victim.free_tier,
+        ctx.now,
+    ) {
+        return Err(Denied::Protected {
+            until: protected_until(victim.run_start, victim.min_runtime),
+        });
     }
     if preemptor.free_tier {
         return Err(Denied::PreemptorFree);
@@ -128,31 +141,56 @@ pub fn may_preempt(ctx: &Context<'_>, preemptor: &JobView<'_>, victim: &JobView<
     if victim.free_tier {
         return Ok(Allowed::VictimFreeTier);
     }
-    let Some(fs) = ctx.fair_share else { return Err(Denied::SafeMode) };
-    let p_place = fs
-        .place(preemptor.account, preemptor.user)
-        .ok_or_else(|| Denied::UnknownAccount { account: preemptor.account.to_string() })?;
+    let Some(fs) = ctx.fair_share else {
+        return Err(Denied::SafeMode);
+    };
+    let p_place =
+        fs.place(preemptor.account, preemptor.user)
+            .ok_or_else(|| Denied::UnknownAccount {
+                account: preemptor.account.to_string(),
+            })?;
     let v_place = fs
         .place(victim.account, victim.user)
-        .ok_or_else(|| Denied::UnknownAccount { account: victim.account.to_string() })?;
+        .ok_or_else(|| Denied::UnknownAccount {
+            account: victim.account.to_string(),
+        })?;
     match (p_place.tier, v_place.tier) {
         (Tier::Budgeted, Tier::OverBudget) => return Ok(Allowed::VictimOverBudget),
         (Tier::Budgeted, Tier::Budgeted) => {}
-        (p, v) => return Err(Denied::PreemptorTierNotHigher { preemptor: p, victim: v }),
+        (p, v) => {
+            return Err(Denied::PreemptorTierNotHigher {
+                preemptor: p,
+                victim: v,
+            });
+        }
     }
     let p_path = fs.path(p_place.node);
     let v_path = fs.path(v_place.node);
-    let split = p_path.iter().zip(&v_path).take_while(|(a, b)| a == b).count();
+    let split = p_path
+        .iter()
+        .zip(&v_path)
+        .take_while(|(a, b)| a == b)
+        .count();
     let (Some(&p_side), Some(&v_side)) = (p_path.get(split), v_path.get(split)) else {
         return Err(Denied::SameSide);
     };
     let parent = v_path[split - 1];
     let (p_ratio, v_ratio) = (fs.nodes[p_side].ratio, fs.nodes[v_side].ratio);
     let h = ctx.policy.hysteresis.max(0.0);
-    if !(p_ratio < v_ratio - h) {
-        return Err(Denied::RatioGapTooSmall { preemptor_ratio: p_ratio, victim_ratio: v_ratio, hysteresis: h });
+    // Written as ">=" so a NaN ratio (impossible from `compute`, but this is
+    // the rule's last line of defence) also refuses.
+    if p_ratio >= v_ratio - h || p_ratio.is_nan() || v_ratio.is_nan() {
+        return Err(Denied::RatioGapTooSmall {
+            preemptor_ratio: p_ratio,
+            victim_ratio: v_ratio,
+            hysteresis: h,
+        });
     }
-    let sibling_alloc: f64 = fs.nodes[parent].children.iter().map(|&c| fs.nodes[c].allocation).sum();
+    let sibling_alloc: f64 = fs.nodes[parent]
+        .children
+        .iter()
+        .map(|&c| fs.nodes[c].allocation)
+        .sum();
     let held_parent = ctx.held.get(parent).copied().unwrap_or(0);
     let held_side = ctx.held.get(v_side).copied().unwrap_or(0);
     let entitled = if sibling_alloc > 0.0 {
@@ -161,7 +199,10 @@ pub fn may_preempt(ctx: &Context<'_>, preemptor: &JobView<'_>, victim: &JobView<
         0.0
     };
     if f64::from(held_side) <= entitled {
-        return Err(Denied::VictimWithinShare { held: held_side, entitled });
+        return Err(Denied::VictimWithinShare {
+            held: held_side,
+            entitled,
+        });
     }
     let name = |i: usize| match &fs.nodes[i].kind {
         NodeKind::Account => fs.nodes[i].name.clone(),
@@ -182,7 +223,9 @@ pub fn may_preempt(ctx: &Context<'_>, preemptor: &JobView<'_>, victim: &JobView<
 /// "over share" the victim's side is.
 pub fn over_share(fs: Option<&FairShare>, job: &JobView<'_>) -> f64 {
     let Some(fs) = fs else { return 0.0 };
-    let Some(place) = fs.place(job.account, job.user) else { return 0.0 };
+    let Some(place) = fs.place(job.account, job.user) else {
+        return 0.0;
+    };
     fs.path(place.node)
         .into_iter()
         .filter(|&i| fs.nodes[i].budget_bearing)
@@ -213,25 +256,62 @@ mod tests {
     use crate::tree::{AccountSpec, MemberSpec, TreeSpec};
     use proptest::prelude::*;
 
-    fn job<'a>(id: u32, account: &'a str, user: &'a str, free: bool, start: i64, min: i64, gpus: u32) -> JobView<'a> {
-        JobView { job_id: id, account, user, free_tier: free, run_start: start, min_runtime: min, gpus }
+    fn job<'a>(
+        id: u32,
+        account: &'a str,
+        user: &'a str,
+        free: bool,
+        start: i64,
+        min: i64,
+        gpus: u32,
+    ) -> JobView<'a> {
+        JobView {
+            job_id: id,
+            account,
+            user,
+            free_tier: free,
+            run_start: start,
+            min_runtime: min,
+            gpus,
+        }
     }
 
     fn two_teams(a_used: f64, b_used: f64) -> FairShare {
         let tree = TreeSpec {
             root_allocation_gpu_hours: None,
             accounts: vec![
-                AccountSpec { name: "a".into(), parent: None, allocation_gpu_hours: 100.0, overcommit: false },
-                AccountSpec { name: "b".into(), parent: None, allocation_gpu_hours: 100.0, overcommit: false },
+                AccountSpec {
+                    name: "a".into(),
+                    parent: None,
+                    allocation_gpu_hours: 100.0,
+                    overcommit: false,
+                },
+                AccountSpec {
+                    name: "b".into(),
+                    parent: None,
+                    allocation_gpu_hours: 100.0,
+                    overcommit: false,
+                },
             ],
             members: vec![
-                MemberSpec { user: "ua".into(), account: "a".into(), allocation_gpu_hours: None },
-                MemberSpec { user: "ub".into(), account: "b".into(), allocation_gpu_hours: None },
+                MemberSpec {
+                    user: "ua".into(),
+                    account: "a".into(),
+                    allocation_gpu_hours: None,
+                },
+                MemberSpec {
+                    user: "ub".into(),
+                    account: "b".into(),
+                    allocation_gpu_hours: None,
+                },
             ],
         };
-        let usage: UsageByLeaf = [(("a".to_string(), "ua".to_string()), a_used * 3600.0), (("b".to_string(), "ub".to_string()), b_used * 3600.0)]
-            .into_iter()
-            .collect();
+        let usage: UsageByLeaf = [
+            (("a".to_string(), "ua".to_string()), a_used * 3600.0),
+            (("b".to_string(), "ub".to_string()), b_used * 3600.0),
+        ]
+        .into_iter()
+        .collect();
         FairShare::compute(&tree, &usage, 0, crate::DEFAULT_WINDOW_SECS)
     }
 
@@ -241,10 +321,21 @@ mod tests {
         let p = job(1, "a", "ua", false, 0, 0, 4);
         let r = job(2, "b", "ub", false, 0, 600, 8);
         let held = fs.holdings([("b", "ub", 8u32)]);
-        let ctx = Context { fair_share: Some(&fs), held: &held, policy: PreemptPolicy::default(), now: 100 };
-        assert_eq!(may_preempt(&ctx, &p, &r), Err(Denied::Protected { until: 600 }));
+        let ctx = Context {
+            fair_share: Some(&fs),
+            held: &held,
+            policy: PreemptPolicy::default(),
+            now: 100,
+        };
+        assert_eq!(
+            may_preempt(&ctx, &p, &r),
+            Err(Denied::Protected { until: 600 })
+        );
         let ctx = Context { now: 600, ..ctx };
-        assert!(matches!(may_preempt(&ctx, &p, &r), Ok(Allowed::Rebalance { .. })));
+        assert!(matches!(
+            may_preempt(&ctx, &p, &r),
+            Ok(Allowed::Rebalance { .. })
+        ));
         // Reverse direction refused.
         let r2 = job(3, "a", "ua", false, 0, 0, 4);
         let p2 = job(4, "b", "ub", false, 0, 0, 4);
@@ -254,12 +345,18 @@ mod tests {
         assert_eq!(may_preempt(&ctx, &p2, &f), Ok(Allowed::VictimFreeTier));
         assert_eq!(may_preempt(&ctx, &f, &r2), Err(Denied::PreemptorFree));
         // Safe mode: only free-tier victims.
-        let safe = Context { fair_share: None, ..ctx };
+        let safe = Context {
+            fair_share: None,
+            ..ctx
+        };
         assert_eq!(may_preempt(&safe, &p, &r), Err(Denied::SafeMode));
         assert_eq!(may_preempt(&safe, &p, &f), Ok(Allowed::VictimFreeTier));
         // Over budget victim.
         let fs = two_teams(10.0, 120.0);
-        let ctx = Context { fair_share: Some(&fs), ..ctx };
+        let ctx = Context {
+            fair_share: Some(&fs),
+            ..ctx
+        };
         assert_eq!(may_preempt(&ctx, &p, &r), Ok(Allowed::VictimOverBudget));
     }
 
@@ -267,15 +364,30 @@ mod tests {
     fn hysteresis_and_share_guard() {
         let fs = two_teams(50.0, 55.0);
         let held = fs.holdings([("b", "ub", 8u32)]);
-        let ctx = Context { fair_share: Some(&fs), held: &held, policy: PreemptPolicy { hysteresis: 0.1 }, now: 0 };
+        let ctx = Context {
+            fair_share: Some(&fs),
+            held: &held,
+            policy: PreemptPolicy { hysteresis: 0.1 },
+            now: 0,
+        };
         let p = job(1, "a", "ua", false, 0, 0, 1);
         let r = job(2, "b", "ub", false, 0, 0, 8);
-        assert!(matches!(may_preempt(&ctx, &p, &r), Err(Denied::RatioGapTooSmall { .. })));
+        assert!(matches!(
+            may_preempt(&ctx, &p, &r),
+            Err(Denied::RatioGapTooSmall { .. })
+        ));
         let fs = two_teams(10.0, 80.0);
         // b holds 4 of 8 held GPUs: exactly its entitled half, so it keeps them.
         let held = fs.holdings([("b", "ub", 4u32), ("a", "ua", 4)]);
-        let ctx = Context { fair_share: Some(&fs), held: &held, ..ctx };
-        assert!(matches!(may_preempt(&ctx, &p, &r), Err(Denied::VictimWithinShare { .. })));
+        let ctx = Context {
+            fair_share: Some(&fs),
+            held: &held,
+            ..ctx
+        };
+        assert!(matches!(
+            may_preempt(&ctx, &p, &r),
+            Err(Denied::VictimWithinShare { .. })
+        ));
     }
 
     #[test]
@@ -292,10 +404,27 @@ mod tests {
         assert!(o(&b_old) < o(&a_young), "b is more over share than a");
     }
 
-    fn arb_state() -> impl Strategy<Value = (Vec<(u32, u32, u32)>, Vec<(usize, usize, bool, i64, i64, u32)>, i64, f64)> {
+    fn arb_state() -> impl Strategy<
+        Value = (
+            Vec<(u32, u32, u32)>,
+            Vec<(usize, usize, bool, i64, i64, u32)>,
+            i64,
+            f64,
+        ),
+    > {
         (
             proptest::collection::vec((0u32..200, 0u32..300, 0u32..20), 4),
-            proptest::collection::vec((0usize..4, 0usize..3, any::<bool>(), 0i64..1000, 0i64..1000, 1u32..9), 2..10),
+            proptest::collection::vec(
+                (
+                    0usize..4,
+                    0usize..3,
+                    any::<bool>(),
+                    0i64..1000,
+                    0i64..1000,
+                    1u32..9,
+                ),
+                2..10,
+            ),
             0i64..2000,
             0.0f64..0.5,
         )
@@ -317,7 +446,13 @@ mod tests {
                 })
                 .collect(),
             members: (0..4)
-                .flat_map(|a| (0..3).map(move |u| MemberSpec { user: format!("u{u}"), account: format!("a{a}"), allocation_gpu_hours: None }))
+                .flat_map(|a| {
+                    (0..3).map(move |u| MemberSpec {
+                        user: format!("u{u}"),
+                        account: format!("a{a}"),
+                        allocation_gpu_hours: None,
+                    })
+                })
                 .collect(),
         }
     }

@@ -46,7 +46,11 @@ pub fn job_priority(tier: Tier, rank: u32, num_leaves: u32, age_secs: i64) -> u3
 pub fn priority_parts(tier: Tier, rank: u32, num_leaves: u32, age_secs: i64) -> PriorityParts {
     let rank_level = num_leaves.saturating_sub(rank).min(MAX_RANK_LEVEL);
     let age_minutes = (age_secs.max(0) / AGE_UNIT_SECS).min(i64::from(AGE_SPAN - 1)) as u32;
-    PriorityParts { tier, rank_level, age_minutes }
+    PriorityParts {
+        tier,
+        rank_level,
+        age_minutes,
+    }
 }
 
 /// Decodes a priority made by [`job_priority`]; `None` for other numbers.
@@ -58,7 +62,11 @@ pub fn decode_priority(priority: u32) -> Option<PriorityParts> {
         _ => return None,
     };
     let rest = priority % 1_000_000_000;
-    Some(PriorityParts { tier, rank_level: rest / AGE_SPAN, age_minutes: rest % AGE_SPAN })
+    Some(PriorityParts {
+        tier,
+        rank_level: rest / AGE_SPAN,
+        age_minutes: rest % AGE_SPAN,
+    })
 }
 
 #[cfg(test)]

@@ -51,7 +51,9 @@ pub struct TreeSpec {
 /// Why a tree is not acceptable. Messages are shown to admins verbatim.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TreeError {
-    #[error("invalid name {0:?}: use 1-64 characters of a-z, 0-9, '_', '-' or '.', starting with a letter or digit")]
+    #[error(
+        "invalid name {0:?}: use 1-64 characters of a-z, 0-9, '_', '-' or '.', starting with a letter or digit"
+    )]
     BadName(String),
     #[error("account {0:?} already exists")]
     Duplicate(String),
@@ -69,7 +71,11 @@ pub enum TreeError {
         "children of {parent:?} would have {children:.3} GPU-hours, above its allocation of {allocation:.3}; \
          lower them or mark {parent:?} with --overcommit"
     )]
-    Overcommitted { parent: String, children: f64, allocation: f64 },
+    Overcommitted {
+        parent: String,
+        children: f64,
+        allocation: f64,
+    },
     #[error("the root account {0:?} is implicit and cannot be declared")]
     RootDeclared(String),
 }
@@ -79,15 +85,24 @@ pub fn validate_name(name: &str) -> Result<(), TreeError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name.as_bytes()[0].is_ascii_alphanumeric()
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-.".contains(&b));
-    if ok { Ok(()) } else { Err(TreeError::BadName(name.to_string())) }
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(TreeError::BadName(name.to_string()))
+    }
 }
 
 fn validate_allocation(name: &str, value: f64) -> Result<(), TreeError> {
     if value.is_finite() && value >= 0.0 {
         Ok(())
     } else {
-        Err(TreeError::BadAllocation { name: name.to_string(), value })
+        Err(TreeError::BadAllocation {
+            name: name.to_string(),
+            value,
+        })
     }
 }
 
@@ -99,12 +114,15 @@ impl TreeSpec {
 
     /// Parent of `name` (the root for top-level accounts).
     pub fn parent_of(&self, name: &str) -> Option<&str> {
-        self.account(name).map(|a| a.parent.as_deref().unwrap_or(ROOT))
+        self.account(name)
+            .map(|a| a.parent.as_deref().unwrap_or(ROOT))
     }
 
     /// Direct child accounts of `name`.
     pub fn children_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a AccountSpec> + 'a {
-        self.accounts.iter().filter(move |a| a.parent.as_deref().unwrap_or(ROOT) == name)
+        self.accounts
+            .iter()
+            .filter(move |a| a.parent.as_deref().unwrap_or(ROOT) == name)
     }
 
     /// Every account of the subtree below `name`, `name` included.
@@ -154,10 +172,14 @@ impl TreeSpec {
             validate_allocation(ROOT, r)?;
         }
         for a in &self.accounts {
-            if let Some(p) = &a.parent {
-                if p != ROOT && !names.contains(p.as_str()) {
-                    return Err(TreeError::UnknownParent { account: a.name.clone(), parent: p.clone() });
-                }
+            if let Some(p) = &a.parent
+                && p != ROOT
+                && !names.contains(p.as_str())
+            {
+                return Err(TreeError::UnknownParent {
+                    account: a.name.clone(),
+                    parent: p.clone(),
+                });
             }
         }
         // Cycle check: walk up from each account; a walk longer than the
@@ -190,14 +212,22 @@ impl TreeSpec {
                 validate_allocation(&m.user, v)?;
             }
             if !seen.insert((m.user.as_str(), m.account.as_str())) {
-                return Err(TreeError::DuplicateMember { user: m.user.clone(), account: m.account.clone() });
+                return Err(TreeError::DuplicateMember {
+                    user: m.user.clone(),
+                    account: m.account.clone(),
+                });
             }
         }
         // Children's allocations (and explicit user allocations) may not sum
         // above the parent's unless the parent allows overcommit.
         let check = |parent_name: &str, allocation: Option<f64>, overcommit: bool| {
-            let Some(allocation) = allocation else { return Ok(()) };
-            let children: f64 = self.children_of(parent_name).map(|c| c.allocation_gpu_hours).sum::<f64>()
+            let Some(allocation) = allocation else {
+                return Ok(());
+            };
+            let children: f64 = self
+                .children_of(parent_name)
+                .map(|c| c.allocation_gpu_hours)
+                .sum::<f64>()
                 + self
                     .members
                     .iter()
@@ -205,7 +235,11 @@ impl TreeSpec {
                     .filter_map(|m| m.allocation_gpu_hours)
                     .sum::<f64>();
             if !overcommit && children > allocation * (1.0 + 1e-9) + 1e-9 {
-                return Err(TreeError::Overcommitted { parent: parent_name.to_string(), children, allocation });
+                return Err(TreeError::Overcommitted {
+                    parent: parent_name.to_string(),
+                    children,
+                    allocation,
+                });
             }
             Ok(())
         };
@@ -222,8 +256,12 @@ impl TreeSpec {
         self.accounts
             .iter()
             .filter_map(|a| {
-                let children: f64 = self.children_of(&a.name).map(|c| c.allocation_gpu_hours).sum();
-                (children > a.allocation_gpu_hours + 1e-9).then(|| (a.name.clone(), children, a.allocation_gpu_hours))
+                let children: f64 = self
+                    .children_of(&a.name)
+                    .map(|c| c.allocation_gpu_hours)
+                    .sum();
+                (children > a.allocation_gpu_hours + 1e-9)
+                    .then(|| (a.name.clone(), children, a.allocation_gpu_hours))
             })
             .collect()
     }
@@ -234,14 +272,23 @@ mod tests {
     use super::*;
 
     fn acct(name: &str, parent: Option<&str>, alloc: f64) -> AccountSpec {
-        AccountSpec { name: name.into(), parent: parent.map(Into::into), allocation_gpu_hours: alloc, overcommit: false }
+        AccountSpec {
+            name: name.into(),
+            parent: parent.map(Into::into),
+            allocation_gpu_hours: alloc,
+            overcommit: false,
+        }
     }
 
     #[test]
     fn rejects_each_kind_of_bad_tree() {
         let ok = TreeSpec {
             root_allocation_gpu_hours: Some(1000.0),
-            accounts: vec![acct("a", None, 600.0), acct("b", None, 400.0), acct("a1", Some("a"), 600.0)],
+            accounts: vec![
+                acct("a", None, 600.0),
+                acct("b", None, 400.0),
+                acct("a1", Some("a"), 600.0),
+            ],
             members: vec![],
         };
         ok.validate().unwrap();
@@ -278,7 +325,11 @@ mod tests {
     fn walks_the_tree() {
         let t = TreeSpec {
             root_allocation_gpu_hours: None,
-            accounts: vec![acct("a", None, 6.0), acct("a1", Some("a"), 3.0), acct("a2", Some("a"), 3.0)],
+            accounts: vec![
+                acct("a", None, 6.0),
+                acct("a1", Some("a"), 3.0),
+                acct("a2", Some("a"), 3.0),
+            ],
             members: vec![],
         };
         assert_eq!(t.ancestors("a1"), vec!["a".to_string(), ROOT.to_string()]);

@@ -17,7 +17,10 @@ pub struct GpuWeights {
 
 impl Default for GpuWeights {
     fn default() -> Self {
-        Self { default: 1.0, by_type: BTreeMap::new() }
+        Self {
+            default: 1.0,
+            by_type: BTreeMap::new(),
+        }
     }
 }
 
@@ -51,7 +54,9 @@ impl GpuWeights {
 pub fn validate_weight(gpu_type: &str, weight: f64) -> Result<(), WeightError> {
     let name_ok = !gpu_type.is_empty()
         && gpu_type.len() <= 64
-        && gpu_type.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        && gpu_type
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
     if !name_ok {
         return Err(WeightError::BadName(gpu_type.to_string()));
     }

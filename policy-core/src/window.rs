@@ -55,17 +55,37 @@ mod tests {
         let w = 100;
         let t = 1000;
         // Starts before the window, ends inside: only [900, 950] counts.
-        let r = Run { start: 850, end: Some(950), gpus: 2, weight: 1.5 };
+        let r = Run {
+            start: 850,
+            end: Some(950),
+            gpus: 2,
+            weight: 1.5,
+        };
         assert_eq!(r.overlap_secs(t, w), 50);
         assert_eq!(r.window_usage(t, w), 150.0);
         // Still running: counts up to t.
-        let r = Run { start: 980, end: None, gpus: 1, weight: 1.0 };
+        let r = Run {
+            start: 980,
+            end: None,
+            gpus: 1,
+            weight: 1.0,
+        };
         assert_eq!(r.overlap_secs(t, w), 20);
         // Ended before the window.
-        let r = Run { start: 0, end: Some(900), gpus: 8, weight: 1.0 };
+        let r = Run {
+            start: 0,
+            end: Some(900),
+            gpus: 8,
+            weight: 1.0,
+        };
         assert_eq!(r.window_usage(t, w), 0.0);
         // Starts after t (a clock skew): nothing.
-        let r = Run { start: 1100, end: None, gpus: 8, weight: 1.0 };
+        let r = Run {
+            start: 1100,
+            end: None,
+            gpus: 8,
+            weight: 1.0,
+        };
         assert_eq!(r.window_usage(t, w), 0.0);
     }
 

@@ -1,0 +1,151 @@
+//! One sampling step: read the GPUs, map processes to jobs, update idle
+//! streaks, and build the report sent to `budgetd`.
+
+use budget_protocol::{AgentReport, GpuProcess, GpuSample};
+
+use crate::AgentError;
+use crate::idle::IdleTracker;
+use crate::jobmap::JobMapper;
+use crate::source::GpuSource;
+
+/// The agent's state across samples.
+pub struct Agent<S> {
+    pub node: String,
+    source: Option<S>,
+    mapper: JobMapper,
+    idle: IdleTracker,
+}
+
+impl<S: GpuSource> Agent<S> {
+    /// `source: None` is the no-GPU mode: reports say `nvml: false` and list no GPUs.
+    pub fn new(
+        node: String,
+        source: Option<S>,
+        mapper: JobMapper,
+        idle_threshold_pct: u32,
+    ) -> Self {
+        Self {
+            node,
+            source,
+            mapper,
+            idle: IdleTracker::new(idle_threshold_pct),
+        }
+    }
+
+    /// Takes one sample at `now` (Unix seconds).
+    pub fn step(&mut self, now: i64) -> Result<AgentReport, AgentError> {
+        let Some(source) = self.source.as_mut() else {
+            return Ok(AgentReport {
+                node: self.node.clone(),
+                at: now,
+                nvml: false,
+                gpus: Vec::new(),
+            });
+        };
+        let raw = source.sample()?;
+        let gpus = raw
+            .into_iter()
+            .map(|g| {
+                let processes: Vec<GpuProcess> = g
+                    .processes
+                    .iter()
+                    .map(|p| GpuProcess {
+                        pid: p.pid,
+                        job_id: self.mapper.job_of(p.pid),
+                        used_memory_mib: p.used_memory_mib,
+                        sm_util_pct: p.sm_util_pct,
+                    })
+                    .collect();
+                let held = processes.iter().any(|p| p.job_id.is_some());
+                let idle_secs = self.idle.observe(&g.uuid, g.util_pct, held, now);
+                GpuSample {
+                    index: g.index,
+                    uuid: g.uuid,
+                    name: g.name,
+                    util_pct: g.util_pct,
+                    memory_used_mib: g.memory_used_mib,
+                    memory_total_mib: g.memory_total_mib,
+                    processes,
+                    idle_secs,
+                }
+            })
+            .collect();
+        Ok(AgentReport {
+            node: self.node.clone(),
+            at: now,
+            nvml: true,
+            gpus,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::{RawGpu, RawProcess};
+
+    /// Recorded samples: stands in for NVML where no GPU exists (tests only).
+    struct Recorded(Vec<Vec<RawGpu>>);
+
+    impl GpuSource for Recorded {
+        fn sample(&mut self) -> Result<Vec<RawGpu>, AgentError> {
+            if self.0.is_empty() {
+                return Err(AgentError::Device {
+                    call: "sample",
+                    index: 0,
+                    message: "exhausted".into(),
+                });
+            }
+            Ok(self.0.remove(0))
+        }
+    }
+
+    fn gpu(util: u32, pids: &[u32]) -> RawGpu {
+        RawGpu {
+            index: 0,
+            uuid: "GPU-1".into(),
+            name: "NVIDIA H100".into(),
+            util_pct: util,
+            memory_used_mib: 1000,
+            memory_total_mib: 81_000,
+            processes: pids
+                .iter()
+                .map(|&pid| RawProcess {
+                    pid,
+                    used_memory_mib: Some(500),
+                    sm_util_pct: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn idle_job_gpu_is_reported_with_its_job_and_streak() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("10");
+        std::fs::create_dir_all(&p).expect("mkdir");
+        std::fs::write(p.join("environ"), b"SLURM_JOB_ID=5\0").expect("write");
+        let source = Recorded(vec![
+            vec![gpu(0, &[10])],
+            vec![gpu(1, &[10])],
+            vec![gpu(0, &[])],
+        ]);
+        let mut agent = Agent::new("gpu1".into(), Some(source), JobMapper::new(dir.path()), 5);
+        let r1 = agent.step(1000).expect("sample");
+        assert_eq!(r1.gpus[0].processes[0].job_id, Some(5));
+        assert_eq!(r1.gpus[0].idle_secs, 0);
+        let r2 = agent.step(1300).expect("sample");
+        assert_eq!(r2.gpus[0].idle_secs, 300);
+        let r3 = agent.step(1600).expect("sample");
+        assert_eq!(r3.gpus[0].idle_secs, 0, "GPU released");
+        assert!(agent.step(1900).is_err());
+    }
+
+    #[test]
+    fn no_gpu_mode_reports_itself() {
+        let mut agent: Agent<Recorded> = Agent::new("n1".into(), None, JobMapper::default(), 5);
+        let r = agent.step(7).expect("no-gpu report");
+        assert!(!r.nvml);
+        assert!(r.gpus.is_empty());
+    }
+}
