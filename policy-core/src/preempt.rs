@@ -404,14 +404,12 @@ mod tests {
         assert!(o(&b_old) < o(&a_young), "b is more over share than a");
     }
 
-    fn arb_state() -> impl Strategy<
-        Value = (
-            Vec<(u32, u32, u32)>,
-            Vec<(usize, usize, bool, i64, i64, u32)>,
-            i64,
-            f64,
-        ),
-    > {
+    /// (allocation, usage, unused) per account.
+    type AccountGen = (u32, u32, u32);
+    /// (account, user, free, run start, min runtime, GPUs) per job.
+    type JobGen = (usize, usize, bool, i64, i64, u32);
+
+    fn arb_state() -> impl Strategy<Value = (Vec<AccountGen>, Vec<JobGen>, i64, f64)> {
         (
             proptest::collection::vec((0u32..200, 0u32..300, 0u32..20), 4),
             proptest::collection::vec(
