@@ -344,10 +344,10 @@ impl FetcherConfig {
     /// `SLURM_BUDGET_ENDPOINT` environment variable.
     pub fn load() -> (Self, Vec<String>) {
         let (mut cfg, problems) = Self::parse(&priority_params().unwrap_or_default());
-        if let Ok(ep) = std::env::var(ENDPOINT_ENV) {
-            if !ep.trim().is_empty() {
-                cfg.endpoint = ep.trim().to_string();
-            }
+        if let Ok(ep) = std::env::var(ENDPOINT_ENV)
+            && !ep.trim().is_empty()
+        {
+            cfg.endpoint = ep.trim().to_string();
         }
         (cfg, problems)
     }
@@ -396,11 +396,11 @@ pub fn spawn_fetcher(name: &str, cache: Arc<SnapshotCache>) -> std::io::Result<W
                 }
             }
         }
-        if let Some(f) = state.as_mut() {
-            if now >= next_due {
-                next_due = now + period_secs;
-                f.tick_and_log(now);
-            }
+        if let Some(f) = state.as_mut()
+            && now >= next_due
+        {
+            next_due = now + period_secs;
+            f.tick_and_log(now);
         }
     })
 }

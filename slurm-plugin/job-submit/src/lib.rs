@@ -1,0 +1,328 @@
+//! `job_submit/budget`: the submit side of slurm-budget's scheduling contract
+//! (DESIGN 3.4), loaded by `JobSubmitPlugins=budget`.
+//!
+//! Owns the exported C symbols (pinned to `slurm_ffi::api::job_submit` types) and the
+//! translation between Slurm's `job_desc_msg_t` and the pure rules of [`validate`]:
+//! - `job_submit`: parse and validate `min_runtime=` from `--comment`, apply the site
+//!   default or refuse, refuse values above the site maximum or the job's time limit,
+//!   force `requeue=1`, store the contract in `admin_comment`, refuse accounts without a
+//!   budget (unless free tier, or in safe mode);
+//! - `job_modify`: refuse user changes that would alter the stored contract.
+//!
+//! Both run under slurmctld's config/job/node/part read locks: no I/O, no locking. The
+//! budget tree comes from the in-memory snapshot that this plugin's own background
+//! thread keeps fresh ([`slurm_plugin_common::snapshot`]). Messages go back through
+//! `err_msg` (allocated with Slurm's `xstrdup`), which `sbatch` prints.
+
+#![allow(non_upper_case_globals)]
+// The exports are C entry points: Slurm hands us raw pointers by contract, and they
+// cannot be `unsafe fn` without changing the ABI type they are pinned to.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+pub mod validate;
+
+use std::ffi::{c_char, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use slurm_ffi::api::job_submit as api;
+use slurm_ffi::sys::{self, job_desc_msg_t, job_record_t, part_record_t};
+use slurm_ffi::{INFINITE, NO_VAL, NO_VAL16};
+use slurm_plugin_common::contract::parse_admin_comment;
+use slurm_plugin_common::cstr::{opt_string, xstrdup};
+use slurm_plugin_common::snapshot::{SnapshotCache, spawn_fetcher, unix_now};
+use slurm_plugin_common::worker::Worker;
+use slurm_plugin_common::{controller, ffi_guard, install_panic_hook, log};
+
+use crate::validate::{ModifyRequest, RejectKind, Rejection, SubmitRequest};
+
+/// Human-readable plugin name (Slurm reads the bytes of this symbol).
+#[unsafe(no_mangle)]
+pub static plugin_name: [u8; 40] = *b"Job submit budget plugin (slurm-budget)\0";
+/// `JobSubmitPlugins=budget`.
+#[unsafe(no_mangle)]
+pub static plugin_type: [u8; 18] = *b"job_submit/budget\0";
+/// Must equal the loading Slurm's SLURM_VERSION_NUMBER (major.minor.micro).
+#[unsafe(no_mangle)]
+pub static plugin_version: u32 = slurm_ffi::SLURM_VERSION_NUMBER;
+
+const PLUGIN_TYPE: &str = "job_submit/budget";
+
+fn cache() -> &'static Arc<SnapshotCache> {
+    static CACHE: OnceLock<Arc<SnapshotCache>> = OnceLock::new();
+    CACHE.get_or_init(|| Arc::new(SnapshotCache::new()))
+}
+
+static WORKER: Mutex<Option<Worker>> = Mutex::new(None);
+
+/// `int init(void)`: called once at slurmctld start (and after a reconfigure that
+/// changes JobSubmitPlugins). Starts the snapshot fetcher; touches no Slurm lock.
+#[unsafe(no_mangle)]
+pub extern "C" fn init() -> i32 {
+    ffi_guard(sys::SLURM_ERROR, || {
+        log::set_prefix(PLUGIN_TYPE);
+        install_panic_hook();
+        let Ok(mut slot) = WORKER.lock() else {
+            return sys::SLURM_ERROR;
+        };
+        if slot.is_none() {
+            match spawn_fetcher("budget-submit", Arc::clone(cache())) {
+                Ok(w) => *slot = Some(w),
+                Err(e) => {
+                    // Without the thread we stay in safe mode: submissions still work.
+                    log::error(&format!("cannot start snapshot thread: {e}; safe mode"));
+                }
+            }
+        }
+        log::info(&format!(
+            "loaded: slurm-budget {} for Slurm {}",
+            env!("CARGO_PKG_VERSION"),
+            slurm_ffi::version::version_string(slurm_ffi::SLURM_VERSION_NUMBER)
+        ));
+        sys::SLURM_SUCCESS
+    })
+}
+
+/// `int fini(void)`: stop and join the fetcher before Slurm `dlclose`s us.
+#[unsafe(no_mangle)]
+pub extern "C" fn fini() -> i32 {
+    ffi_guard(sys::SLURM_SUCCESS, || {
+        let worker = match WORKER.lock() {
+            Ok(mut g) => g.take(),
+            Err(p) => p.into_inner().take(),
+        };
+        if let Some(mut w) = worker {
+            w.stop();
+        }
+        sys::SLURM_SUCCESS
+    })
+}
+
+/// Copy a C string field.
+fn text(p: *const c_char) -> Option<String> {
+    // SAFETY: Slurm string fields are NULL or NUL-terminated and live for the callback.
+    unsafe { opt_string(p) }
+}
+
+fn is_privileged(uid: u32) -> bool {
+    // SAFETY: slurm_conf is libslurmfull's global configuration; our callers hold the
+    // config read lock, so it is not being replaced.
+    let slurm_user = unsafe { sys::slurm_conf.slurm_user_id };
+    uid == 0 || uid == slurm_user
+}
+
+fn minutes(m: u32) -> Option<i64> {
+    (m != NO_VAL && m != INFINITE).then(|| i64::from(m) * 60)
+}
+
+/// The time limit Slurm will apply: `--time`, else the partition's `DefaultTime`, else
+/// its `MaxTime`; the strictest over a multi-partition request. `None` = unlimited.
+fn effective_time_limit(desc: &job_desc_msg_t) -> Option<(i64, String)> {
+    if desc.time_limit != NO_VAL {
+        return minutes(desc.time_limit).map(|s| (s, "--time".to_string()));
+    }
+    let wanted = text(desc.partition);
+    let mut best: Option<(i64, String)> = None;
+    for_each_partition(|p, is_default| {
+        let name = text(p.name).unwrap_or_default();
+        let selected = match &wanted {
+            Some(w) => w.split(',').any(|x| x.trim() == name),
+            None => is_default,
+        };
+        if !selected {
+            return;
+        }
+        let limit = minutes(p.default_time)
+            .map(|s| (s, format!("partition {name} DefaultTime")))
+            .or_else(|| minutes(p.max_time).map(|s| (s, format!("partition {name} MaxTime"))));
+        if let Some(l) = limit
+            && best.as_ref().is_none_or(|b| l.0 < b.0)
+        {
+            best = Some(l);
+        }
+    });
+    best
+}
+
+/// Visit slurmctld's partitions (`part_list`) with a flag for the default partition.
+/// Callers hold the partition read lock (job_submit/job_modify always do).
+fn for_each_partition(mut f: impl FnMut(&part_record_t, bool)) {
+    unsafe extern "C" {
+        fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    }
+    // SAFETY: dlsym(RTLD_DEFAULT, name) only looks up a symbol.
+    let list = unsafe { dlsym(std::ptr::null_mut(), c"part_list".as_ptr()) }
+        as *const slurm_ffi::SlurmList;
+    // SAFETY: as above.
+    let default = unsafe { dlsym(std::ptr::null_mut(), c"default_part_loc".as_ptr()) }
+        as *const *const part_record_t;
+    if list.is_null() {
+        return;
+    }
+    // SAFETY: `default_part_loc` is a `part_record_t *` global, read under the part lock.
+    let default = if default.is_null() {
+        std::ptr::null()
+    } else {
+        unsafe { *default }
+    };
+    // SAFETY: `part_list` is a List of part_record_t*, read under the part read lock.
+    unsafe {
+        controller::for_each(*list, |p: *mut part_record_t| {
+            if let Some(part) = p.as_ref() {
+                f(part, std::ptr::eq(p, default));
+            }
+        });
+    }
+}
+
+fn error_code(kind: RejectKind) -> i32 {
+    let code = match kind {
+        RejectKind::BadContract => sys::ESLURM_INVALID_TIME_VALUE,
+        RejectKind::TimeLimit => sys::ESLURM_INVALID_TIME_LIMIT,
+        RejectKind::Account => sys::ESLURM_INVALID_ACCOUNT,
+        RejectKind::NotRequeueable | RejectKind::Denied => sys::ESLURM_ACCESS_DENIED,
+    };
+    code as i32
+}
+
+/// Hand `r` to Slurm: log it and set `*err_msg` (xmalloc'ed; Slurm frees it).
+fn refuse(r: &Rejection, err_msg: *mut *mut c_char, what: &str) -> i32 {
+    log::verbose(&format!("{what} refused: {}", r.message));
+    if !err_msg.is_null() {
+        // SAFETY: err_msg points to a `char *` owned by the caller; replace (and free)
+        // any earlier message so nothing leaks.
+        unsafe {
+            if !(*err_msg).is_null() {
+                sys::slurm_xfree(err_msg.cast());
+            }
+            *err_msg = xstrdup(&r.message);
+        }
+    }
+    error_code(r.kind)
+}
+
+fn submit(desc: &mut job_desc_msg_t, uid: u32, err_msg: *mut *mut c_char) -> i32 {
+    let now = unix_now();
+    let policy = cache().policy();
+    let fresh = cache().fresh(now);
+    let comment = text(desc.comment);
+    let admin_comment = text(desc.admin_comment);
+    let account = text(desc.account);
+    let partition = text(desc.partition);
+    let qos = text(desc.qos);
+    let req = SubmitRequest {
+        comment: comment.as_deref(),
+        admin_comment: admin_comment.as_deref(),
+        account: account.as_deref(),
+        partition: partition.as_deref(),
+        qos: qos.as_deref(),
+        batch: !desc.script.is_null(),
+        time_limit: effective_time_limit(desc),
+    };
+    match validate::validate_submit(&req, &policy, fresh.as_ref().map(|s| &s.fair_share)) {
+        Err(r) => refuse(&r, err_msg, &format!("submission by uid {uid}")),
+        Ok(a) => {
+            if let Some(n) = &a.note {
+                log::verbose(n);
+            }
+            desc.requeue = 1;
+            let new = xstrdup(&a.admin_comment);
+            if new.is_null() {
+                return sys::SLURM_ERROR;
+            }
+            if !desc.admin_comment.is_null() {
+                // SAFETY: the field is xmalloc'ed by Slurm's unpacking; we own replacing it.
+                unsafe { sys::slurm_xfree((&raw mut desc.admin_comment).cast()) };
+            }
+            desc.admin_comment = new;
+            sys::SLURM_SUCCESS
+        }
+    }
+}
+
+fn modify(desc: &job_desc_msg_t, job: &job_record_t, uid: u32, err_msg: *mut *mut c_char) -> i32 {
+    let policy = cache().policy();
+    let comment = text(desc.comment);
+    let admin_comment = text(desc.admin_comment);
+    let partition = text(desc.partition);
+    let qos = text(desc.qos);
+    let current_partition = text(job.partition);
+    // SAFETY: qos_ptr is NULL or a valid QOS record while the job lock is held.
+    let current_qos = unsafe { job.qos_ptr.as_ref() }.and_then(|q| text(q.name));
+    let stored = text(job.admin_comment)
+        .as_deref()
+        .and_then(parse_admin_comment);
+    let req = ModifyRequest {
+        privileged: is_privileged(uid),
+        comment: comment.as_deref(),
+        admin_comment: admin_comment.as_deref(),
+        requeue: (desc.requeue != NO_VAL16).then_some(desc.requeue),
+        partition: partition.as_deref(),
+        qos: qos.as_deref(),
+        stored,
+        current_partition: current_partition.as_deref(),
+        current_qos: current_qos.as_deref(),
+    };
+    match validate::validate_modify(&req, &policy) {
+        Ok(()) => sys::SLURM_SUCCESS,
+        Err(r) => refuse(
+            &r,
+            err_msg,
+            &format!("update of job {} by uid {uid}", job.job_id),
+        ),
+    }
+}
+
+/// `int job_submit(job_desc_msg_t *job_desc, uint32_t submit_uid, char **err_msg)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn job_submit(
+    job_desc: *mut job_desc_msg_t,
+    submit_uid: u32,
+    err_msg: *mut *mut c_char,
+) -> i32 {
+    // A panic must not reject every job: accept (Slurm's own checks still run).
+    ffi_guard(sys::SLURM_SUCCESS, || {
+        // SAFETY: Slurm passes a valid, exclusively owned job description.
+        match unsafe { job_desc.as_mut() } {
+            Some(desc) => submit(desc, submit_uid, err_msg),
+            None => sys::SLURM_SUCCESS,
+        }
+    })
+}
+const _: api::SubmitFn = job_submit;
+
+/// `int job_modify(job_desc_msg_t *, job_record_t *, uint32_t submit_uid)` (22.05).
+#[cfg(not(slurm_23_02))]
+#[unsafe(no_mangle)]
+pub extern "C" fn job_modify(
+    job_desc: *mut job_desc_msg_t,
+    job_ptr: *mut job_record_t,
+    submit_uid: u32,
+) -> i32 {
+    ffi_guard(sys::SLURM_SUCCESS, || {
+        // SAFETY: valid pointers from slurmctld's update_job, under the job lock.
+        match unsafe { (job_desc.as_ref(), job_ptr.as_ref()) } {
+            // 22.05 has no err_msg here: the user sees the error code's text only.
+            (Some(d), Some(j)) => modify(d, j, submit_uid, std::ptr::null_mut()),
+            _ => sys::SLURM_SUCCESS,
+        }
+    })
+}
+
+/// `int job_modify(job_desc_msg_t *, job_record_t *, uint32_t, char **err_msg)` (23.02+).
+#[cfg(slurm_23_02)]
+#[unsafe(no_mangle)]
+pub extern "C" fn job_modify(
+    job_desc: *mut job_desc_msg_t,
+    job_ptr: *mut job_record_t,
+    submit_uid: u32,
+    err_msg: *mut *mut c_char,
+) -> i32 {
+    ffi_guard(sys::SLURM_SUCCESS, || {
+        // SAFETY: valid pointers from slurmctld's update_job, under the job lock.
+        match unsafe { (job_desc.as_ref(), job_ptr.as_ref()) } {
+            (Some(d), Some(j)) => modify(d, j, submit_uid, err_msg),
+            _ => sys::SLURM_SUCCESS,
+        }
+    })
+}
+const _: api::ModifyFn = job_modify;
