@@ -1,0 +1,334 @@
+//! `preempt/budget`: who may preempt whom under slurm-budget (DESIGN 3.5), loaded by
+//! `PreemptType=preempt/budget` with `PreemptMode=REQUEUE`.
+//!
+//! Slurm's own machinery does the preempting (candidate search, `select/cons_tres`
+//! fitting, GraceTime, requeue); this plugin only answers its questions, with the rule
+//! of `policy_core::preempt` evaluated on the job records and the in-memory snapshot:
+//! - `preempt_p_preemptable(preemptee, preemptor)`: [`policy_core::preempt::may_preempt`]
+//!   (protected window of the current run, free tier, over budget, hierarchical
+//!   rebalancing with hysteresis and current holdings), plus drains: a job on a node
+//!   listed in the snapshot's drains may be taken by any non-free job once its window
+//!   is over. In safe mode (no fresh snapshot) only free-tier jobs yield.
+//! - `PREEMPT_DATA_PRIO`: [`policy_core::preempt::victim_order`] (free first, most over
+//!   share, youngest run); `MODE`: always REQUEUE; `GRACE_TIME`: the victim partition's
+//!   `GraceTime` (slurm.conf), so sites set it where jobs checkpoint on SIGTERM.
+//! - `preempt_p_job_preempt_check` (also the pending-queue comparator): true only for a
+//!   non-free job against a free one. Anything snapshot-dependent could change between
+//!   two comparisons of one sort (the fetcher swaps snapshots concurrently) and break
+//!   the sort's strict weak order; tier/rank order among pending jobs is the priority
+//!   plugin's job.
+//!
+//! Every hook runs under slurmctld's job lock: no I/O and no locking of Slurm here.
+//! Holdings (GPUs held per tree node by running non-free jobs) are recomputed only when
+//! `last_job_update` or the snapshot changes, so a scheduling pass pays for them once.
+
+#![allow(non_upper_case_globals)]
+// The exports are C entry points: Slurm hands us raw pointers by contract, and they
+// cannot be `unsafe fn` without changing the ABI type they are pinned to.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+pub mod jobs;
+pub mod rule;
+
+use std::ffi::{c_char, c_void};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use slurm_ffi::api::preempt as api;
+use slurm_ffi::sys::{self, job_queue_rec_t, job_record_t};
+use slurm_plugin_common::snapshot::{SnapshotCache, spawn_fetcher, unix_now};
+use slurm_plugin_common::worker::Worker;
+use slurm_plugin_common::{controller, ffi_guard, install_panic_hook, log};
+
+use crate::jobs::{UserCache, facts, is_running, lookup_uid};
+use crate::rule::{Holdings, decide};
+
+/// Human-readable plugin name (Slurm reads the bytes of this symbol).
+#[unsafe(no_mangle)]
+pub static plugin_name: [u8; 37] = *b"Preempt budget plugin (slurm-budget)\0";
+/// `PreemptType=preempt/budget`.
+#[unsafe(no_mangle)]
+pub static plugin_type: [u8; 15] = *b"preempt/budget\0";
+/// Must equal the loading Slurm's SLURM_VERSION_NUMBER (major.minor.micro).
+#[unsafe(no_mangle)]
+pub static plugin_version: u32 = slurm_ffi::SLURM_VERSION_NUMBER;
+
+const PLUGIN_TYPE: &str = "preempt/budget";
+
+struct Plugin {
+    snapshots: Arc<SnapshotCache>,
+    users: Arc<UserCache>,
+    holdings: Mutex<Option<Holdings>>,
+    workers: Mutex<Vec<Worker>>,
+}
+
+fn plugin() -> &'static Plugin {
+    static P: OnceLock<Plugin> = OnceLock::new();
+    P.get_or_init(|| Plugin {
+        snapshots: Arc::new(SnapshotCache::new()),
+        users: Arc::new(UserCache::default()),
+        holdings: Mutex::new(None),
+        workers: Mutex::new(Vec::new()),
+    })
+}
+
+/// `int init(void)`: starts the snapshot fetcher and the uid resolver. No Slurm locks.
+#[unsafe(no_mangle)]
+pub extern "C" fn init() -> i32 {
+    ffi_guard(sys::SLURM_ERROR, || {
+        log::set_prefix(PLUGIN_TYPE);
+        install_panic_hook();
+        let p = plugin();
+        let Ok(mut workers) = p.workers.lock() else {
+            return sys::SLURM_ERROR;
+        };
+        if workers.is_empty() {
+            match spawn_fetcher("budget-preempt", Arc::clone(&p.snapshots)) {
+                Ok(w) => workers.push(w),
+                Err(e) => log::error(&format!("cannot start snapshot thread: {e}; safe mode")),
+            }
+            let users = Arc::clone(&p.users);
+            match Worker::spawn("budget-users", Duration::from_secs(2), move || {
+                users.resolve_misses(lookup_uid);
+            }) {
+                Ok(w) => workers.push(w),
+                Err(e) => log::error(&format!("cannot start uid resolver: {e}")),
+            }
+        }
+        // SAFETY: slurm_conf is filled before plugins load; read-only here.
+        let mode = unsafe { sys::slurm_conf.preempt_mode };
+        if u32::from(mode) & sys::PREEMPT_MODE_REQUEUE == 0 {
+            log::error(&format!(
+                "PreemptMode=0x{mode:x} does not include REQUEUE: preempt/budget always answers \
+                 REQUEUE; set PreemptMode=REQUEUE so slurm.conf says what happens"
+            ));
+        }
+        log::info(&format!(
+            "loaded: slurm-budget {} for Slurm {}",
+            env!("CARGO_PKG_VERSION"),
+            slurm_ffi::version::version_string(slurm_ffi::SLURM_VERSION_NUMBER)
+        ));
+        sys::SLURM_SUCCESS
+    })
+}
+
+/// `void fini(void)`: stop and join our threads before Slurm `dlclose`s us.
+#[unsafe(no_mangle)]
+pub extern "C" fn fini() -> i32 {
+    ffi_guard(sys::SLURM_SUCCESS, || {
+        let workers = match plugin().workers.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        for mut w in workers {
+            w.stop();
+        }
+        sys::SLURM_SUCCESS
+    })
+}
+
+/// Controller globals we read under the caller's job lock.
+struct Globals {
+    job_list: *const slurm_ffi::SlurmList,
+    last_job_update: *const sys::time_t,
+}
+
+fn globals() -> Option<Globals> {
+    unsafe extern "C" {
+        fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    }
+    // SAFETY: dlsym(RTLD_DEFAULT, name) only looks a symbol up.
+    let job_list = unsafe { dlsym(std::ptr::null_mut(), c"job_list".as_ptr()) };
+    // SAFETY: as above.
+    let last = unsafe { dlsym(std::ptr::null_mut(), c"last_job_update".as_ptr()) };
+    (!job_list.is_null() && !last.is_null()).then(|| Globals {
+        job_list: job_list.cast(),
+        last_job_update: last.cast(),
+    })
+}
+
+/// The holdings for this pass: cached per (`last_job_update`, snapshot version).
+fn with_holdings<T>(now: i64, f: impl FnOnce(Option<&Holdings>) -> T) -> T {
+    let p = plugin();
+    let snap = p.snapshots.fresh(now);
+    let Some(g) = globals() else { return f(None) };
+    // SAFETY: last_job_update is a time_t global written under the job write lock;
+    // our caller holds the job lock.
+    let stamp = unsafe { g.last_job_update.read_volatile() };
+    let Ok(mut slot) = p.holdings.lock() else {
+        return f(None);
+    };
+    let stale = match (&*slot, &snap) {
+        (Some(h), s) => !h.matches(stamp, s.as_ref()),
+        (None, _) => true,
+    };
+    if stale {
+        let default_min = p.snapshots.policy().default_min_runtime_secs;
+        let mut running = Vec::new();
+        // SAFETY: job_list is a List of job_record_t* read under the caller's job lock.
+        unsafe {
+            controller::for_each(*g.job_list, |j: *mut job_record_t| {
+                if let Some(job) = j.as_ref()
+                    && is_running(job)
+                {
+                    running.push(facts(job, &p.users, default_min));
+                }
+            });
+        }
+        *slot = Some(Holdings::compute(stamp, snap, running));
+    }
+    f(slot.as_ref())
+}
+
+fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
+    if !is_running(victim) {
+        return false;
+    }
+    let now = unix_now();
+    let p = plugin();
+    let default_min = p.snapshots.policy().default_min_runtime_secs;
+    let policy = p.snapshots.policy();
+    let v = facts(victim, &p.users, default_min);
+    let r = facts(preemptor, &p.users, default_min);
+    with_holdings(now, |h| {
+        let decision = decide(h, &policy, &r, &v, now);
+        if decision.is_ok() {
+            log::debug(&format!(
+                "job {} may preempt job {}: {decision:?}",
+                r.job_id, v.job_id
+            ));
+        }
+        decision.is_ok()
+    })
+}
+
+fn victim_prio(job: &job_record_t) -> u32 {
+    let now = unix_now();
+    let p = plugin();
+    let snap = p.snapshots.fresh(now);
+    let v = facts(job, &p.users, p.snapshots.policy().default_min_runtime_secs);
+    policy_core::preempt::victim_order(snap.as_ref().map(|s| &s.fair_share), &v.view(), now)
+}
+
+fn grace_time(job: &job_record_t) -> u32 {
+    // SAFETY: part_ptr is NULL or a valid partition record under the job lock.
+    unsafe { job.part_ptr.as_ref() }
+        .map(|p| p.grace_time)
+        .unwrap_or(0)
+}
+
+const MODE: u16 = sys::PREEMPT_MODE_REQUEUE as u16;
+
+/// `bool preempt_p_preemptable(job_record_t *preemptee, job_record_t *preemptor)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn preempt_p_preemptable(
+    preemptee: *mut job_record_t,
+    preemptor: *mut job_record_t,
+) -> bool {
+    // On a panic: not preemptable (never break a contract by accident).
+    ffi_guard(false, || {
+        // SAFETY: valid job records from slurmctld, under the job lock.
+        match unsafe { (preemptee.as_ref(), preemptor.as_ref()) } {
+            (Some(v), Some(p)) => preemptable(v, p),
+            _ => false,
+        }
+    })
+}
+const _: api::PreemptableFn = preempt_p_preemptable;
+
+/// `bool preempt_p_job_preempt_check(job_queue_rec_t *preemptor, job_queue_rec_t *preemptee)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn preempt_p_job_preempt_check(
+    preemptor: *mut job_queue_rec_t,
+    preemptee: *mut job_queue_rec_t,
+) -> bool {
+    ffi_guard(false, || {
+        // SAFETY: valid queue records whose job_ptr is a valid job record (job lock held).
+        let job = |q: *mut job_queue_rec_t| unsafe { q.as_ref().and_then(|q| q.job_ptr.as_ref()) };
+        match (job(preemptor), job(preemptee)) {
+            (Some(a), Some(b)) => {
+                let users = &plugin().users;
+                // Only the stored free-tier flag: fixed per job, so a strict weak order.
+                !facts(a, users, 0).contract.free_tier && facts(b, users, 0).contract.free_tier
+            }
+            _ => false,
+        }
+    })
+}
+const _: api::JobPreemptCheckFn = preempt_p_job_preempt_check;
+
+/// `int preempt_p_get_data(job_record_t *job, slurm_preempt_data_type_t type, void *data)`.
+#[cfg(not(slurm_25_05))]
+#[unsafe(no_mangle)]
+pub extern "C" fn preempt_p_get_data(
+    job_ptr: *mut job_record_t,
+    data_type: sys::slurm_preempt_data_type_t,
+    data: *mut c_void,
+) -> i32 {
+    ffi_guard(sys::SLURM_ERROR, || {
+        if data.is_null() {
+            return sys::SLURM_ERROR;
+        }
+        // SAFETY: NULL (ENABLED) or a valid job record under the job lock.
+        let job = unsafe { job_ptr.as_ref() };
+        // SAFETY (all writes): Slurm passes a pointer to the type the data kind names.
+        match data_type {
+            sys::PREEMPT_DATA_ENABLED => {
+                // SAFETY: slurm_conf is read-only while the job lock is held.
+                let on = unsafe { sys::slurm_conf.preempt_mode } != sys::PREEMPT_MODE_OFF as u16;
+                unsafe { *data.cast::<bool>() = on };
+            }
+            sys::PREEMPT_DATA_MODE => unsafe { *data.cast::<u16>() = MODE },
+            sys::PREEMPT_DATA_PRIO => {
+                let prio = job.map(victim_prio).unwrap_or(u32::MAX);
+                unsafe { *data.cast::<u32>() = prio };
+            }
+            sys::PREEMPT_DATA_GRACE_TIME => {
+                let g = job.map(grace_time).unwrap_or(0);
+                unsafe { *data.cast::<u32>() = g };
+            }
+            other => {
+                log::error(&format!("get_data: unknown data type {other}"));
+                return sys::SLURM_ERROR;
+            }
+        }
+        sys::SLURM_SUCCESS
+    })
+}
+#[cfg(not(slurm_25_05))]
+const _: api::GetDataFn = preempt_p_get_data;
+
+/// `uint32_t preempt_p_get_grace_time(job_record_t *job)` (25.05+).
+#[cfg(slurm_25_05)]
+#[unsafe(no_mangle)]
+pub extern "C" fn preempt_p_get_grace_time(job_ptr: *mut job_record_t) -> u32 {
+    // SAFETY: valid job record under the job lock.
+    ffi_guard(0, || {
+        unsafe { job_ptr.as_ref() }.map(grace_time).unwrap_or(0)
+    })
+}
+#[cfg(slurm_25_05)]
+const _: api::GetGraceTimeFn = preempt_p_get_grace_time;
+
+/// `uint16_t preempt_p_get_mode(job_record_t *job)` (25.05+).
+#[cfg(slurm_25_05)]
+#[unsafe(no_mangle)]
+pub extern "C" fn preempt_p_get_mode(_job_ptr: *mut job_record_t) -> u16 {
+    MODE
+}
+#[cfg(slurm_25_05)]
+const _: api::GetModeFn = preempt_p_get_mode;
+
+/// `uint32_t preempt_p_get_prio(job_record_t *job)` (25.05+).
+#[cfg(slurm_25_05)]
+#[unsafe(no_mangle)]
+pub extern "C" fn preempt_p_get_prio(job_ptr: *mut job_record_t) -> u32 {
+    // SAFETY: valid job record under the job lock.
+    ffi_guard(u32::MAX, || {
+        unsafe { job_ptr.as_ref() }
+            .map(victim_prio)
+            .unwrap_or(u32::MAX)
+    })
+}
+#[cfg(slurm_25_05)]
+const _: api::GetPrioFn = preempt_p_get_prio;
