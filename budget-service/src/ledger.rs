@@ -139,18 +139,18 @@ impl RunRecord {
             ));
         }
         for (f, v) in [("start", self.start), ("end", self.end)] {
-            if let Some(t) = v {
-                if !(0..=MAX_TIME).contains(&t) {
-                    return Err(format!(
-                        "{f} must be a Unix time between 0 and {MAX_TIME}, got {t}"
-                    ));
-                }
+            if let Some(t) = v
+                && !(0..=MAX_TIME).contains(&t)
+            {
+                return Err(format!(
+                    "{f} must be a Unix time between 0 and {MAX_TIME}, got {t}"
+                ));
             }
         }
-        if let (Some(s), Some(e)) = (self.start, self.end) {
-            if e < s {
-                return Err(format!("end ({e}) is before start ({s})"));
-            }
+        if let (Some(s), Some(e)) = (self.start, self.end)
+            && e < s
+        {
+            return Err(format!("end ({e}) is before start ({s})"));
         }
         match self.state {
             RunState::Running if self.start.is_none() => Err("a running run needs a start".into()),
@@ -321,7 +321,7 @@ impl Ledger {
         l
     }
 
-    fn to_mem(&mut self, r: &RunRecord) -> MemRun {
+    fn intern(&mut self, r: &RunRecord) -> MemRun {
         MemRun {
             job_id: r.job_id,
             run: r.run,
@@ -372,7 +372,7 @@ impl Ledger {
 
     /// Inserts or replaces a row (after the database committed it).
     pub fn put(&mut self, r: &RunRecord) {
-        let m = self.to_mem(r);
+        let m = self.intern(r);
         match self.index.get(&(r.job_id, r.run)) {
             Some(&i) => self.runs[i] = m,
             None => {

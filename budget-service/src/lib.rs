@@ -11,13 +11,33 @@
 //! - [`ledger`]: the run ledger's merge rule and in-memory mirror;
 //! - [`store`]: the state behind the lock and every mutation;
 //! - [`policy`], [`config`]: policy validation, the config file;
-//! - [`error`]: `AppError` and its HTTP mapping.
+//! - [`error`]: `AppError` and its HTTP mapping;
+//! - [`auth`]: callers (peer credentials, tokens) and their scopes;
+//! - [`state`]: shared state, the snapshot cache, counters;
+//! - [`api`]: the router and handlers; [`report`]: share, usage, why;
+//! - [`sacct`]: parsing sacct history; [`timefmt`]: TIME arguments;
+//! - [`metrics`], [`openapi`]: `/metrics` and the OpenAPI document;
+//! - [`server`]: listeners, serving, shutdown; [`ctl`]: `budgetctl`.
 
+pub mod api;
+pub mod auth;
 pub mod config;
 pub mod db;
 pub mod error;
 pub mod ledger;
+pub mod metrics;
+pub mod openapi;
 pub mod policy;
+pub mod report;
 pub mod sacct;
+pub mod server;
+pub mod state;
 pub mod store;
 pub mod timefmt;
+
+pub use api::app;
+pub use config::Config;
+pub use error::AppError;
+pub use server::{Listeners, bind_unix, run, shutdown_signal};
+pub use state::AppState;
+pub use store::Store;

@@ -1,1 +1,61 @@
-fn main() {}
+//! `budgetd`: the slurm-budget service. Thin: parses arguments, opens the
+//! store, binds the sockets and serves until SIGTERM/SIGINT.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use budget_service::{AppState, Config, Listeners, Store, bind_unix, run, shutdown_signal};
+use clap::Parser;
+
+/// GPU-time budgets and hierarchical fair share for Slurm: the service.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// SQLite database file (created and migrated if needed).
+    #[arg(long, env = "BUDGET_DB")]
+    db: PathBuf,
+    /// Unix socket to listen on (callers identified by peer credentials).
+    #[arg(long, env = "BUDGET_SOCKET")]
+    socket: PathBuf,
+    /// Also listen on TCP (callers need a bearer token from the config).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Config file (TOML): admins, tokens, policy defaults.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("BUDGET_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match &args.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    let store = Store::open(&args.db, &config.policy)
+        .with_context(|| format!("opening {}", args.db.display()))?;
+    tracing::info!(db = %args.db.display(), runs = store.ledger().len(), accounts = store.tree().accounts.len(), "store loaded");
+    let state = AppState::new(store, config);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let unix = bind_unix(&args.socket).with_context(|| format!("binding {}", args.socket.display()))?;
+        let tcp = match args.listen {
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?),
+            None => None,
+        };
+        tracing::info!(socket = %args.socket.display(), tcp = ?tcp.as_ref().and_then(|l| l.local_addr().ok()), "budgetd listening");
+        run(state, Listeners { unix: Some(unix), tcp }, shutdown_signal()).await?;
+        let _ = std::fs::remove_file(&args.socket);
+        tracing::info!("budgetd stopped");
+        anyhow::Ok(())
+    })
+}

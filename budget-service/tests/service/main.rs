@@ -1,1 +1,11 @@
+//! Integration tests of budgetd and budgetctl: a real SQLite file in a temp
+//! dir, a real HTTP server on a temp Unix socket and on 127.0.0.1:0, and (in
+//! `scenario` and `crash`) the real `budgetd` and `budgetctl` binaries.
 
+mod common;
+
+mod api;
+mod auth;
+mod import;
+mod sync;
+mod tree;

@@ -1,0 +1,210 @@
+//! The HTTP API: the router, its extractors and the small handlers.
+//!
+//! Routes live under `/v1` (plus `/metrics`); the full list is in
+//! [`crate::openapi`], which a test checks against this router. Request
+//! bodies are JSON with unknown fields refused (except the sacct import,
+//! which is text); every error is `{"error": "..."}` with a 4xx/5xx status.
+
+mod jobs;
+mod tree;
+
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request, State};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use serde::de::DeserializeOwned;
+
+use crate::error::AppError;
+use crate::state::AppState;
+
+/// A JSON body, rejected with a message that names the problem (and the
+/// field, for unknown or mistyped fields).
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+fn body_error(e: BytesRejection, state: &AppState) -> AppError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        AppError::TooLarge(state.config.body_limit_bytes)
+    } else {
+        AppError::BadRequest(e.body_text())
+    }
+}
+
+/// Maps a serde_json error to 400 (not JSON) or 422 (JSON of the wrong shape).
+pub fn json_error(e: &serde_json::Error) -> AppError {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Syntax | Category::Eof | Category::Io => {
+            AppError::BadRequest(format!("malformed JSON: {e}"))
+        }
+        Category::Data => AppError::Invalid(format!("invalid request body: {e}")),
+    }
+}
+
+impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
+    type Rejection = AppError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| body_error(e, state))?;
+        let mut de = serde_json::Deserializer::from_slice(&bytes);
+        let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            match json_error(&inner) {
+                // Name the field for type errors ("lots" for a number).
+                AppError::Invalid(_) if path != "." && !path.is_empty() => {
+                    AppError::Invalid(format!("invalid request body: field `{path}`: {inner}"))
+                }
+                other => other,
+            }
+        })?;
+        de.end().map_err(|e| json_error(&e))?;
+        Ok(ApiJson(value))
+    }
+}
+
+/// A text body (UTF-8), with the same size limit.
+#[derive(Debug)]
+pub struct ApiText(pub String);
+
+impl FromRequest<AppState> for ApiText {
+    type Rejection = AppError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| body_error(e, state))?;
+        String::from_utf8(bytes.to_vec())
+            .map(ApiText)
+            .map_err(|e| AppError::BadRequest(format!("body is not UTF-8 text: {e}")))
+    }
+}
+
+/// Query parameters, rejected with a 400 naming the parameter.
+#[derive(Debug)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::try_from_uri(&parts.uri)
+            .map(|axum::extract::Query(v)| ApiQuery(v))
+            .map_err(|e| AppError::BadRequest(format!("bad query parameter: {}", e.body_text())))
+    }
+}
+
+/// Parses an optional TIME query value (Unix seconds, RFC 3339, local civil).
+pub fn query_time(value: Option<&str>, name: &str, default: i64) -> Result<i64, AppError> {
+    match value {
+        None => Ok(default),
+        Some(v) => {
+            let tz = crate::timefmt::zone(None).map_err(AppError::BadRequest)?;
+            crate::timefmt::parse_time(v, &tz)
+                .map_err(|e| AppError::BadRequest(format!("{name}: {e}")))
+        }
+    }
+}
+
+async fn count_requests(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let res = next.run(req).await;
+    state.counters.requests.fetch_add(1, Ordering::Relaxed);
+    let s = res.status();
+    if s.is_client_error() {
+        state.counters.errors_4xx.fetch_add(1, Ordering::Relaxed);
+    } else if s.is_server_error() {
+        state.counters.errors_5xx.fetch_add(1, Ordering::Relaxed);
+    }
+    res
+}
+
+async fn not_found() -> AppError {
+    AppError::NotFound("no such route; see GET /v1/openapi.json".into())
+}
+
+async fn method_not_allowed() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        axum::Json(serde_json::json!({"error": "method not allowed on this route"})),
+    )
+        .into_response()
+}
+
+async fn health(State(state): State<AppState>) -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "schema_version": crate::db::SCHEMA_VERSION,
+        "generation": state.generation.load(Ordering::SeqCst),
+        "started_at": state.started_at,
+    }))
+}
+
+async fn openapi() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        crate::openapi::DOCUMENT,
+    )
+        .into_response()
+}
+
+/// The whole API as a router (state applied).
+pub fn app(state: AppState) -> Router {
+    let limit = state.config.body_limit_bytes;
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/openapi.json", get(openapi))
+        .route(
+            "/v1/accounts",
+            get(tree::list_accounts).post(tree::create_account),
+        )
+        .route(
+            "/v1/accounts/{name}",
+            get(tree::get_account)
+                .patch(tree::modify_account)
+                .delete(tree::delete_account),
+        )
+        .route(
+            "/v1/members",
+            get(tree::list_members).post(tree::add_member),
+        )
+        .route("/v1/members/{account}/{user}", delete(tree::remove_member))
+        .route(
+            "/v1/coordinators",
+            get(tree::list_coordinators).post(tree::add_coordinator),
+        )
+        .route(
+            "/v1/coordinators/{account}/{user}",
+            delete(tree::remove_coordinator),
+        )
+        .route(
+            "/v1/weights",
+            get(tree::get_weights).patch(tree::set_weights),
+        )
+        .route("/v1/policy", get(tree::get_policy).patch(tree::set_policy))
+        .route("/v1/audit", get(tree::audit))
+        .route("/v1/usage", get(jobs::usage))
+        .route("/v1/usage/import", post(jobs::import))
+        .route("/v1/share", get(jobs::share))
+        .route(budget_protocol::SNAPSHOT_PATH, get(jobs::snapshot))
+        .route(budget_protocol::SYNC_PATH, post(jobs::sync))
+        .route("/v1/jobs/{id}/why", get(jobs::why))
+        .route("/metrics", get(jobs::metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
+        .with_state(state)
+}

@@ -1,0 +1,412 @@
+//! Read-only reports computed from the store: the `sshare`-like fair-share
+//! table, usage by account or user, and the explanation of one job.
+//!
+//! Everything here is derived (nothing is stored): the numbers come from
+//! `policy_core` — window clipping (`Run`), `FairShare::compute`, tiers,
+//! `priority_parts` and `may_preempt` — applied to the ledger and tree.
+
+use std::collections::BTreeMap;
+
+use budget_protocol::RunState;
+use policy_core::FairShare;
+use policy_core::fairshare::{NodeKind, Tier};
+use policy_core::preempt::{self, Context, JobView, PreemptPolicy};
+use policy_core::priority::{PriorityParts, job_priority, priority_parts};
+use policy_core::protection::{is_protected, protected_until};
+use policy_core::tree::ROOT;
+use serde::{Deserialize, Serialize};
+
+use crate::auth::Scope;
+use crate::ledger::RunRecord;
+use crate::store::{Store, hours};
+
+/// One row of the fair-share table: an account, or a user under an account.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShareRow {
+    /// The account (for user rows: the account the user is a member of).
+    pub account: String,
+    /// Parent account (`null` for the root); for user rows: `account`.
+    pub parent: Option<String>,
+    /// The user, for user rows; `null` for account rows.
+    pub user: Option<String>,
+    /// Depth in the tree (root 0).
+    pub depth: usize,
+    /// Weighted GPU-hours per window.
+    pub allocation_gpu_hours: f64,
+    /// Weighted GPU-hours used in the window, every descendant included.
+    pub usage_gpu_hours: f64,
+    /// Free-tier GPU-hours in the window (never charged).
+    pub free_usage_gpu_hours: f64,
+    /// usage / allocation.
+    pub ratio: f64,
+    /// Rank among siblings, 1 = lowest ratio.
+    pub rank: u32,
+    /// Global rank of a leaf (1 = best), `null` for inner nodes.
+    pub leaf_rank: Option<u32>,
+    /// Slurm-style fair-share factor in (0, 1]; inner accounts: that of a
+    /// job charged to the account by a non-member.
+    pub fair_share_factor: f64,
+    pub tier: Tier,
+    pub overcommit: bool,
+}
+
+/// `GET /v1/share`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShareReport {
+    pub at: i64,
+    pub window_secs: i64,
+    pub rows: Vec<ShareRow>,
+}
+
+/// Builds the fair-share table at `at`, rows in ranking (depth-first) order.
+pub fn share(store: &Store, at: i64, scope: &Scope) -> ShareReport {
+    let window = store.policy().window_secs;
+    let (usage, free) = store.weighted_usage(at, window);
+    let fs = FairShare::compute(store.tree(), &usage, at, window);
+    // Free-tier usage rolled up like charged usage, for display.
+    let mut free_by_account: BTreeMap<String, f64> = BTreeMap::new();
+    let mut free_by_user: BTreeMap<(String, String), f64> = BTreeMap::new();
+    for ((a, u), v) in &free {
+        *free_by_user.entry((a.clone(), u.clone())).or_insert(0.0) += v;
+        if store.tree().account(a).is_some() {
+            for acc in std::iter::once(a.clone()).chain(store.tree().ancestors(a)) {
+                *free_by_account.entry(acc).or_insert(0.0) += v;
+            }
+        }
+    }
+    let mut depth = vec![0usize; fs.nodes.len()];
+    let mut rows = Vec::with_capacity(fs.nodes.len());
+    for (i, n) in fs.nodes.iter().enumerate() {
+        if let Some(p) = n.parent {
+            depth[i] = depth[p] + 1;
+        }
+        let parent_name = n.parent.map(|p| fs.nodes[p].name.clone());
+        let (account, user, parent, free_secs, factor) = match &n.kind {
+            NodeKind::Account => {
+                let rank = fs.place(&n.name, "\u{0}").map_or(fs.num_leaves, |p| p.rank);
+                (
+                    n.name.clone(),
+                    None,
+                    parent_name,
+                    free_by_account.get(&n.name).copied().unwrap_or(0.0),
+                    n.leaf_rank
+                        .map_or_else(|| fs.factor(rank), |r| fs.factor(r)),
+                )
+            }
+            NodeKind::User { account } => (
+                account.clone(),
+                Some(n.name.clone()),
+                Some(account.clone()),
+                free_by_user
+                    .get(&(account.clone(), n.name.clone()))
+                    .copied()
+                    .unwrap_or(0.0),
+                fs.factor(n.leaf_rank.unwrap_or(fs.num_leaves)),
+            ),
+        };
+        if !scope.can_read(&account) {
+            continue;
+        }
+        let overcommit =
+            user.is_none() && store.tree().account(&account).is_some_and(|a| a.overcommit);
+        rows.push(ShareRow {
+            account,
+            parent,
+            user,
+            depth: depth[i],
+            allocation_gpu_hours: hours(n.allocation),
+            usage_gpu_hours: hours(n.usage),
+            free_usage_gpu_hours: hours(free_secs),
+            ratio: n.ratio,
+            rank: n.sibling_rank + 1,
+            leaf_rank: n.leaf_rank.map(|r| r + 1),
+            fair_share_factor: factor,
+            tier: n.tier,
+            overcommit,
+        });
+    }
+    ShareReport {
+        at,
+        window_secs: window,
+        rows,
+    }
+}
+
+/// One row of `GET /v1/usage`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageRow {
+    pub account: String,
+    /// `null` in `by=account` rows.
+    pub user: Option<String>,
+    /// Weighted GPU-hours charged (by=account: every descendant included).
+    pub usage_gpu_hours: f64,
+    /// Unweighted GPU-hours charged.
+    pub raw_gpu_hours: f64,
+    /// Weighted free-tier GPU-hours (never charged).
+    pub free_gpu_hours: f64,
+    /// Whether the account is in the budget tree (synced jobs may use others).
+    pub in_tree: bool,
+}
+
+/// `GET /v1/usage`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageReport {
+    pub from: i64,
+    pub to: i64,
+    pub by: String,
+    pub rows: Vec<UsageRow>,
+}
+
+/// Usage in `[from, to]` by account (rolled up) or by (account, user).
+pub fn usage(store: &Store, from: i64, to: i64, by_user: bool, scope: &Scope) -> UsageReport {
+    let len = (to - from).max(0);
+    let sums = store.ledger().usage(to, len);
+    let w = store.weights();
+    // (weighted, raw, free) GPU-seconds per (account, user).
+    let mut cells: BTreeMap<(String, String), (f64, f64, f64)> = BTreeMap::new();
+    for (a, u, t, s) in sums.charged {
+        let c = cells.entry((a, u)).or_default();
+        c.0 += s as f64 * w.weight(t.as_deref());
+        c.1 += s as f64;
+    }
+    for (a, u, t, s) in sums.free {
+        cells.entry((a, u)).or_default().2 += s as f64 * w.weight(t.as_deref());
+    }
+    let tree = store.tree();
+    let mut rows = Vec::new();
+    if by_user {
+        for ((a, u), (wt, raw, free)) in cells {
+            if scope.can_read(&a) {
+                let in_tree = tree.account(&a).is_some();
+                rows.push(UsageRow {
+                    account: a,
+                    user: Some(u),
+                    usage_gpu_hours: hours(wt),
+                    raw_gpu_hours: hours(raw),
+                    free_gpu_hours: hours(free),
+                    in_tree,
+                });
+            }
+        }
+    } else {
+        let mut acc: BTreeMap<String, (f64, f64, f64, bool)> = BTreeMap::new();
+        acc.insert(ROOT.to_string(), (0.0, 0.0, 0.0, true));
+        for a in &tree.accounts {
+            acc.insert(a.name.clone(), (0.0, 0.0, 0.0, true));
+        }
+        for ((a, _), (wt, raw, free)) in cells {
+            let chain: Vec<String> = if tree.account(&a).is_some() {
+                std::iter::once(a.clone())
+                    .chain(tree.ancestors(&a))
+                    .collect()
+            } else {
+                vec![a.clone()]
+            };
+            for name in chain {
+                let e = acc.entry(name).or_insert((0.0, 0.0, 0.0, false));
+                e.0 += wt;
+                e.1 += raw;
+                e.2 += free;
+            }
+        }
+        for (a, (wt, raw, free, in_tree)) in acc {
+            if scope.can_read(&a) {
+                rows.push(UsageRow {
+                    account: a,
+                    user: None,
+                    usage_gpu_hours: hours(wt),
+                    raw_gpu_hours: hours(raw),
+                    free_gpu_hours: hours(free),
+                    in_tree,
+                });
+            }
+        }
+    }
+    UsageReport {
+        from,
+        to,
+        by: if by_user { "user" } else { "account" }.into(),
+        rows,
+    }
+}
+
+/// One step of a job's rank path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathStep {
+    /// Account name, or `account/user` for a user node.
+    pub node: String,
+    pub allocation_gpu_hours: f64,
+    pub usage_gpu_hours: f64,
+    pub ratio: f64,
+    /// Rank among siblings, 1 = lowest ratio.
+    pub rank: u32,
+    pub tier: Tier,
+}
+
+/// Another job the explained job could preempt, or be preempted by.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreemptPeer {
+    pub job_id: u32,
+    pub run: u32,
+    pub account: String,
+    pub user: String,
+    pub gpus: u32,
+    /// Why policy_core allows it.
+    pub reason: preempt::Allowed,
+}
+
+/// `GET /v1/jobs/{id}/why`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Why {
+    pub at: i64,
+    pub job_id: u32,
+    pub run: u32,
+    pub account: String,
+    pub user: String,
+    pub state: RunState,
+    pub gpus: u32,
+    pub gpu_type: Option<String>,
+    pub free_tier: bool,
+    pub start: Option<i64>,
+    pub end: Option<i64>,
+    pub min_runtime_secs: i64,
+    /// End of the protected window of a running run (`null` for free-tier
+    /// and not-running runs).
+    pub protected_until: Option<i64>,
+    pub protected_now: bool,
+    pub tier: Tier,
+    /// Global rank (1 = best) of the job's leaf; `null` if its account is
+    /// not in the tree.
+    pub rank: Option<u32>,
+    pub num_leaves: u32,
+    pub fair_share_factor: f64,
+    /// Slurm priority as the plugin computes it, and its parts.
+    pub priority: u32,
+    pub priority_parts: PriorityParts,
+    /// From the root down to the job's leaf.
+    pub path: Vec<PathStep>,
+    /// For a pending job: running jobs it could preempt now.
+    pub could_preempt: Vec<PreemptPeer>,
+    /// For a running job: pending jobs that could preempt it now.
+    pub preemptable_by: Vec<PreemptPeer>,
+}
+
+fn view(r: &RunRecord) -> JobView<'_> {
+    JobView {
+        job_id: r.job_id,
+        account: &r.account,
+        user: &r.user,
+        free_tier: r.free_tier,
+        run_start: r.start.unwrap_or(0),
+        min_runtime: r.min_runtime_secs,
+        gpus: r.gpus,
+    }
+}
+
+/// Explains the latest run of a job at `now` with the given fair share.
+pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> Why {
+    let v = view(job);
+    let tier = preempt::job_tier(Some(fs), &v);
+    let place = fs.place(&job.account, &job.user);
+    let rank = place.map(|p| p.rank);
+    let age = match job.start {
+        Some(s) => s - job.first_seen,
+        None => now - job.first_seen,
+    };
+    let parts = priority_parts(tier, rank.unwrap_or(fs.num_leaves), fs.num_leaves, age);
+    let priority = job_priority(tier, rank.unwrap_or(fs.num_leaves), fs.num_leaves, age);
+    let path = place
+        .map(|p| {
+            fs.path(p.node)
+                .into_iter()
+                .map(|i| {
+                    let n = &fs.nodes[i];
+                    PathStep {
+                        node: match &n.kind {
+                            NodeKind::Account => n.name.clone(),
+                            NodeKind::User { account } => format!("{account}/{}", n.name),
+                        },
+                        allocation_gpu_hours: hours(n.allocation),
+                        usage_gpu_hours: hours(n.usage),
+                        ratio: n.ratio,
+                        rank: n.sibling_rank + 1,
+                        tier: n.tier,
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let running = store.ledger().in_state(RunState::Running);
+    let held = fs.holdings(
+        running
+            .iter()
+            .map(|r| (r.account.as_str(), r.user.as_str(), r.gpus)),
+    );
+    let ctx = Context {
+        fair_share: Some(fs),
+        held: &held,
+        policy: PreemptPolicy {
+            hysteresis: store.policy().hysteresis,
+        },
+        now,
+    };
+    let peer = |r: &RunRecord, reason| PreemptPeer {
+        job_id: r.job_id,
+        run: r.run,
+        account: r.account.clone(),
+        user: r.user.clone(),
+        gpus: r.gpus,
+        reason,
+    };
+    let mut could_preempt = Vec::new();
+    let mut preemptable_by = Vec::new();
+    match job.state {
+        RunState::Pending => {
+            for r in &running {
+                if let Ok(reason) = preempt::may_preempt(&ctx, &v, &view(r)) {
+                    could_preempt.push(peer(r, reason));
+                }
+            }
+        }
+        RunState::Running => {
+            for p in store.ledger().in_state(RunState::Pending) {
+                if let Ok(reason) = preempt::may_preempt(&ctx, &view(&p), &v) {
+                    preemptable_by.push(peer(&p, reason));
+                }
+            }
+        }
+        _ => {}
+    }
+    let running_now = job.state == RunState::Running;
+    Why {
+        at: now,
+        job_id: job.job_id,
+        run: job.run,
+        account: job.account.clone(),
+        user: job.user.clone(),
+        state: job.state,
+        gpus: job.gpus,
+        gpu_type: job.gpu_type.clone(),
+        free_tier: job.free_tier,
+        start: job.start,
+        end: job.end,
+        min_runtime_secs: job.min_runtime_secs,
+        protected_until: job
+            .start
+            .filter(|_| running_now && !job.free_tier)
+            .map(|s| protected_until(s, job.min_runtime_secs)),
+        protected_now: running_now
+            && job
+                .start
+                .is_some_and(|s| is_protected(s, job.min_runtime_secs, job.free_tier, now)),
+        tier,
+        rank: rank.map(|r| r + 1),
+        num_leaves: fs.num_leaves,
+        fair_share_factor: rank.map_or(0.0, |r| fs.factor(r)),
+        priority,
+        priority_parts: parts,
+        path,
+        could_preempt,
+        preemptable_by,
+    }
+}

@@ -1,0 +1,116 @@
+//! Cross-cutting API behaviour: OpenAPI coverage, 404/405 JSON, metrics.
+
+use serde_json::json;
+
+use crate::common::*;
+
+/// Every route of the router with its methods; the OpenAPI document must list each.
+const ROUTES: &[(&str, &[&str])] = &[
+    ("/v1/health", &["get"]),
+    ("/v1/openapi.json", &["get"]),
+    ("/v1/accounts", &["get", "post"]),
+    ("/v1/accounts/{name}", &["get", "patch", "delete"]),
+    ("/v1/members", &["get", "post"]),
+    ("/v1/members/{account}/{user}", &["delete"]),
+    ("/v1/coordinators", &["get", "post"]),
+    ("/v1/coordinators/{account}/{user}", &["delete"]),
+    ("/v1/weights", &["get", "patch"]),
+    ("/v1/policy", &["get", "patch"]),
+    ("/v1/audit", &["get"]),
+    ("/v1/usage", &["get"]),
+    ("/v1/usage/import", &["post"]),
+    ("/v1/share", &["get"]),
+    ("/v1/snapshot", &["get"]),
+    ("/v1/sync/jobs", &["post"]),
+    ("/v1/jobs/{id}/why", &["get"]),
+    ("/metrics", &["get"]),
+];
+
+#[test]
+fn openapi_lists_every_route_and_routes_answer() {
+    let s = Server::start();
+    let c = s.unix();
+    let (st, doc) = call(&c, "GET", "/v1/openapi.json", None);
+    assert_eq!(st, 200);
+    assert_eq!(doc["openapi"], "3.0.3");
+    let paths = doc["paths"].as_object().expect("paths");
+    assert_eq!(
+        paths.len(),
+        ROUTES.len(),
+        "document and router differ in size"
+    );
+    for (path, methods) in ROUTES {
+        for m in *methods {
+            assert!(
+                paths[*path][*m].is_object(),
+                "{m} {path} missing from the OpenAPI document"
+            );
+        }
+        // The route exists: anything but the router's JSON 404 "no such route".
+        let concrete = path
+            .replace("{name}", "x")
+            .replace("{account}", "x")
+            .replace("{user}", "y")
+            .replace("{id}", "1");
+        let (st, b) = call(&c, &methods[0].to_uppercase(), &concrete, None);
+        assert!(!err(&b).contains("no such route"), "{path}: {st} {b}");
+    }
+    let (st, b) = call(&c, "GET", "/v1/nope", None);
+    assert_eq!((st, err(&b).contains("no such route")), (404, true));
+    let (st, b) = call(&c, "PUT", "/v1/health", None);
+    assert_eq!((st, err(&b).contains("method not allowed")), (405, true));
+}
+
+#[test]
+fn metrics_report_usage_tiers_and_errors() {
+    let s = Server::start();
+    let c = s.unix();
+    add_account(&c, "teama", None, 10.0);
+    add_member(&c, "alice", "teama");
+    let now = budget_service::timefmt::now();
+    let sync = json!({"collected_at": now, "runs": [
+        {"job_id": 1, "run": 0, "account": "teama", "user": "alice", "gpus": 4, "state": "running", "start": now - 3600},
+        {"job_id": 2, "run": 0, "account": "teama", "user": "alice", "gpus": 1, "state": "pending"},
+    ]});
+    let (st, b) = call(&c, "POST", "/v1/sync/jobs", Some(&sync));
+    assert_eq!(st, 200, "{b}");
+    let _ = call(&c, "GET", "/v1/accounts/ghost", None);
+    let r = c.request("GET", "/metrics", &[], None).expect("metrics");
+    assert_eq!(r.status, 200);
+    let text = String::from_utf8(r.body).expect("utf8");
+    for needle in [
+        "budget_account_usage_gpu_hours{account=\"teama\"} 4",
+        "budget_account_allocation_gpu_hours{account=\"teama\"} 10",
+        "budget_account_ratio{account=\"teama\"} 0.4",
+        "budget_runs{state=\"running\",tier=\"budgeted\"} 1",
+        "budget_runs{state=\"pending\",tier=\"budgeted\"} 1",
+        "budget_syncs_total 1",
+        "budget_sync_runs_total{outcome=\"inserted\"} 2",
+        "budget_http_errors_total{class=\"4xx\"} 1",
+        "budget_snapshot_age_seconds",
+    ] {
+        assert!(text.contains(needle), "metrics lack {needle:?}:\n{text}");
+    }
+    // Readers may scrape over TCP; users may not; no token: 401.
+    assert_eq!(
+        s.tcp(Some(READER_TOKEN))
+            .request("GET", "/metrics", &[], None)
+            .expect("r")
+            .status,
+        200
+    );
+    assert_eq!(
+        s.tcp(Some(ALICE_TOKEN))
+            .request("GET", "/metrics", &[], None)
+            .expect("r")
+            .status,
+        403
+    );
+    assert_eq!(
+        s.tcp(None)
+            .request("GET", "/metrics", &[], None)
+            .expect("r")
+            .status,
+        401
+    );
+}

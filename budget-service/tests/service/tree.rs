@@ -1,0 +1,348 @@
+//! Account tree CRUD and every bad-input case of the issue: each must be a
+//! clear 4xx error and change nothing.
+
+use serde_json::json;
+
+use crate::common::*;
+
+#[test]
+fn crud_round_trip_with_audit() {
+    let s = Server::start();
+    let c = s.unix();
+    add_account(&c, "org", None, 1000.0);
+    add_account(&c, "teama", Some("org"), 600.0);
+    let (st, b) = call(
+        &c,
+        "PATCH",
+        "/v1/accounts/teama",
+        Some(&json!({"allocation_gpu_hours": 500.0})),
+    );
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["allocation_gpu_hours"], 500.0);
+    add_member(&c, "alice", "teama");
+    let (st, b) = call(&c, "GET", "/v1/accounts/teama", None);
+    assert_eq!(st, 200);
+    assert_eq!(b["members"][0]["user"], "alice");
+    let (st, _) = call(&c, "DELETE", "/v1/members/teama/alice", None);
+    assert_eq!(st, 204);
+    let (st, _) = call(&c, "DELETE", "/v1/accounts/teama", None);
+    assert_eq!(st, 204);
+    let (st, _) = call(&c, "GET", "/v1/accounts/teama", None);
+    assert_eq!(st, 404);
+    let (_, audit) = call(&c, "GET", "/v1/audit", None);
+    let actions: Vec<&str> = audit
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|e| e["action"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "account.create",
+            "account.create",
+            "account.modify",
+            "member.add",
+            "member.remove",
+            "account.delete"
+        ]
+    );
+    // who, when, old, new
+    let modify = &audit[2];
+    assert_eq!(modify["actor"], "root (uid 0)");
+    assert_eq!(modify["old"]["allocation_gpu_hours"], 600.0);
+    assert_eq!(modify["new"]["allocation_gpu_hours"], 500.0);
+    assert!(modify["at"].as_i64().unwrap_or(0) > 1_700_000_000);
+}
+
+/// Sends a bad request, asserts status and message, and that nothing changed.
+fn refused(
+    c: &budget_client::Client,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    status: u16,
+    needle: &str,
+) {
+    let before = observable(c);
+    let (st, b) = call_raw(c, method, path, body);
+    assert_eq!(
+        st,
+        status,
+        "{method} {path} {}: {b}",
+        String::from_utf8_lossy(body)
+    );
+    assert!(
+        err(&b).contains(needle),
+        "{:?} should mention {needle:?}",
+        err(&b)
+    );
+    assert_eq!(observable(c), before, "a refused request changed something");
+}
+
+#[test]
+fn every_bad_tree_input_is_refused_and_changes_nothing() {
+    let s = Server::start();
+    let c = s.unix();
+    add_account(&c, "org", None, 1000.0);
+    add_account(&c, "teama", Some("org"), 600.0);
+    add_account(&c, "teama1", Some("teama"), 100.0);
+    let post = |body: serde_json::Value| serde_json::to_vec(&body).expect("json");
+    // unknown parent
+    refused(
+        &c,
+        "POST",
+        "/v1/accounts",
+        &post(json!({"name": "x", "parent": "nope", "allocation_gpu_hours": 1})),
+        422,
+        "unknown parent account \"nope\"",
+    );
+    // cycle
+    refused(
+        &c,
+        "PATCH",
+        "/v1/accounts/teama",
+        &post(json!({"parent": "teama1"})),
+        422,
+        "cycle",
+    );
+    refused(
+        &c,
+        "PATCH",
+        "/v1/accounts/teama",
+        &post(json!({"parent": "teama"})),
+        422,
+        "cycle",
+    );
+    // duplicate
+    refused(
+        &c,
+        "POST",
+        "/v1/accounts",
+        &post(json!({"name": "teama", "allocation_gpu_hours": 1})),
+        409,
+        "already exists",
+    );
+    // negative, non-numeric allocation
+    refused(
+        &c,
+        "POST",
+        "/v1/accounts",
+        &post(json!({"name": "y", "allocation_gpu_hours": -5})),
+        422,
+        "finite number >= 0",
+    );
+    refused(
+        &c,
+        "POST",
+        "/v1/accounts",
+        &post(json!({"name": "y", "allocation_gpu_hours": "lots"})),
+        422,
+        "allocation_gpu_hours",
+    );
+    refused(
+        &c,
+        "PATCH",
+        "/v1/accounts/teama",
+        &post(json!({"allocation_gpu_hours": -1})),
+        422,
+        "finite number >= 0",
+    );
+    // children above parent without overcommit (new child, raised child, lowered parent)
+    refused(
+        &c,
+        "POST",
+        "/v1/accounts",
+        &post(json!({"name": "teamb", "parent": "org", "allocation_gpu_hours": 500})),
+        422,
+        "above its allocation",
+    );
+    refused(
+        &c,
+        "PATCH",
+        "/v1/accounts/teama1",
+        &post(json!({"allocation_gpu_hours": 700})),
+        422,
+        "--overcommit",
+    );
+    refused(
+        &c,
+        "PATCH",
+        "/v1/accounts/org",
+        &post(json!({"allocation_gpu_hours": 10})),
+        422,
+        "above its allocation",
+    );
+    // bad name
+    refused(
+        &c,
+        "POST",
+        "/v1/accounts",
+        &post(json!({"name": "Bad Name", "allocation_gpu_hours": 1})),
+        422,
+        "invalid name",
+    );
+    // malformed JSON, unknown fields, missing field, wrong type
+    refused(
+        &c,
+        "POST",
+        "/v1/accounts",
+        b"{\"name\": \"z\", ",
+        400,
+        "malformed JSON",
+    );
+    refused(
+        &c,
+        "POST",
+        "/v1/accounts",
+        b"not json",
+        400,
+        "malformed JSON",
+    );
+    refused(
+        &c,
+        "POST",
+        "/v1/accounts",
+        &post(json!({"name": "z", "allocation_gpu_hours": 1, "colour": "red"})),
+        422,
+        "unknown field `colour`",
+    );
+    refused(
+        &c,
+        "PATCH",
+        "/v1/accounts/teama",
+        &post(json!({"alloc": 1})),
+        422,
+        "unknown field `alloc`",
+    );
+    refused(
+        &c,
+        "POST",
+        "/v1/accounts",
+        &post(json!({"name": "z"})),
+        422,
+        "missing field `allocation_gpu_hours`",
+    );
+    // oversize body (limit 64 KiB in the test config)
+    let mut big = b"{\"name\": \"z\", \"allocation_gpu_hours\": 1, \"parent\": \"".to_vec();
+    big.extend(std::iter::repeat_n(b'a', 70_000));
+    big.extend(b"\"}");
+    refused(
+        &c,
+        "POST",
+        "/v1/accounts",
+        &big,
+        413,
+        "larger than the limit of 65536 bytes",
+    );
+    // delete with children
+    refused(
+        &c,
+        "DELETE",
+        "/v1/accounts/teama",
+        b"",
+        409,
+        "child accounts (teama1)",
+    );
+    // unknown account
+    refused(
+        &c,
+        "PATCH",
+        "/v1/accounts/ghost",
+        &post(json!({"allocation_gpu_hours": 1})),
+        404,
+        "unknown account",
+    );
+    // member of unknown account, duplicate member
+    add_member(&c, "alice", "teama");
+    refused(
+        &c,
+        "POST",
+        "/v1/members",
+        &post(json!({"user": "bob", "account": "ghost"})),
+        404,
+        "unknown account",
+    );
+    refused(
+        &c,
+        "POST",
+        "/v1/members",
+        &post(json!({"user": "alice", "account": "teama"})),
+        409,
+        "already a member",
+    );
+    // weights and policy
+    refused(
+        &c,
+        "PATCH",
+        "/v1/weights",
+        &post(json!({"set": {"h100": -2}})),
+        422,
+        "finite number > 0",
+    );
+    refused(
+        &c,
+        "PATCH",
+        "/v1/weights",
+        &post(json!({"set": {"h100": "x"}})),
+        422,
+        "invalid type",
+    );
+    refused(
+        &c,
+        "PATCH",
+        "/v1/policy",
+        &post(json!({"window_secs": 5})),
+        422,
+        "window_secs",
+    );
+    refused(
+        &c,
+        "PATCH",
+        "/v1/policy",
+        &post(json!({"window": 5})),
+        422,
+        "unknown field `window`",
+    );
+    // The overcommit flag makes the same child acceptable.
+    let (st, b) = call(
+        &c,
+        "PATCH",
+        "/v1/accounts/org",
+        Some(&json!({"overcommit": true})),
+    );
+    assert_eq!(st, 200, "{b}");
+    let (st, b) = call(
+        &c,
+        "POST",
+        "/v1/accounts",
+        Some(&json!({"name": "teamb", "parent": "org", "allocation_gpu_hours": 500})),
+    );
+    assert_eq!(st, 201, "{b}");
+}
+
+#[test]
+fn weights_and_policy_round_trip() {
+    let s = Server::start();
+    let c = s.unix();
+    let (st, b) = call(
+        &c,
+        "PATCH",
+        "/v1/weights",
+        Some(&json!({"set": {"B300": 2.5, "h100": 1.0}})),
+    );
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["by_type"]["b300"], 2.5);
+    let (st, b) = call(
+        &c,
+        "PATCH",
+        "/v1/policy",
+        Some(&json!({"hysteresis": 0.25, "window_secs": 86400})),
+    );
+    assert_eq!(st, 200, "{b}");
+    let (_, p) = call(&c, "GET", "/v1/policy", None);
+    assert_eq!(
+        (p["hysteresis"].as_f64(), p["window_secs"].as_i64()),
+        (Some(0.25), Some(86400))
+    );
+}
