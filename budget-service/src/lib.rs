@@ -22,6 +22,7 @@
 pub mod api;
 pub mod auth;
 pub mod config;
+pub mod ctl;
 pub mod db;
 pub mod error;
 pub mod ledger;

@@ -3,9 +3,12 @@
 //! `scenario` and `crash`) the real `budgetd` and `budgetctl` binaries.
 
 mod common;
+mod daemon;
 
 mod api;
 mod auth;
+mod crash;
 mod import;
+mod scenario;
 mod sync;
 mod tree;

@@ -1,0 +1,105 @@
+//! The real `budgetd` binary as a child process, and the real `budgetctl`.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use budget_client::{Client, Endpoint};
+
+pub const BUDGETD: &str = env!("CARGO_BIN_EXE_budgetd");
+pub const BUDGETCTL: &str = env!("CARGO_BIN_EXE_budgetctl");
+
+/// A running budgetd; killed (SIGKILL) on drop if still running.
+pub struct Daemon {
+    pub child: Child,
+    pub socket: PathBuf,
+}
+
+impl Daemon {
+    /// Starts budgetd on `db` and `socket` and waits until it answers.
+    pub fn start(db: &Path, socket: &Path) -> Daemon {
+        let child = Command::new(BUDGETD)
+            .arg("--db")
+            .arg(db)
+            .arg("--socket")
+            .arg(socket)
+            .env("BUDGET_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn budgetd");
+        let d = Daemon {
+            child,
+            socket: socket.to_path_buf(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if d.client()
+                .request("GET", "/v1/health", &[], None)
+                .is_ok_and(|r| r.status == 200)
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "budgetd did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(Endpoint::parse(&self.socket.display().to_string()).expect("endpoint"))
+            .with_timeout(Duration::from_secs(10))
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let pid = i32::try_from(self.child.id()).expect("pid");
+        // SAFETY: sending a signal to our own child process.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.kill9();
+        }
+    }
+}
+
+/// Runs the real budgetctl against `socket`.
+pub fn ctl(socket: &Path, args: &[&str]) -> Output {
+    Command::new(BUDGETCTL)
+        .args(args)
+        .env("BUDGET_SOCKET", socket)
+        .env("TZ", "UTC")
+        .env_remove("BUDGET_URL")
+        .env_remove("BUDGET_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run budgetctl")
+}
+
+/// Runs budgetctl and asserts exit 0; returns stdout.
+pub fn ctl_ok(socket: &Path, args: &[&str]) -> String {
+    let out = ctl(socket, args);
+    assert!(
+        out.status.success(),
+        "budgetctl {args:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
