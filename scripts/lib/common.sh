@@ -49,4 +49,6 @@ SB_SYSTEM_PLUGIN_DIR=/usr/lib/x86_64-linux-gnu/slurm-wlm
 # The testbed and --install-plugins copy target/release/lib<lib>.so to <file>.
 SB_PLUGINS=(
     "priority_budget:priority_budget.so"
+    "job_submit_budget:job_submit_budget.so"
+    "preempt_budget:preempt_budget.so"
 )

@@ -1,0 +1,209 @@
+//! The priority of one job from the in-memory snapshot: pure, no I/O, no Slurm types.
+//!
+//! Tier, then fair-share rank, then age (DESIGN 3.3), composed by
+//! `policy_core::priority::job_priority`. Everything Slurm-specific (reading the job
+//! record) is in `job.rs`; this module only decides, so it is unit-tested directly.
+//!
+//! Without any snapshot (budgetd never reached since the plugin loaded) every
+//! non-free job is treated as budgeted with equal rank: the queue degrades to FIFO by
+//! age, free-tier jobs still last (safe mode, DESIGN invariant 5). With a stale snapshot
+//! the last known ranking is kept.
+
+use budget_protocol::PluginSnapshot;
+use policy_core::Tier;
+use policy_core::comment::parse_comment;
+use policy_core::priority::{self, PriorityParts};
+
+/// What the priority depends on, read from a job record.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobKey<'a> {
+    pub account: &'a str,
+    /// User name, if known (Slurm leaves it NULL for pending jobs; see `users.rs`).
+    pub user: Option<&'a str>,
+    /// `--comment` text.
+    pub comment: Option<&'a str>,
+    /// `admin_comment`, where job_submit/budget stores validated values.
+    pub admin_comment: Option<&'a str>,
+    /// Seconds the job has been eligible to run.
+    pub age_secs: i64,
+    /// `details->nice` (NICE_OFFSET is neutral).
+    pub nice: u32,
+}
+
+/// The decision for one job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub parts: PriorityParts,
+    /// Leaf rank (0 = best) used, and the number of leaves it is out of.
+    pub rank: u32,
+    pub num_leaves: u32,
+    /// The account/user was found in the snapshot.
+    pub placed: bool,
+    /// Final priority after nice, never 0.
+    pub priority: u32,
+}
+
+/// True when the job opted into the free tier (`unallocated`/`free` in a comment).
+/// Malformed comments are not free: job_submit/budget rejects them at submission.
+pub fn is_free_tier(key: &JobKey<'_>) -> bool {
+    [key.admin_comment, key.comment]
+        .into_iter()
+        .flatten()
+        .any(|c| parse_comment(c).map(|r| r.free_tier).unwrap_or(false))
+}
+
+/// Decide tier, rank and priority for a job.
+pub fn decide(snapshot: Option<&PluginSnapshot>, key: &JobKey<'_>) -> Decision {
+    let free = is_free_tier(key);
+    let (tier, rank, num_leaves, placed) = match snapshot {
+        None => (if free { Tier::Free } else { Tier::Budgeted }, 0, 0, false),
+        Some(s) => {
+            let fs = &s.fair_share;
+            match fs.place(key.account, key.user.unwrap_or("")) {
+                Some(leaf) => (
+                    if free { Tier::Free } else { leaf.tier },
+                    leaf.rank,
+                    fs.num_leaves,
+                    true,
+                ),
+                // Unknown account: no allocation, so over budget and ranked last.
+                None => (
+                    if free { Tier::Free } else { Tier::OverBudget },
+                    fs.num_leaves,
+                    fs.num_leaves,
+                    false,
+                ),
+            }
+        }
+    };
+    let parts = priority::priority_parts(tier, rank, num_leaves, key.age_secs);
+    let base = priority::job_priority(tier, rank, num_leaves, key.age_secs);
+    Decision {
+        parts,
+        rank,
+        num_leaves,
+        placed,
+        priority: apply_nice(base, key.nice),
+    }
+}
+
+/// Apply `nice` the way priority/basic does (positive nice lowers), never reaching 0
+/// (0 means held).
+pub fn apply_nice(prio: u32, nice: u32) -> u32 {
+    let offset = i64::from(nice) - i64::from(slurm_ffi::NICE_OFFSET);
+    let p = (i64::from(prio) - offset).clamp(1, i64::from(u32::MAX));
+    p as u32
+}
+
+/// Seconds a job has been eligible: from `begin_time` if set (it is also pushed forward
+/// on requeue), else `submit_time`; 0 before eligibility.
+pub fn age_secs(now: i64, submit_time: i64, begin_time: i64) -> i64 {
+    let since = if begin_time > 0 {
+        begin_time.max(submit_time)
+    } else {
+        submit_time
+    };
+    if since <= 0 { 0 } else { (now - since).max(0) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use policy_core::{AccountSpec, FairShare, GpuWeights, MemberSpec, TreeSpec};
+
+    fn key<'a>(account: &'a str, user: &'a str, age: i64) -> JobKey<'a> {
+        JobKey {
+            account,
+            user: Some(user),
+            age_secs: age,
+            nice: slurm_ffi::NICE_OFFSET,
+            ..Default::default()
+        }
+    }
+
+    fn snapshot(usage: &[(&str, &str, f64)]) -> PluginSnapshot {
+        let tree: TreeSpec = TreeSpec {
+            root_allocation_gpu_hours: None,
+            accounts: vec![
+                AccountSpec {
+                    name: "teama".into(),
+                    parent: None,
+                    allocation_gpu_hours: 100.0,
+                    overcommit: false,
+                },
+                AccountSpec {
+                    name: "teamb".into(),
+                    parent: None,
+                    allocation_gpu_hours: 100.0,
+                    overcommit: false,
+                },
+            ],
+            members: vec![
+                MemberSpec {
+                    account: "teama".into(),
+                    user: "alice".into(),
+                    allocation_gpu_hours: None,
+                },
+                MemberSpec {
+                    account: "teamb".into(),
+                    user: "bob".into(),
+                    allocation_gpu_hours: None,
+                },
+            ],
+        };
+        let usage = usage
+            .iter()
+            .map(|(a, u, h)| ((a.to_string(), u.to_string()), h * 3600.0))
+            .collect();
+        let fs = FairShare::compute(&tree, &usage, 1000, policy_core::DEFAULT_WINDOW_SECS);
+        PluginSnapshot {
+            version: "1".into(),
+            generated_at: 1000,
+            policy: Default::default(),
+            weights: GpuWeights::default(),
+            fair_share: fs,
+            drains: vec![],
+        }
+    }
+
+    #[test]
+    fn no_snapshot_is_fifo_budgeted_and_nonzero() {
+        let old = decide(None, &key("teama", "alice", 600));
+        let young = decide(None, &key("teamb", "bob", 60));
+        assert_eq!(old.parts.tier, Tier::Budgeted);
+        assert!(old.priority > young.priority && young.priority > 0);
+        let mut free = key("teama", "alice", 6000);
+        free.comment = Some("unallocated");
+        assert!(decide(None, &free).priority < young.priority);
+    }
+
+    #[test]
+    fn lower_usage_ranks_higher_and_over_budget_is_below() {
+        let s = snapshot(&[("teama", "alice", 10.0), ("teamb", "bob", 50.0)]);
+        let a = decide(Some(&s), &key("teama", "alice", 0));
+        let b = decide(Some(&s), &key("teamb", "bob", 5000));
+        assert!(a.placed && b.placed);
+        assert!(a.priority > b.priority, "{a:?} {b:?}");
+        let s = snapshot(&[("teama", "alice", 150.0), ("teamb", "bob", 50.0)]);
+        let a = decide(Some(&s), &key("teama", "alice", 5000));
+        assert_eq!(a.parts.tier, Tier::OverBudget);
+        let unknown = decide(Some(&s), &key("nosuch", "eve", 5000));
+        assert!(!unknown.placed);
+        assert_eq!(unknown.parts.tier, Tier::OverBudget);
+    }
+
+    #[test]
+    fn nice_and_age() {
+        assert_eq!(apply_nice(100, slurm_ffi::NICE_OFFSET), 100);
+        assert_eq!(apply_nice(100, slurm_ffi::NICE_OFFSET + 10), 90);
+        assert_eq!(apply_nice(5, slurm_ffi::NICE_OFFSET + 10), 1);
+        assert_eq!(
+            apply_nice(u32::MAX - 1, slurm_ffi::NICE_OFFSET - 10),
+            u32::MAX
+        );
+        assert_eq!(age_secs(100, 40, 0), 60);
+        assert_eq!(age_secs(100, 40, 90), 10);
+        assert_eq!(age_secs(100, 40, 200), 0);
+        assert_eq!(age_secs(100, 0, 0), 0);
+    }
+}

@@ -1,0 +1,165 @@
+//! `sprio` support: `priority_p_get_priority_factors_list`.
+//!
+//! `sprio` recomputes each job's total client-side as
+//! `age + assoc + fs + js + part + qos + (site - NICE_OFFSET) - (nice - NICE_OFFSET)`
+//! (src/sprio/print.c), so we report our three components in those slots:
+//! tier base (1e9..3e9) in `priority_qos` (the QOS column: a tier is a QOS-like class;
+//! `priority_site` is a u32 offset by NICE_OFFSET and cannot hold 3e9), rank level x
+//! 10,000 in `priority_fs`, age minutes in `priority_age`; `priority_site` stays
+//! neutral (NICE_OFFSET). The sum is exactly our priority.
+//! `sprio` shows the age, fair-share and QOS columns only when `PriorityWeightAge`,
+//! `PriorityWeightFairshare` and `PriorityWeightQOS` are nonzero in slurm.conf (the
+//! testbed sets them; priority/budget does not otherwise use weights).
+//!
+//! Objects are allocated with Slurm's allocator and freed by our own list destructor,
+//! which frees exactly what we allocated (the object and its partition copy).
+
+use std::ffi::c_void;
+
+use slurm_ffi::sys::{self, job_record_t, priority_factors_object_t};
+use slurm_ffi::{NICE_OFFSET, SlurmList, job_state};
+use slurm_plugin_common::controller::{Controller, for_each};
+use slurm_plugin_common::cstr;
+
+use crate::compute;
+use crate::job;
+use crate::state::State;
+
+/// List destructor for our objects (`ListDelF`).
+unsafe extern "C" fn destroy_factors(p: *mut c_void) {
+    if p.is_null() {
+        return;
+    }
+    let obj = p.cast::<priority_factors_object_t>();
+    // SAFETY: `obj` was allocated by `new_object` below with slurm_xcalloc, and its
+    // partition with xstrdup; slurm_xfree takes the address of the pointer to free.
+    unsafe {
+        let mut part = (*obj).partition.cast::<c_void>();
+        sys::slurm_xfree(&mut part);
+        let mut o = p;
+        sys::slurm_xfree(&mut o);
+    }
+}
+
+fn new_object() -> *mut priority_factors_object_t {
+    // SAFETY: slurm_xcalloc(count, size, clear, try, file, line, func) returns zeroed
+    // memory (clear = true) or NULL with try = true.
+    unsafe {
+        sys::slurm_xcalloc(
+            1,
+            std::mem::size_of::<priority_factors_object_t>(),
+            true,
+            true,
+            c"priority_budget".as_ptr(),
+            0,
+            c"factors".as_ptr(),
+        )
+        .cast()
+    }
+}
+
+/// Filters of the request (22.05/23.x): job ids and uids.
+#[derive(Debug, Default)]
+pub struct Filter {
+    pub job_ids: Option<Vec<u32>>,
+    pub uids: Option<Vec<u32>>,
+}
+
+impl Filter {
+    fn keeps(&self, job: &job_record_t) -> bool {
+        self.job_ids
+            .as_ref()
+            .is_none_or(|ids| ids.contains(&job.job_id))
+            && self.uids.as_ref().is_none_or(|u| u.contains(&job.user_id))
+    }
+}
+
+/// Read a Slurm list of `uint32_t *` into a vector; `None` for a NULL list.
+///
+/// # Safety
+/// `list` must be NULL or a valid list of `uint32_t *`.
+pub unsafe fn u32_list(list: SlurmList) -> Option<Vec<u32>> {
+    if list.is_null() {
+        return None;
+    }
+    let mut v = Vec::new();
+    // SAFETY: forwarded contract; items are non-NULL u32 pointers (checked).
+    unsafe {
+        for_each(list, |p: *mut u32| {
+            if let Some(x) = p.as_ref() {
+                v.push(*x);
+            }
+        });
+    }
+    Some(v)
+}
+
+/// Build the factors list for pending jobs. `own_lock`: take the job read lock
+/// ourselves (22.05 calls us without locks). Returns NULL when nothing matches (Slurm
+/// treats NULL as an empty answer).
+pub fn factors_list(state: &State, filter: &Filter, own_lock: bool, now: i64) -> SlurmList {
+    let Ok(ctl) = Controller::get() else {
+        return std::ptr::null_mut();
+    };
+    let _guard = own_lock.then(|| ctl.job_read_lock());
+    let snapshot = state.current();
+    // SAFETY: list_create with our destructor.
+    let list = unsafe { sys::list_create(Some(destroy_factors)) };
+    if list.is_null() {
+        return list;
+    }
+    let mut count = 0u32;
+    let mut visit = |job: &mut job_record_t| {
+        if !job_state::is_pending(job.job_state) || job.priority == 0 || !filter.keeps(job) {
+            return;
+        }
+        let obj = new_object();
+        // SAFETY: obj is NULL or a zeroed object we own.
+        let Some(o) = (unsafe { obj.as_mut() }) else {
+            return;
+        };
+        o.job_id = job.job_id;
+        o.user_id = job.user_id;
+        // SAFETY: job fields read under the job lock.
+        let part = unsafe { job::text(job.partition) };
+        o.partition = part
+            .as_deref()
+            .map(cstr::xstrdup)
+            .unwrap_or(std::ptr::null_mut());
+        if job.direct_set_prio != 0 {
+            o.direct_prio = f64::from(job.priority);
+        } else {
+            // SAFETY: valid record under the lock.
+            let v = unsafe { job::view(job, &state.users) };
+            let d = compute::decide(snapshot.as_deref().map(|l| &l.snapshot), &v.key(now));
+            o.priority_qos = f64::from(policy_core::priority::tier_base(d.parts.tier));
+            o.priority_fs =
+                f64::from(d.parts.rank_level) * f64::from(policy_core::priority::AGE_SPAN);
+            o.priority_age = f64::from(d.parts.age_minutes);
+        }
+        o.priority_site = NICE_OFFSET;
+        o.nice = v_nice(job);
+        // SAFETY: valid list, object ownership passes to the list.
+        unsafe { sys::list_append(list, obj.cast()) };
+        count += 1;
+    };
+    match &_guard {
+        Some(g) => g.for_each_job(&mut visit),
+        // 23.02+: slurmctld already holds the job read lock for us.
+        // SAFETY: own_lock is false only where Slurm holds the job read lock.
+        None => unsafe { ctl.for_each_job_unlocked(&mut visit) },
+    }
+    if count == 0 {
+        // SAFETY: our list, empty.
+        unsafe { sys::list_destroy(list) };
+        return std::ptr::null_mut();
+    }
+    list
+}
+
+fn v_nice(job: &job_record_t) -> u32 {
+    // SAFETY: details is NULL or valid under the lock.
+    unsafe { job.details.as_ref() }
+        .map(|d| d.nice)
+        .unwrap_or(NICE_OFFSET)
+}

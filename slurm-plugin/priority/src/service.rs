@@ -1,0 +1,201 @@
+//! Talking to budgetd from the background thread (never from a callback).
+//!
+//! `GET /v1/snapshot` with `If-None-Match` (a 304 just confirms the snapshot is
+//! current) and `POST /v1/sync/jobs`, each bounded by `budget_timeout_ms` through
+//! `budget-client`. Failures are logged once when they start (and when the error
+//! changes) and once when they end, never on every pass.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use budget_client::{Client, Endpoint};
+use budget_protocol::{
+    JobRun, JobSync, PluginSnapshot, RunState, SNAPSHOT_PATH, SYNC_PATH, SyncOutcome,
+};
+use slurm_plugin_common::log;
+
+use crate::config::Config;
+use crate::state::{Loaded, State};
+
+/// Connection to budgetd plus the error-reporting state.
+#[derive(Debug)]
+pub struct Service {
+    client: Client,
+    socket: String,
+    etag: Option<String>,
+    snapshot_error: Option<String>,
+    sync_error: Option<String>,
+    /// Ended/requeued runs not yet acknowledged by budgetd. Slurm forgets finished jobs
+    /// after MinJobAge; keeping them here means an outage longer than that loses no run.
+    outbox: HashMap<(u32, u32), JobRun>,
+}
+
+/// Most ended runs kept while budgetd is unreachable (oldest dropped first is not
+/// tracked; beyond this, new ones are dropped and an error is logged).
+pub const OUTBOX_MAX: usize = 200_000;
+
+impl Service {
+    /// A service handle for `cfg`, or an error if the socket path is unusable.
+    pub fn new(cfg: &Config) -> Result<Service, String> {
+        let endpoint = Endpoint::parse(&cfg.socket).map_err(|e| e.to_string())?;
+        Ok(Service {
+            client: Client::new(endpoint)
+                .with_timeout(cfg.timeout)
+                .with_max_body(64 << 20),
+            socket: cfg.socket.clone(),
+            etag: None,
+            snapshot_error: None,
+            sync_error: None,
+            outbox: HashMap::new(),
+        })
+    }
+
+    /// Whether this handle still matches `cfg` (after `scontrol reconfigure`).
+    pub fn matches(&self, cfg: &Config) -> bool {
+        self.socket == cfg.socket && self.client.timeout() == cfg.timeout
+    }
+
+    fn report(slot: &mut Option<String>, what: &str, result: Result<(), String>) {
+        match result {
+            Ok(()) => {
+                if slot.take().is_some() {
+                    log::info(&format!("{what}: budgetd reachable again"));
+                }
+            }
+            Err(e) => {
+                if slot.as_deref() != Some(e.as_str()) {
+                    log::error(&format!(
+                        "{what} failed: {e} (logged once; retrying every period)"
+                    ));
+                    *slot = Some(e);
+                }
+            }
+        }
+    }
+
+    /// Fetch the snapshot; on success store it (or re-confirm it on 304).
+    pub fn refresh_snapshot(&mut self, state: &State, now: i64) {
+        let current = state.current();
+        let etag = if current.is_some() {
+            self.etag.as_deref()
+        } else {
+            None
+        };
+        let result = match self.client.get_if_none_match(SNAPSHOT_PATH, etag) {
+            Ok(None) => {
+                if let Some(l) = &current {
+                    l.confirmed_at.store(now, Ordering::Relaxed);
+                }
+                Ok(())
+            }
+            Ok(Some(resp)) => match resp.json::<PluginSnapshot>() {
+                Ok(snapshot) => {
+                    let first = current.is_none();
+                    self.etag = resp
+                        .etag()
+                        .map(str::to_string)
+                        .or_else(|| Some(snapshot.version.clone()));
+                    if first {
+                        log::info(&format!(
+                            "budget snapshot {} loaded: {} accounts/users ranked",
+                            snapshot.version, snapshot.fair_share.num_leaves
+                        ));
+                    }
+                    state.snapshot.store(Some(Arc::new(Loaded {
+                        snapshot,
+                        confirmed_at: AtomicI64::new(now),
+                    })));
+                    Ok(())
+                }
+                Err(e) => Err(format!("bad snapshot from {}: {e}", self.socket)),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        Self::report(&mut self.snapshot_error, "snapshot fetch", result);
+    }
+
+    /// Send job state. Ingestion is idempotent (keyed by job and run), so a retry
+    /// resends; ended runs missing from the current view (purged by Slurm) are added
+    /// from the outbox until budgetd acknowledges them.
+    pub fn send_jobs(&mut self, mut sync: JobSync) {
+        merge_outbox(&mut self.outbox, &mut sync.runs);
+        let result = self
+            .client
+            .post_json::<_, SyncOutcome>(SYNC_PATH, &sync)
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        if result.is_ok() {
+            self.outbox.clear();
+        } else {
+            for r in sync.runs.iter().filter(|r| is_final(r)) {
+                if self.outbox.len() >= OUTBOX_MAX && !self.outbox.contains_key(&(r.job_id, r.run))
+                {
+                    log::error("job sync outbox full: dropping ended runs until budgetd is back");
+                    break;
+                }
+                self.outbox.insert((r.job_id, r.run), r.clone());
+            }
+        }
+        Self::report(&mut self.sync_error, "job sync", result);
+    }
+}
+
+fn is_final(r: &JobRun) -> bool {
+    matches!(r.state, RunState::Ended | RunState::Requeued) && r.end.is_some()
+}
+
+/// Add outbox runs that the current batch does not already carry.
+fn merge_outbox(outbox: &mut HashMap<(u32, u32), JobRun>, runs: &mut Vec<JobRun>) {
+    if outbox.is_empty() {
+        return;
+    }
+    let present: std::collections::HashSet<(u32, u32)> =
+        runs.iter().map(|r| (r.job_id, r.run)).collect();
+    runs.extend(
+        outbox
+            .values()
+            .filter(|r| !present.contains(&(r.job_id, r.run)))
+            .cloned(),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(job_id: u32, run: u32, state: RunState, end: Option<i64>) -> JobRun {
+        JobRun {
+            job_id,
+            run,
+            account: "a".into(),
+            user: "u".into(),
+            partition: None,
+            gpus: 1,
+            gpu_type: None,
+            start: Some(1),
+            end,
+            state,
+            free_tier: false,
+            min_runtime_secs: 0,
+            nodes: None,
+            priority: None,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn outbox_adds_only_missing_runs() {
+        let mut outbox = HashMap::new();
+        outbox.insert((1, 0), run(1, 0, RunState::Ended, Some(9)));
+        outbox.insert((2, 0), run(2, 0, RunState::Requeued, Some(9)));
+        let mut runs = vec![
+            run(2, 0, RunState::Requeued, Some(9)),
+            run(3, 0, RunState::Running, None),
+        ];
+        merge_outbox(&mut outbox, &mut runs);
+        assert_eq!(runs.len(), 3);
+        assert!(runs.iter().any(|r| r.job_id == 1));
+        assert!(is_final(&runs[0]) && !is_final(&runs[1]));
+    }
+}
