@@ -212,7 +212,9 @@ fn main() {
         .layout_tests(true)
         .generate_comments(false)
         // Evaluates macros cexpr cannot (JOB_COMPLETING is `SLURM_BIT(15)`).
-        .clang_macro_fallback();
+        .clang_macro_fallback()
+        // ...whose scratch files go to OUT_DIR, not the source tree.
+        .clang_macro_fallback_build_dir(&out);
     for t in types {
         builder = builder.allowlist_type(t);
     }
