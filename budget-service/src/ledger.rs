@@ -568,4 +568,40 @@ mod tests {
         r.gpus = MAX_GPUS + 1;
         assert!(r.check().unwrap_err().contains("gpus"));
     }
+
+    proptest::proptest! {
+        /// The mirror's integer sums, weighted per type, equal policy_core's
+        /// per-run `window_usage` summed run by run; free runs stay apart;
+        /// merging a whole batch twice changes nothing.
+        #[test]
+        fn mirror_usage_equals_per_run_window_usage(
+            runs in proptest::collection::vec((0i64..1000, proptest::option::of(0i64..500), 0u32..9, 0usize..3, proptest::bool::ANY, 0usize..3), 0..40),
+            at in 0i64..1500,
+            len in 1i64..800,
+        ) {
+            let types = [None, Some("h100"), Some("b300")];
+            let weight = |t: Option<&str>| match t { Some("b300") => 2.5, Some(_) => 1.0, None => 0.5 };
+            let mut l = Ledger::default();
+            let mut expect_charged = 0.0;
+            let mut expect_free = 0.0;
+            for (i, &(start, dur, gpus, ty, free, who)) in runs.iter().enumerate() {
+                let mut r = rec(i as u32, 0, Some(start), dur.map(|d| start + d), if dur.is_some() { RunState::Ended } else { RunState::Running });
+                r.gpus = gpus;
+                r.gpu_type = types[ty].map(str::to_string);
+                r.free_tier = free;
+                r.user = format!("u{who}");
+                let run = Run { start, end: r.end, gpus, weight: weight(types[ty]) };
+                if free { expect_free += run.window_usage(at, len) } else { expect_charged += run.window_usage(at, len) }
+                proptest::prop_assert!(matches!(merge(None, &r), Merge::Insert(_)));
+                l.put(&r);
+                proptest::prop_assert_eq!(merge(l.get(i as u32, 0).as_ref(), &r), Merge::Unchanged);
+            }
+            let u = l.usage(at, len);
+            let total = |rows: &[(String, String, Option<String>, i128)]| -> f64 {
+                rows.iter().map(|(_, _, t, s)| *s as f64 * weight(t.as_deref())).sum()
+            };
+            proptest::prop_assert!((total(&u.charged) - expect_charged).abs() <= 1e-9 * expect_charged.max(1.0));
+            proptest::prop_assert!((total(&u.free) - expect_free).abs() <= 1e-9 * expect_free.max(1.0));
+        }
+    }
 }

@@ -326,3 +326,20 @@ fn unix_socket_callers_are_identified_by_uid() {
     let names = ctl_ok(&sock, &["account", "show", "--json"]);
     assert!(!names.contains("\"x\""));
 }
+
+#[test]
+fn sigterm_stops_budgetd_cleanly_and_a_stale_socket_is_replaced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("s.sock");
+    let db = dir.path().join("b.db");
+    let mut d = Daemon::start(&db, &sock);
+    ctl_ok(&sock, &["account", "add", "teama", "--allocation", "10"]);
+    let status = d.stop();
+    assert!(status.success(), "budgetd exited with {status}");
+    assert!(!sock.exists(), "socket left behind after SIGTERM");
+    // A stale socket file (nobody listening) does not stop a restart.
+    let stale = std::os::unix::net::UnixListener::bind(&sock).expect("stale socket");
+    drop(stale);
+    let _d = Daemon::start(&db, &sock);
+    assert!(ctl_ok(&sock, &["account", "show"]).contains("teama"));
+}
