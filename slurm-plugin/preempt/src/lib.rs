@@ -18,9 +18,10 @@
 //!   the sort's strict weak order; tier/rank order among pending jobs is the priority
 //!   plugin's job.
 //!
-//! Every hook runs under slurmctld's job lock: no I/O and no locking of Slurm here.
-//! Holdings (GPUs held per tree node by running non-free jobs) are recomputed only when
-//! `last_job_update` or the snapshot changes, so a scheduling pass pays for them once.
+//! Every hook runs under slurmctld's job lock: no I/O, no locking, and no walk of
+//! `job_list` (Slurm calls `preemptable` from inside a `list_for_each` over it). Holdings
+//! (GPUs held per tree node by running non-free jobs) are computed by a background
+//! thread under the job read lock whenever `last_job_update` or the snapshot changes.
 
 #![allow(non_upper_case_globals)]
 // The exports are C entry points: Slurm hands us raw pointers by contract, and they
@@ -58,7 +59,7 @@ const PLUGIN_TYPE: &str = "preempt/budget";
 struct Plugin {
     snapshots: Arc<SnapshotCache>,
     users: Arc<UserCache>,
-    holdings: Mutex<Option<Holdings>>,
+    holdings: Mutex<Option<Arc<Holdings>>>,
     workers: Mutex<Vec<Worker>>,
 }
 
@@ -87,12 +88,11 @@ pub extern "C" fn init() -> i32 {
                 Ok(w) => workers.push(w),
                 Err(e) => log::error(&format!("cannot start snapshot thread: {e}; safe mode")),
             }
-            let users = Arc::clone(&p.users);
-            match Worker::spawn("budget-users", Duration::from_secs(2), move || {
-                users.resolve_misses(lookup_uid);
+            match Worker::spawn("budget-holdings", Duration::from_secs(1), || {
+                refresh_holdings(plugin());
             }) {
                 Ok(w) => workers.push(w),
-                Err(e) => log::error(&format!("cannot start uid resolver: {e}")),
+                Err(e) => log::error(&format!("cannot start holdings thread: {e}; safe mode")),
             }
         }
         // SAFETY: slurm_conf is filled before plugins load; read-only here.
@@ -127,57 +127,68 @@ pub extern "C" fn fini() -> i32 {
     })
 }
 
-/// Controller globals we read under the caller's job lock.
-struct Globals {
-    job_list: *const slurm_ffi::SlurmList,
-    last_job_update: *const sys::time_t,
-}
-
-fn globals() -> Option<Globals> {
+fn last_job_update() -> Option<i64> {
     unsafe extern "C" {
         fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
     }
     // SAFETY: dlsym(RTLD_DEFAULT, name) only looks a symbol up.
-    let job_list = unsafe { dlsym(std::ptr::null_mut(), c"job_list".as_ptr()) };
-    // SAFETY: as above.
-    let last = unsafe { dlsym(std::ptr::null_mut(), c"last_job_update".as_ptr()) };
-    (!job_list.is_null() && !last.is_null()).then(|| Globals {
-        job_list: job_list.cast(),
-        last_job_update: last.cast(),
-    })
+    let p =
+        unsafe { dlsym(std::ptr::null_mut(), c"last_job_update".as_ptr()) } as *const sys::time_t;
+    // SAFETY: a time_t global of slurmctld; a racy read only delays a refresh by a tick.
+    (!p.is_null()).then(|| unsafe { p.read_volatile() })
 }
 
-/// The holdings for this pass: cached per (`last_job_update`, snapshot version).
-fn with_holdings<T>(now: i64, f: impl FnOnce(Option<&Holdings>) -> T) -> T {
-    let p = plugin();
+/// Background refresh of the holdings (GPUs held per tree node by running jobs).
+///
+/// Why not in the callback: Slurm calls `preempt_p_preemptable` from inside
+/// `list_for_each(job_list, ...)`, which holds `job_list`'s own list lock; walking
+/// `job_list` again there makes `list_iterator_create` fail with EDEADLK and slurmctld
+/// `fatal()`s (measured on 22.05.8). So this thread takes the job *read* lock for one
+/// short walk (no I/O under it) whenever `last_job_update` or the snapshot changed, and
+/// callbacks read the result: at most one tick (1 s) old.
+fn refresh_holdings(p: &Plugin) {
+    // Names first, with no Slurm lock held (NSS may block).
+    p.users.resolve_misses(lookup_uid);
+    let now = unix_now();
     let snap = p.snapshots.fresh(now);
-    let Some(g) = globals() else { return f(None) };
-    // SAFETY: last_job_update is a time_t global written under the job write lock;
-    // our caller holds the job lock.
-    let stamp = unsafe { g.last_job_update.read_volatile() };
-    let Ok(mut slot) = p.holdings.lock() else {
-        return f(None);
+    let Some(stamp) = last_job_update() else {
+        return;
     };
-    let stale = match (&*slot, &snap) {
-        (Some(h), s) => !h.matches(stamp, s.as_ref()),
-        (None, _) => true,
+    let current = match p.holdings.lock() {
+        Ok(g) => g.clone(),
+        Err(_) => return,
     };
-    if stale {
-        let default_min = p.snapshots.policy().default_min_runtime_secs;
-        let mut running = Vec::new();
-        // SAFETY: job_list is a List of job_record_t* read under the caller's job lock.
-        unsafe {
-            controller::for_each(*g.job_list, |j: *mut job_record_t| {
-                if let Some(job) = j.as_ref()
-                    && is_running(job)
-                {
-                    running.push(facts(job, &p.users, default_min));
-                }
-            });
-        }
-        *slot = Some(Holdings::compute(stamp, snap, running));
+    if current
+        .as_ref()
+        .is_some_and(|h| h.matches(stamp, snap.as_ref()))
+    {
+        return;
     }
-    f(slot.as_ref())
+    let Ok(ctl) = controller::Controller::get() else {
+        return;
+    };
+    let default_min = p.snapshots.policy().default_min_runtime_secs;
+    let mut running = Vec::new();
+    {
+        let guard = ctl.job_read_lock();
+        guard.for_each_job(|job| {
+            if is_running(job) {
+                running.push(facts(job, &p.users, default_min));
+            }
+        });
+    }
+    let h = Arc::new(Holdings::compute(stamp, snap, running));
+    if let Ok(mut g) = p.holdings.lock() {
+        *g = Some(h);
+    }
+}
+
+/// The latest holdings if they were computed from a still-fresh snapshot; `None` means
+/// safe mode (free-tier victims only).
+fn current_holdings(now: i64) -> Option<Arc<Holdings>> {
+    let p = plugin();
+    let h = p.holdings.lock().ok()?.clone()?;
+    (h.has_snapshot() && p.snapshots.fresh(now).is_some()).then_some(h)
 }
 
 fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
@@ -190,16 +201,15 @@ fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
     let policy = p.snapshots.policy();
     let v = facts(victim, &p.users, default_min);
     let r = facts(preemptor, &p.users, default_min);
-    with_holdings(now, |h| {
-        let decision = decide(h, &policy, &r, &v, now);
-        if decision.is_ok() {
-            log::debug(&format!(
-                "job {} may preempt job {}: {decision:?}",
-                r.job_id, v.job_id
-            ));
-        }
-        decision.is_ok()
-    })
+    let h = current_holdings(now);
+    let decision = decide(h.as_deref(), &policy, &r, &v, now);
+    if decision.is_ok() {
+        log::debug(&format!(
+            "job {} may preempt job {}: {decision:?}",
+            r.job_id, v.job_id
+        ));
+    }
+    decision.is_ok()
 }
 
 fn victim_prio(job: &job_record_t) -> u32 {

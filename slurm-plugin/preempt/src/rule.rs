@@ -59,6 +59,11 @@ impl Holdings {
             }
     }
 
+    /// Whether these were computed with a snapshot (else: safe mode).
+    pub fn has_snapshot(&self) -> bool {
+        self.snapshot.is_some()
+    }
+
     /// Whether `nodes` (a hostlist) touches a drained node.
     pub fn on_drained_node(&self, nodes: Option<&str>) -> bool {
         !self.drained.is_empty()
