@@ -16,7 +16,9 @@
 //! - Array tasks `123_4` (without `JobIDRaw`) are keyed `(123, 2^30 + 4*256 + n)`
 //!   (n: the task's run); plugin-synced runs never reach 2^30, so keys never
 //!   collide. With a `JobIDRaw` column the task's own job id is used instead.
-//! - PENDING lines and runs that never started are skipped (not an error);
+//! - PENDING lines, runs that never started and RUNNING array tasks without
+//!   `JobIDRaw` (their key could never match the plugin's, so they would never
+//!   be closed; the plugin's sync records them) are skipped, with the reason;
 //!   heterogeneous components (`123+1`) are errors.
 //! - Unknown accounts are errors of their line.
 
@@ -155,13 +157,13 @@ pub fn parse(
             tz,
             known_account,
         ) {
-            Ok(Some(mut l)) => {
+            Ok(Ok(mut l)) => {
                 l.line = no;
                 good.push(l);
             }
-            Ok(None) => out.skipped.push(LineError {
+            Ok(Err(why)) => out.skipped.push(LineError {
                 line: no,
-                error: "not started (pending or cancelled before start)".into(),
+                error: why,
             }),
             Err(e) => out.invalid.push(LineError { line: no, error: e }),
         }
@@ -220,7 +222,7 @@ fn parse_line<'a>(
     c_raw: Option<usize>,
     tz: &TimeZone,
     known_account: &dyn Fn(&str) -> bool,
-) -> Result<Option<Line>, String> {
+) -> Result<Result<Line, String>, String> {
     let state_text = f(c_state);
     let state_word = state_text
         .split_whitespace()
@@ -228,7 +230,7 @@ fn parse_line<'a>(
         .unwrap_or("")
         .to_ascii_uppercase();
     let state = match state_word.as_str() {
-        "PENDING" => return Ok(None),
+        "PENDING" => return Ok(Err("pending".into())),
         "RUNNING" | "SUSPENDED" => RunState::Running,
         "REQUEUED" | "REQUEUE_HOLD" | "REQUEUE_FED" | "PREEMPTED" => RunState::Requeued,
         "COMPLETED" | "FAILED" | "CANCELLED" | "TIMEOUT" | "NODE_FAIL" | "OUT_OF_MEMORY"
@@ -277,7 +279,7 @@ fn finish<'a>(
     state: RunState,
     tz: &TimeZone,
     known_account: &dyn Fn(&str) -> bool,
-) -> Result<Option<Line>, String> {
+) -> Result<Result<Line, String>, String> {
     let account = f(c_acc).to_ascii_lowercase();
     if account.is_empty() {
         return Err("empty Account".into());
@@ -294,7 +296,16 @@ fn finish<'a>(
     let (gpus, gpu_type) = parse_tres(f(c_tres))?;
     let start = parse_sacct_time("Start", f(c_start), tz)?;
     let end = parse_sacct_time("End", f(c_end), tz)?;
-    let Some(start) = start else { return Ok(None) };
+    let Some(start) = start else {
+        return Ok(Err("never started (cancelled before start)".into()));
+    };
+    if state == RunState::Running && array_task.is_some() {
+        // Its key here cannot match the one the plugin will sync (the task's
+        // own job id), so it would never be closed: the plugin records it.
+        return Ok(Err(
+            "running array task without JobIDRaw: the plugin's sync records it".into(),
+        ));
+    }
     match (state, end) {
         (RunState::Running, Some(_)) => return Err("a RUNNING line cannot have an End time".into()),
         (RunState::Ended | RunState::Requeued, None) => {
@@ -313,7 +324,7 @@ fn finish<'a>(
         _ => {}
     }
     let partition = c_part.map(f).filter(|p| !p.is_empty()).map(str::to_string);
-    Ok(Some(Line {
+    Ok(Ok(Line {
         line: 0,
         job_id,
         array_task,
@@ -411,11 +422,13 @@ mod tests {
                      12|teama|alice|gpu|gres/gpu=1|2026-01-01T02:00:00|2026-01-01T03:00:00|COMPLETED\n\
                      12|teama|alice|gpu|gres/gpu=1|2026-01-01T00:00:00|2026-01-01T01:00:00|REQUEUED\n\
                      13_7|teama|alice|gpu|gres/gpu=1|2026-01-01T00:00:00|2026-01-01T00:10:00|CANCELLED by 0\n\
-                     14|teama|alice|gpu|gres/gpu=1|Unknown|Unknown|PENDING\n",
+                     14|teama|alice|gpu|gres/gpu=1|Unknown|Unknown|PENDING\n\
+                     15_2|teama|alice|gpu|gres/gpu=1|2026-01-01T00:00:00|Unknown|RUNNING\n",
         );
         assert!(out.invalid.is_empty(), "{:?}", out.invalid);
-        assert_eq!(out.lines, 6);
-        assert_eq!(out.skipped.len(), 1);
+        assert_eq!(out.lines, 7);
+        assert_eq!(out.skipped.len(), 2);
+        assert!(out.skipped[1].error.contains("running array task"));
         let r10 = &out.records[0];
         assert_eq!(
             (r10.job_id, r10.run, r10.gpus, r10.gpu_type.as_deref()),
