@@ -917,3 +917,42 @@ impl Ctl {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from([
+            "budgetctl",
+            "share",
+            "--at",
+            "2026-01-01T00:00:00Z",
+            "--json",
+        ])
+        .expect("parse");
+        assert!(cli.json);
+        let cli = Cli::try_parse_from(["budgetctl", "usage", "import", "f.txt", "--skip-invalid"])
+            .expect("parse");
+        assert!(matches!(
+            cli.command,
+            Command::Usage(UsageArgs {
+                command: Some(UsageCmd::Import {
+                    skip_invalid: true,
+                    ..
+                }),
+                ..
+            })
+        ));
+        assert!(
+            Cli::try_parse_from(["budgetctl", "account", "add", "x", "--allocation", "-5"]).is_ok()
+        );
+        assert!(
+            Cli::try_parse_from(["budgetctl", "account", "add", "x", "--allocation", "lots"])
+                .is_err()
+        );
+    }
+}
