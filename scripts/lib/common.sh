@@ -52,3 +52,22 @@ SB_PLUGINS=(
     "job_submit_budget:job_submit_budget.so"
     "preempt_budget:preempt_budget.so"
 )
+
+# Renders a slurm-conf/ template: replaces every @KEY@ with its value and refuses to
+# write a file with a placeholder left (the testbed and the Docker testbed share it).
+render() { # template out, then KEY=VALUE pairs
+    local tmpl="$1" out="$2"; shift 2
+    python3 - "$tmpl" "$out" "$@" <<'PY'
+import sys
+tmpl, out, pairs = sys.argv[1], sys.argv[2], sys.argv[3:]
+text = open(tmpl).read()
+for p in pairs:
+    k, v = p.split("=", 1)
+    text = text.replace("@" + k + "@", v)
+import re
+left = sorted(set(re.findall(r"@[A-Z][A-Z_]+@", text)))
+if left:
+    sys.exit("unsubstituted placeholders in %s: %s" % (tmpl, " ".join(left)))
+open(out, "w").write(text)
+PY
+}
