@@ -50,6 +50,7 @@ pub const DOCUMENT: &str = r##"{
     },
     "/v1/members/{account}/{user}": {
       "parameters": [ { "name": "account", "in": "path", "required": true, "schema": { "type": "string" } }, { "name": "user", "in": "path", "required": true, "schema": { "type": "string" } } ],
+      "patch": { "summary": "Set a member's explicit allocation ({\"allocation_gpu_hours\": number}; null: share the account's rest equally).", "requestBody": { "content": { "application/json": { "schema": { "type": "object", "properties": { "allocation_gpu_hours": { "type": "number", "nullable": true } }, "additionalProperties": false } } } }, "responses": { "200": { "description": "the new Member" }, "404": { "description": "not a member" }, "422": { "description": "bad allocation or above the account's" } } },
       "delete": { "summary": "Remove a user from an account.", "responses": { "204": { "description": "removed" } } }
     },
     "/v1/coordinators": {

@@ -520,6 +520,63 @@ impl Store {
         Ok(m)
     }
 
+    /// Sets (or, with `None`, clears) a member's explicit allocation.
+    pub fn modify_member(
+        &mut self,
+        actor: &str,
+        account: &str,
+        user: &str,
+        allocation: Option<f64>,
+        now: i64,
+    ) -> AppResult<MemberSpec> {
+        let Some(old) = self
+            .tree
+            .members
+            .iter()
+            .find(|m| m.account == account && m.user == user)
+            .cloned()
+        else {
+            return Err(AppError::NotFound(format!(
+                "user {user:?} is not a member of account {account:?}"
+            )));
+        };
+        let new = MemberSpec {
+            allocation_gpu_hours: allocation,
+            ..old.clone()
+        };
+        if new == old {
+            return Ok(new);
+        }
+        let mut tree = self.tree.clone();
+        if let Some(m) = tree
+            .members
+            .iter_mut()
+            .find(|m| m.account == account && m.user == user)
+        {
+            *m = new.clone();
+        }
+        tree.validate()?;
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "UPDATE members SET allocation = ?3 WHERE user = ?1 AND account = ?2",
+            params![user, account, allocation],
+        )?;
+        audit(
+            &tx,
+            now,
+            actor,
+            "member.modify",
+            &format!("{account}/{user}"),
+            Some(json!(old)),
+            Some(json!(new)),
+        )?;
+        let g = bump(&tx, &self.generation)?;
+        tx.commit()?;
+        self.tree = tree;
+        self.generation.store(g, Ordering::SeqCst);
+        Ok(new)
+    }
+
     /// Removes a user from an account.
     pub fn remove_member(
         &mut self,

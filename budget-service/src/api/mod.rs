@@ -182,7 +182,10 @@ pub fn app(state: AppState) -> Router {
             "/v1/members",
             get(tree::list_members).post(tree::add_member),
         )
-        .route("/v1/members/{account}/{user}", delete(tree::remove_member))
+        .route(
+            "/v1/members/{account}/{user}",
+            delete(tree::remove_member).patch(tree::modify_member),
+        )
         .route(
             "/v1/coordinators",
             get(tree::list_coordinators).post(tree::add_coordinator),

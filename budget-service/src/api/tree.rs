@@ -207,6 +207,37 @@ pub async fn add_member(
     .await
 }
 
+/// `PATCH /v1/members/{account}/{user}` body; `null` clears the explicit
+/// allocation (the member then shares the account's rest equally).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberPatch {
+    allocation_gpu_hours: Option<f64>,
+}
+
+pub async fn modify_member(
+    State(st): State<AppState>,
+    caller: Caller,
+    Path((account, user)): Path<(String, String)>,
+    ApiJson(p): ApiJson<MemberPatch>,
+) -> AppResult<Json<MemberSpec>> {
+    let st2 = st.clone();
+    st.with_store(move |s| {
+        let scope = Scope::of(&caller, s.tree(), s.coordinators());
+        if !scope.can_manage_under(&account) {
+            return Err(caller.refuse(&st2, &format!("change members of {account:?}")));
+        }
+        Ok(Json(s.modify_member(
+            &caller.actor(),
+            &account,
+            &user,
+            p.allocation_gpu_hours,
+            now(),
+        )?))
+    })
+    .await
+}
+
 pub async fn remove_member(
     State(st): State<AppState>,
     caller: Caller,

@@ -56,6 +56,9 @@ pub enum Command {
     /// Manage account coordinators.
     #[command(subcommand)]
     Coordinator(CoordinatorCmd),
+    /// Set budgets: an account's allocation, or a member's own allocation.
+    #[command(subcommand)]
+    Budget(BudgetCmd),
     /// GPU-type billing weights.
     #[command(subcommand)]
     Weights(WeightsCmd),
@@ -146,6 +149,19 @@ pub enum CoordinatorCmd {
     },
     /// List coordinators.
     Show,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BudgetCmd {
+    /// `budget set ACCOUNT GPUH` sets the account's allocation;
+    /// `budget set ACCOUNT GPUH --user U` the member's (`none`: share equally).
+    Set {
+        account: String,
+        #[arg(value_name = "GPUH|none", allow_negative_numbers = true)]
+        gpu_hours: String,
+        #[arg(long)]
+        user: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -339,6 +355,7 @@ impl Ctl {
             Command::Account(c) => self.account(c),
             Command::User(c) => self.user(c),
             Command::Coordinator(c) => self.coordinator(c),
+            Command::Budget(c) => self.budget(c),
             Command::Weights(c) => self.weights(c),
             Command::Policy(c) => self.policy(c),
             Command::Share { at } => self.share(at.as_deref()),
@@ -530,6 +547,49 @@ impl Ctl {
                         })
                         .unwrap_or_default();
                     render(&["ACCOUNT", "COORDINATOR"], &rows)
+                })
+            }
+        }
+    }
+
+    fn budget(&self, c: &BudgetCmd) -> anyhow::Result<()> {
+        let BudgetCmd::Set {
+            account,
+            gpu_hours,
+            user,
+        } = c;
+        let value: Option<f64> = if gpu_hours.eq_ignore_ascii_case("none") {
+            None
+        } else {
+            Some(gpu_hours.parse().map_err(|_| {
+                UsageError(format!("GPUH must be a number or none, got {gpu_hours:?}"))
+            })?)
+        };
+        match (user, value) {
+            (None, None) => bail!(UsageError("an account's allocation cannot be none".into())),
+            (None, Some(v)) => {
+                let r = self.send_json(
+                    "PATCH",
+                    &format!("/v1/accounts/{}", enc(account)),
+                    &json!({"allocation_gpu_hours": v}),
+                )?;
+                self.out(&r, |r| {
+                    format!(
+                        "account {}: {} GPU-h per window\n",
+                        s(&r["name"]),
+                        s(&r["allocation_gpu_hours"])
+                    )
+                })
+            }
+            (Some(u), v) => {
+                let r = self.send_json(
+                    "PATCH",
+                    &format!("/v1/members/{}/{}", enc(account), enc(u)),
+                    &json!({"allocation_gpu_hours": v}),
+                )?;
+                self.out(&r, |r| match r["allocation_gpu_hours"].as_f64() {
+                    Some(h) => format!("user {u} in {account}: {} GPU-h per window\n", num(h, 3)),
+                    None => format!("user {u} in {account}: an equal share of the account\n"),
                 })
             }
         }

@@ -11,7 +11,7 @@ const ROUTES: &[(&str, &[&str])] = &[
     ("/v1/accounts", &["get", "post"]),
     ("/v1/accounts/{name}", &["get", "patch", "delete"]),
     ("/v1/members", &["get", "post"]),
-    ("/v1/members/{account}/{user}", &["delete"]),
+    ("/v1/members/{account}/{user}", &["delete", "patch"]),
     ("/v1/coordinators", &["get", "post"]),
     ("/v1/coordinators/{account}/{user}", &["delete"]),
     ("/v1/weights", &["get", "patch"]),

@@ -42,6 +42,7 @@ fn share_at_t_matches_a_hand_computed_window() {
         &["user", "add", "bob", "--account", "teamb"],
         &["user", "add", "carl", "--account", "teamc"],
         &["weights", "set", "h100=1", "b300=2.5"],
+        &["budget", "set", "teama", "600"],
     ] {
         ctl_ok(&sock, args);
     }
@@ -237,6 +238,13 @@ fn budgetctl_reports_errors_with_exit_codes_and_changes_nothing() {
         (&["weights", "set", "h100"], 2, "TYPE=WEIGHT"),
         (&["share", "--at", "yesterday"], 2, "RFC 3339"),
         (&["why", "77"], 1, "not in the ledger"),
+        (&["budget", "set", "teama", "none"], 2, "cannot be none"),
+        (&["budget", "set", "teama", "-1"], 1, "finite number >= 0"),
+        (
+            &["budget", "set", "teama", "5", "--user", "ghost"],
+            1,
+            "not a member",
+        ),
     ];
     for (args, code, needle) in cases {
         let out = ctl(&sock, args);

@@ -271,6 +271,53 @@ fn every_bad_tree_input_is_refused_and_changes_nothing() {
         409,
         "already a member",
     );
+    // member allocations: above the account's, negative, unknown member
+    refused(
+        &c,
+        "PATCH",
+        "/v1/members/teama/alice",
+        &post(json!({"allocation_gpu_hours": 1000})),
+        422,
+        "above its allocation",
+    );
+    refused(
+        &c,
+        "PATCH",
+        "/v1/members/teama/alice",
+        &post(json!({"allocation_gpu_hours": -1})),
+        422,
+        "finite number >= 0",
+    );
+    refused(
+        &c,
+        "PATCH",
+        "/v1/members/teama/bob",
+        &post(json!({"allocation_gpu_hours": 1})),
+        404,
+        "not a member",
+    );
+    let (st, b) = call(
+        &c,
+        "PATCH",
+        "/v1/members/teama/alice",
+        Some(&json!({"allocation_gpu_hours": 50})),
+    );
+    assert_eq!(
+        (st, b["allocation_gpu_hours"].as_f64()),
+        (200, Some(50.0)),
+        "{b}"
+    );
+    let (st, b) = call(
+        &c,
+        "PATCH",
+        "/v1/members/teama/alice",
+        Some(&json!({"allocation_gpu_hours": null})),
+    );
+    assert_eq!(
+        (st, b["allocation_gpu_hours"].is_null()),
+        (200, true),
+        "{b}"
+    );
     // weights and policy
     refused(
         &c,
