@@ -4,7 +4,8 @@
 //! Example:
 //! ```toml
 //! snapshot_refresh_secs = 15      # recompute the plugin snapshot at least this often
-//! body_limit_bytes = 4194304
+//! body_limit_bytes = 4194304     # JSON bodies
+//! import_limit_bytes = 268435456 # usage import (sacct text)
 //!
 //! [admins]
 //! uids = [990]                    # uid 0 and the uid running budgetd are always admins
@@ -79,6 +80,9 @@ pub struct Config {
     /// Largest accepted request body.
     #[serde(default = "default_body_limit")]
     pub body_limit_bytes: usize,
+    /// Largest accepted `usage import` file (sacct text).
+    #[serde(default = "default_import_limit")]
+    pub import_limit_bytes: usize,
 }
 
 fn default_refresh() -> i64 {
@@ -89,6 +93,10 @@ fn default_body_limit() -> usize {
     4 * 1024 * 1024
 }
 
+fn default_import_limit() -> usize {
+    256 * 1024 * 1024
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -97,6 +105,7 @@ impl Default for Config {
             policy: PolicyPatch::default(),
             snapshot_refresh_secs: default_refresh(),
             body_limit_bytes: default_body_limit(),
+            import_limit_bytes: default_import_limit(),
         }
     }
 }
@@ -140,8 +149,8 @@ impl Config {
         if cfg.snapshot_refresh_secs < 1 {
             return Err("snapshot_refresh_secs must be >= 1".into());
         }
-        if cfg.body_limit_bytes < 1024 {
-            return Err("body_limit_bytes must be >= 1024".into());
+        if cfg.body_limit_bytes < 1024 || cfg.import_limit_bytes < 1024 {
+            return Err("body_limit_bytes and import_limit_bytes must be >= 1024".into());
         }
         let policy = cfg.policy.apply(&budget_protocol::Policy::default());
         crate::policy::validate(&policy).map_err(|e| format!("[policy]: {e}"))?;

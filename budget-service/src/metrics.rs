@@ -135,6 +135,17 @@ pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) 
         "Store generation of the current snapshot.",
     );
     let _ = writeln!(out, "budget_snapshot_generation {}", snap.generation);
+    family(
+        &mut out,
+        "budget_snapshot_info",
+        "gauge",
+        "Version (ETag) of the current snapshot.",
+    );
+    let _ = writeln!(
+        out,
+        "budget_snapshot_info{{version=\"{}\"}} 1",
+        esc(&snap.snapshot.version)
+    );
     let c = &state.counters;
     let counters: [(&str, &str, u64); 8] = [
         (

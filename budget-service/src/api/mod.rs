@@ -29,9 +29,9 @@ use crate::state::AppState;
 #[derive(Debug)]
 pub struct ApiJson<T>(pub T);
 
-fn body_error(e: BytesRejection, state: &AppState) -> AppError {
+fn body_error(e: BytesRejection, limit: usize) -> AppError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        AppError::TooLarge(state.config.body_limit_bytes)
+        AppError::TooLarge(limit)
     } else {
         AppError::BadRequest(e.body_text())
     }
@@ -54,7 +54,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let bytes = Bytes::from_request(req, state)
             .await
-            .map_err(|e| body_error(e, state))?;
+            .map_err(|e| body_error(e, state.config.body_limit_bytes))?;
         // Fast path; on failure parse again with path tracking for the message
         // (serde_path_to_error costs ~2x on large bodies such as 10k-run syncs).
         if let Ok(v) = serde_json::from_slice::<T>(&bytes) {
@@ -77,7 +77,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
     }
 }
 
-/// A text body (UTF-8), with the same size limit.
+/// A text body (UTF-8) for `usage import`, under its own, larger limit.
 #[derive(Debug)]
 pub struct ApiText(pub String);
 
@@ -87,7 +87,7 @@ impl FromRequest<AppState> for ApiText {
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let bytes = Bytes::from_request(req, state)
             .await
-            .map_err(|e| body_error(e, state))?;
+            .map_err(|e| body_error(e, state.config.import_limit_bytes))?;
         String::from_utf8(bytes.to_vec())
             .map(ApiText)
             .map_err(|e| AppError::BadRequest(format!("body is not UTF-8 text: {e}")))
@@ -201,7 +201,10 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/policy", get(tree::get_policy).patch(tree::set_policy))
         .route("/v1/audit", get(tree::audit))
         .route("/v1/usage", get(jobs::usage))
-        .route("/v1/usage/import", post(jobs::import))
+        .route(
+            "/v1/usage/import",
+            post(jobs::import).layer(DefaultBodyLimit::max(state.config.import_limit_bytes)),
+        )
         .route("/v1/share", get(jobs::share))
         .route(budget_protocol::SNAPSHOT_PATH, get(jobs::snapshot))
         .route(budget_protocol::SYNC_PATH, post(jobs::sync))

@@ -88,6 +88,7 @@ fn metrics_report_usage_tiers_and_errors() {
         "budget_sync_runs_total{outcome=\"inserted\"} 2",
         "budget_http_errors_total{class=\"4xx\"} 1",
         "budget_snapshot_age_seconds",
+        "budget_snapshot_info{version=\"",
     ] {
         assert!(text.contains(needle), "metrics lack {needle:?}:\n{text}");
     }

@@ -17,7 +17,7 @@ pub const ALICE_TOKEN: &str = "alice-token-0001";
 /// Config with one token per role.
 pub fn config_text() -> String {
     format!(
-        "body_limit_bytes = 65536\n[[tokens]]\ntoken = \"{ADMIN_TOKEN}\"\nuser = \"ops\"\nrole = \"admin\"\n\
+        "body_limit_bytes = 65536\nimport_limit_bytes = 200000\n[[tokens]]\ntoken = \"{ADMIN_TOKEN}\"\nuser = \"ops\"\nrole = \"admin\"\n\
          [[tokens]]\ntoken = \"{READER_TOKEN}\"\nuser = \"prom\"\nrole = \"reader\"\n\
          [[tokens]]\ntoken = \"{CAROL_TOKEN}\"\nuser = \"carol\"\n\
          [[tokens]]\ntoken = \"{ALICE_TOKEN}\"\nuser = \"alice\"\n"

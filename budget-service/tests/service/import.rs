@@ -138,3 +138,29 @@ fn bad_header_empty_file_and_non_admins_are_refused() {
     assert_eq!(r.status, 400);
     assert_eq!(observable(&c), before);
 }
+
+#[test]
+fn import_has_its_own_larger_body_limit() {
+    let s = setup();
+    let c = s.unix();
+    // ~100 KB: above the JSON limit (64 KiB in the test config), below the import limit.
+    let mut text = format!("{HEADER}\n");
+    for i in 0..1200 {
+        text.push_str(&format!(
+            "{}|teama|alice|gpu|gres/gpu=1|2026-01-01T00:00:00|2026-01-01T01:00:00|COMPLETED\n",
+            5000 + i
+        ));
+    }
+    assert!(text.len() > 65_536 && text.len() < 200_000);
+    let (st, b) = import(&c, &text, false);
+    assert_eq!((st, b["inserted"].as_u64()), (200, Some(1200)), "{b}");
+    let before = observable(&c);
+    let mut big = text.clone();
+    while big.len() < 300_000 {
+        big.push_str(&text[HEADER.len() + 1..]);
+    }
+    let (st, b) = import(&c, &big, true);
+    assert_eq!(st, 413, "{b}");
+    assert!(err(&b).contains("limit of 200000 bytes"), "{b}");
+    assert_eq!(observable(&c), before);
+}
