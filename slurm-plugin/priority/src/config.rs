@@ -8,6 +8,9 @@
 //! - `budget_max_age=SECS`  snapshot age that enters safe mode; overrides the snapshot's
 //!   own `policy.snapshot_max_age_secs` when set
 //! - `budget_sync=0|1`      send job state to budgetd (default 1)
+//! - `budget_pass_log=0|1`  log every background pass at info level with its timings
+//!   (pending jobs, priorities changed, runs, job-lock hold time); default 0, where the
+//!   same line is logged at debug level only (benchmarks parse it: scripts/bench-slurm)
 
 use std::time::Duration;
 
@@ -22,6 +25,7 @@ pub struct Config {
     pub timeout: Duration,
     pub max_age_secs: Option<i64>,
     pub sync_jobs: bool,
+    pub pass_log: bool,
 }
 
 impl Default for Config {
@@ -32,6 +36,7 @@ impl Default for Config {
             timeout: Duration::from_millis(1000),
             max_age_secs: None,
             sync_jobs: true,
+            pass_log: false,
         }
     }
 }
@@ -84,6 +89,7 @@ impl Config {
                     num(key, value, 1, 86_400 * 7).map(|n| c.max_age_secs = Some(n as i64))
                 }
                 "budget_sync" => num(key, value, 0, 1).map(|n| c.sync_jobs = n == 1),
+                "budget_pass_log" => num(key, value, 0, 1).map(|n| c.pass_log = n == 1),
                 _ => Ok(()),
             };
             if let Err(e) = r {
@@ -101,7 +107,7 @@ mod tests {
     #[test]
     fn parses_keys_and_keeps_defaults() {
         let (c, e) = Config::parse(
-            "budget_socket=/tmp/b.sock,budget_period=2,PriorityFlags=x,budget_timeout_ms=250,budget_max_age=30,budget_sync=0",
+            "budget_socket=/tmp/b.sock,budget_period=2,PriorityFlags=x,budget_timeout_ms=250,budget_max_age=30,budget_sync=0,budget_pass_log=1",
         );
         assert!(e.is_empty(), "{e:?}");
         assert_eq!(c.socket, "/tmp/b.sock");
@@ -109,6 +115,7 @@ mod tests {
         assert_eq!(c.timeout, Duration::from_millis(250));
         assert_eq!(c.max_age_secs, Some(30));
         assert!(!c.sync_jobs);
+        assert!(c.pass_log);
         let (c, e) = Config::parse("budget_period=0,budget_timeout_ms=abc");
         assert_eq!(e.len(), 2);
         assert_eq!(c, Config::default());

@@ -29,6 +29,8 @@ pub struct PassStats {
     pub changed: u32,
     pub runs: u32,
     pub lock_micros: u128,
+    /// Time spent sending the runs to budgetd (after unlocking).
+    pub sync_micros: u128,
 }
 
 /// Current Unix time.
@@ -109,14 +111,22 @@ pub fn run_pass(state: &State, service: Option<&mut Service>) -> PassStats {
     if let Some(svc) = service
         && collect
     {
+        let t = Instant::now();
         svc.send_jobs(JobSync {
             collected_at: now(),
             runs,
         });
+        stats.sync_micros = t.elapsed().as_micros();
     }
-    log::debug(&format!(
-        "pass: {} pending, {} priorities changed, {} runs, job lock held {} us",
-        stats.pending, stats.changed, stats.runs, stats.lock_micros
-    ));
+    // Stable format: scripts/bench-slurm parses it (budget_pass_log=1 logs it at info).
+    let line = format!(
+        "pass: {} pending, {} priorities changed, {} runs, job lock held {} us, sync {} us",
+        stats.pending, stats.changed, stats.runs, stats.lock_micros, stats.sync_micros
+    );
+    if cfg.pass_log {
+        log::info(&line);
+    } else {
+        log::debug(&line);
+    }
     stats
 }

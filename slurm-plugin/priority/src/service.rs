@@ -29,6 +29,11 @@ pub struct Service {
     /// Ended/requeued runs not yet acknowledged by budgetd. Slurm forgets finished jobs
     /// after MinJobAge; keeping them here means an outage longer than that loses no run.
     outbox: HashMap<(u32, u32), JobRun>,
+    /// Starts of runs seen running. Slurm clears `start_time` when it requeues a job,
+    /// so a requeue that happens between two passes (or while budgetd is unreachable)
+    /// is reported without the run's start; it is filled in from here. Entries go
+    /// when budgetd acknowledges the run's final state.
+    starts: HashMap<(u32, u32), i64>,
 }
 
 /// Most ended runs kept while budgetd is unreachable (oldest dropped first is not
@@ -48,6 +53,7 @@ impl Service {
             snapshot_error: None,
             sync_error: None,
             outbox: HashMap::new(),
+            starts: HashMap::new(),
         })
     }
 
@@ -119,6 +125,7 @@ impl Service {
     /// resends; ended runs missing from the current view (purged by Slurm) are added
     /// from the outbox until budgetd acknowledges them.
     pub fn send_jobs(&mut self, mut sync: JobSync) {
+        fill_starts(&mut self.starts, &mut sync.runs);
         merge_outbox(&mut self.outbox, &mut sync.runs);
         let result = self
             .client
@@ -127,6 +134,9 @@ impl Service {
             .map_err(|e| e.to_string());
         if result.is_ok() {
             self.outbox.clear();
+            for r in sync.runs.iter().filter(|r| is_final(r)) {
+                self.starts.remove(&(r.job_id, r.run));
+            }
         } else {
             for r in sync.runs.iter().filter(|r| is_final(r)) {
                 if self.outbox.len() >= OUTBOX_MAX && !self.outbox.contains_key(&(r.job_id, r.run))
@@ -143,6 +153,25 @@ impl Service {
 
 fn is_final(r: &JobRun) -> bool {
     matches!(r.state, RunState::Ended | RunState::Requeued) && r.end.is_some()
+}
+
+/// Remember the starts of running runs; give a final run reported without a start
+/// (requeued: Slurm cleared it) the start seen while it ran.
+fn fill_starts(starts: &mut HashMap<(u32, u32), i64>, runs: &mut [JobRun]) {
+    for r in runs.iter_mut() {
+        let key = (r.job_id, r.run);
+        match (r.state, r.start) {
+            (RunState::Running, Some(s)) => {
+                starts.insert(key, s);
+            }
+            (RunState::Ended | RunState::Requeued, None) => {
+                if let Some(&s) = starts.get(&key) {
+                    r.start = Some(s);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Add outbox runs that the current batch does not already carry.
@@ -197,5 +226,20 @@ mod tests {
         assert_eq!(runs.len(), 3);
         assert!(runs.iter().any(|r| r.job_id == 1));
         assert!(is_final(&runs[0]) && !is_final(&runs[1]));
+    }
+
+    #[test]
+    fn requeued_run_gets_the_start_seen_while_running() {
+        let mut starts = HashMap::new();
+        let mut pass1 = vec![run(7, 0, RunState::Running, None)];
+        fill_starts(&mut starts, &mut pass1);
+        // Requeued between passes: Slurm reports run 0 without a start.
+        let mut requeued = run(7, 0, RunState::Requeued, Some(9));
+        requeued.start = None;
+        let mut pass2 = vec![requeued, run(7, 1, RunState::Pending, None)];
+        pass2[1].start = None;
+        fill_starts(&mut starts, &mut pass2);
+        assert_eq!(pass2[0].start, Some(1));
+        assert_eq!(pass2[1].start, None);
     }
 }
