@@ -76,6 +76,30 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (job_id, run)
     ) WITHOUT ROWID;
     "#,
+    // 2: maintenance drains (DESIGN 3.6) and the preemption record (issue 4).
+    r#"
+    CREATE TABLE drains (
+        node        TEXT PRIMARY KEY,
+        reason      TEXT NOT NULL,
+        since       INTEGER NOT NULL,
+        actor       TEXT NOT NULL
+    );
+    CREATE TABLE preemptions (
+        job_id      INTEGER NOT NULL,
+        run         INTEGER NOT NULL,
+        account     TEXT NOT NULL,
+        user        TEXT NOT NULL,
+        preemptor   INTEGER,
+        preemptor_account TEXT,
+        reason      TEXT NOT NULL,
+        at          INTEGER NOT NULL,
+        gpus        INTEGER NOT NULL,
+        run_start   INTEGER,
+        gpu_hours   REAL NOT NULL,
+        source      TEXT NOT NULL,
+        PRIMARY KEY (job_id, run)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 /// Schema version this build expects.

@@ -288,6 +288,14 @@ impl Store {
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
     }
+    /// The connection, for modules owning tables of their own (`drain`,
+    /// `preemptions`): they follow the same one-transaction-per-change rule.
+    pub(crate) fn conn_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+    pub(crate) fn conn(&self) -> &Connection {
+        &self.conn
+    }
     /// Shared handle on the generation counter.
     pub fn generation_handle(&self) -> Arc<AtomicU64> {
         self.generation.clone()
