@@ -1,1 +1,25 @@
-//! budget-sim (placeholder until its crate is written).
+//! budget-sim: a deterministic discrete-event replay of GPU job traces
+//! through the *same* policy core the Slurm plugins use
+//! ([`policy_core::FairShare::compute`], [`policy_core::priority::job_priority`],
+//! [`policy_core::preempt::may_preempt`] / [`policy_core::preempt::victim_order`]),
+//! side by side with two baselines (static priority, Slurm-style decayed fair
+//! share), on the same placement and backfill logic.
+//!
+//! Entry points: [`SimulateArgs`] + [`run_cli`] (used by `budgetctl simulate`
+//! and the `budget-sim` binary); [`engine::simulate`] for programs and tests.
+//! Module map: [`trace`] (input formats, the site CSV format), [`engine`]
+//! (events, priorities, backfill, preemption), [`usage`] (exact incremental
+//! sliding window), [`cluster`] (first-fit placement), [`checker`]
+//! (invariants), [`metrics`] (figures and their definitions), [`svg`] (charts).
+
+pub mod checker;
+pub mod cli;
+pub mod cluster;
+pub mod engine;
+pub mod metrics;
+pub mod rng;
+pub mod svg;
+pub mod trace;
+pub mod usage;
+
+pub use cli::{SimulateArgs, run_cli};

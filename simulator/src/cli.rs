@@ -1,0 +1,482 @@
+//! Command line: `budgetctl simulate` / `budget-sim` (same flags).
+//!
+//! Team allocations (`--shares`) come from, in order: `--shares TEAM=GPUS,...`;
+//! `--quota-file` (see [`crate::trace::load_quotas`]); the trace's documented
+//! quotas (Helios: vcvGl 160, vcvlY 16 GPUs); for Philly `philly_vc_quota.csv`
+//! beside the trace (nodes x GPUs per node); else the cluster split equally.
+//! Philly has no teams: each job gets one drawn by the seed in proportion to
+//! the quotas, and every output says so.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+
+use crate::engine::{MinRuntimeRule, Outcome, PolicyKind, SimConfig, simulate};
+use crate::metrics::{PolicyReport, report};
+use crate::trace::{self, Format, JobSpec};
+
+/// Which policies to replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PolicyArg {
+    Budget,
+    Static,
+    Decay,
+    All,
+}
+
+impl PolicyArg {
+    pub fn kinds(self) -> Vec<PolicyKind> {
+        match self {
+            PolicyArg::Budget => vec![PolicyKind::Budget],
+            PolicyArg::Static => vec![PolicyKind::Static],
+            PolicyArg::Decay => vec![PolicyKind::Decay],
+            PolicyArg::All => PolicyKind::ALL.to_vec(),
+        }
+    }
+}
+
+/// Team allocations in GPUs, from `TEAM=GPUS,...`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shares(pub BTreeMap<String, f64>);
+
+fn parse_shares(s: &str) -> Result<Shares, String> {
+    let mut out = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (team, gpus) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?}: expected TEAM=GPUS"))?;
+        let g: f64 = gpus
+            .trim()
+            .parse()
+            .map_err(|_| format!("{part:?}: GPUS must be a number"))?;
+        if !(g.is_finite() && g >= 0.0) || team.trim().is_empty() {
+            return Err(format!("{part:?}: expected a team name and GPUs >= 0"));
+        }
+        if out.insert(team.trim().to_string(), g).is_some() {
+            return Err(format!("team {:?} given twice", team.trim()));
+        }
+    }
+    if out.is_empty() {
+        return Err("no shares given".into());
+    }
+    Ok(Shares(out))
+}
+
+/// A duration (`90m`, `2h30m`, `HH:MM:SS`...) or `0` / `none`.
+fn parse_secs(s: &str) -> Result<i64, String> {
+    match s.trim() {
+        "0" | "none" => Ok(0),
+        d => policy_core::parse_duration(d).map_err(|e| e.to_string()),
+    }
+}
+
+fn parse_positive_secs(s: &str) -> Result<i64, String> {
+    match parse_secs(s)? {
+        0 => Err("must be longer than 0".into()),
+        v => Ok(v),
+    }
+}
+
+/// `simulate` arguments. Scripts depend on these names.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimulateArgs {
+    /// Job trace to replay.
+    #[arg(long)]
+    pub trace: PathBuf,
+    /// Trace format; default: guessed from the file name (helios, philly, else csv).
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Nodes in the simulated cluster.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub nodes: u32,
+    /// GPUs per node.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub gpus_per_node: u32,
+    /// Policy to replay, or all three side by side.
+    #[arg(long, value_enum, default_value = "all")]
+    pub policy: PolicyArg,
+    /// Team allocations as GPU counts (allocation = GPUs x window), e.g. `a=96,b=32`.
+    #[arg(long, value_parser = parse_shares)]
+    pub shares: Option<Shares>,
+    /// Seed for every random draw (Philly teams, static priorities, free-tier draws).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON object keyed by policy name instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Minimum runtime of jobs whose trace declares none: `cap:2h` or `2h`
+    /// (min(duration, 2h)), `frac:0.25` (a quarter of the duration), `none`.
+    #[arg(long, default_value = "2h", value_parser = MinRuntimeRule::parse)]
+    pub min_runtime_rule: MinRuntimeRule,
+    /// Checkpoint interval: a preempted job loses only the work since its last
+    /// checkpoint (`0`: no checkpoints, the whole run is lost).
+    #[arg(long, default_value = "0", value_parser = parse_secs)]
+    pub checkpoint_interval: i64,
+    /// Write `share_<policy>.svg` charts into this directory.
+    #[arg(long)]
+    pub svg_dir: Option<PathBuf>,
+    /// Sliding usage window.
+    #[arg(long, default_value = "7d", value_parser = parse_positive_secs)]
+    pub window: i64,
+    /// Preemption hysteresis between budgeted sides (usage-ratio gap).
+    #[arg(long, default_value_t = 0.1)]
+    pub hysteresis: f64,
+    /// Replay only the first N jobs (by submit time).
+    #[arg(long)]
+    pub max_jobs: Option<usize>,
+    /// Quota file `name,count` (a header naming nodes means node counts).
+    #[arg(long)]
+    pub quota_file: Option<PathBuf>,
+    /// Priority / fair-share recalculation period.
+    #[arg(long, default_value = "5m", value_parser = parse_positive_secs)]
+    pub recalc_interval: i64,
+    /// Fraction of jobs drawn by the seed into the free tier (budget policy).
+    #[arg(long, default_value_t = 0.0)]
+    pub free_fraction: f64,
+    /// Pending jobs examined per scheduling pass (Slurm's bf_max_job_test).
+    #[arg(long, default_value_t = 200)]
+    pub backfill_depth: usize,
+    /// Check the incremental window against policy_core::window_usage at every
+    /// recalculation (slow; for small traces).
+    #[arg(long)]
+    pub verify_window: bool,
+}
+
+/// Inputs resolved from the arguments, ready to replay.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub jobs: Vec<JobSpec>,
+    pub shares: BTreeMap<String, f64>,
+    pub cfg: SimConfig,
+    pub policies: Vec<PolicyKind>,
+    pub notes: Vec<String>,
+}
+
+/// Reads the trace and resolves teams, allocations and settings.
+pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
+    if !(0.0..=1.0).contains(&args.free_fraction) {
+        anyhow::bail!("--free-fraction must be in [0, 1]");
+    }
+    if !(args.hysteresis.is_finite() && args.hysteresis >= 0.0) {
+        anyhow::bail!("--hysteresis must be a number >= 0");
+    }
+    let format = args.format.unwrap_or_else(|| Format::guess(&args.trace));
+    let mut tr = trace::load(&args.trace, format)?;
+    let quota_file = args.quota_file.clone().or_else(|| {
+        (format == Format::Philly)
+            .then(|| args.trace.with_file_name("philly_vc_quota.csv"))
+            .filter(|p| p.exists())
+    });
+    let file_quotas = match &quota_file {
+        Some(p) => Some(trace::load_quotas(p, args.gpus_per_node)?),
+        None => None,
+    };
+    let capacity = f64::from(args.nodes) * f64::from(args.gpus_per_node);
+    let mut notes = vec![format!(
+        "trace {} ({:?}), cluster {} nodes x {} GPUs, seed {}, window {}, min runtime {}, checkpoint {}",
+        args.trace.display(),
+        format,
+        args.nodes,
+        args.gpus_per_node,
+        args.seed,
+        policy_core::format_duration(args.window),
+        args.min_runtime_rule.describe(),
+        if args.checkpoint_interval > 0 {
+            policy_core::format_duration(args.checkpoint_interval)
+        } else {
+            "none".into()
+        },
+    )];
+    let shares: BTreeMap<String, f64> = if let Some(s) = &args.shares {
+        notes.push("allocations from --shares".into());
+        s.0.clone()
+    } else if let Some(q) = &file_quotas {
+        notes.push(format!(
+            "allocations from {}",
+            quota_file
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        ));
+        q.clone()
+    } else if let Some(d) = &tr.default_shares {
+        notes.push("allocations from the trace's documented quotas (SOURCES.md)".into());
+        d.clone()
+    } else {
+        BTreeMap::new()
+    };
+    if tr.jobs.iter().any(|j| j.team.is_empty()) {
+        if shares.is_empty() {
+            anyhow::bail!("the trace has no teams: give --shares or --quota-file to assign them");
+        }
+        trace::assign_teams(&mut tr, &shares, args.seed);
+    }
+    let shares = if shares.is_empty() {
+        let teams: std::collections::BTreeSet<&str> =
+            tr.jobs.iter().map(|j| j.team.as_str()).collect();
+        let each = capacity / teams.len().max(1) as f64;
+        notes.push(format!(
+            "no allocations given: the cluster is split equally ({each:.2} GPUs per team)"
+        ));
+        teams.into_iter().map(|t| (t.to_string(), each)).collect()
+    } else {
+        shares
+    };
+    let sum: f64 = shares.values().sum();
+    if (sum - capacity).abs() > 1e-9 {
+        notes.push(format!(
+            "allocations sum to {sum} GPUs, the cluster has {capacity}"
+        ));
+    }
+    let unknown: std::collections::BTreeSet<&str> = tr
+        .jobs
+        .iter()
+        .map(|j| j.team.as_str())
+        .filter(|t| !shares.contains_key(*t))
+        .collect();
+    if !unknown.is_empty() {
+        notes.push(format!(
+            "teams without allocation (always over budget): {}",
+            unknown.into_iter().collect::<Vec<_>>().join(",")
+        ));
+    }
+    if let Some(n) = args.max_jobs {
+        if n < tr.jobs.len() {
+            notes.push(format!(
+                "only the first {n} of {} jobs replayed (--max-jobs)",
+                tr.jobs.len()
+            ));
+            tr.jobs.truncate(n);
+        }
+    }
+    let too_big = tr
+        .jobs
+        .iter()
+        .filter(|j| f64::from(j.gpus) > capacity)
+        .count();
+    if too_big > 0 {
+        notes.push(format!("{too_big} jobs larger than the cluster skipped"));
+        tr.jobs.retain(|j| f64::from(j.gpus) <= capacity);
+    }
+    notes.extend(tr.notes.iter().cloned());
+    // Give up well after any sane schedule: last submission + 10x the time the
+    // whole trace's work needs on the cluster + 30 days.
+    let work: f64 = tr
+        .jobs
+        .iter()
+        .map(|j| j.duration as f64 * f64::from(j.gpus))
+        .sum();
+    let last_submit = tr.jobs.last().map(|j| j.submit).unwrap_or(0);
+    let horizon = last_submit
+        .saturating_add((10.0 * work / capacity.max(1.0)) as i64)
+        .saturating_add(30 * 86_400);
+    let cfg = SimConfig {
+        horizon,
+        nodes: args.nodes,
+        gpus_per_node: args.gpus_per_node,
+        window: args.window,
+        recalc: args.recalc_interval,
+        hysteresis: args.hysteresis,
+        checkpoint: args.checkpoint_interval,
+        min_runtime: args.min_runtime_rule,
+        backfill_depth: args.backfill_depth.max(1),
+        seed: args.seed,
+        free_fraction: args.free_fraction,
+        verify_window: args.verify_window,
+        ..SimConfig::default()
+    };
+    Ok(Prepared {
+        jobs: tr.jobs,
+        shares,
+        cfg,
+        policies: args.policy.kinds(),
+        notes,
+    })
+}
+
+/// Replays every requested policy (in parallel threads; each replay is
+/// deterministic and independent, so the output does not depend on timing).
+pub fn run_policies(p: &Prepared) -> Vec<(Outcome, PolicyReport)> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = p
+            .policies
+            .iter()
+            .map(|&k| {
+                s.spawn(move || {
+                    let o = simulate(&p.jobs, &p.shares, k, &p.cfg);
+                    let r = report(&o, p.cfg.window, &p.notes);
+                    (o, r)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
+/// The JSON document: an object keyed by policy name.
+pub fn to_json(reports: &[PolicyReport]) -> anyhow::Result<String> {
+    let map: BTreeMap<&str, &PolicyReport> =
+        reports.iter().map(|r| (r.policy.as_str(), r)).collect();
+    Ok(serde_json::to_string_pretty(&map)?)
+}
+
+/// Human-readable tables.
+pub fn to_table(reports: &[PolicyReport]) -> String {
+    let mut s = String::new();
+    if let Some(first) = reports.first() {
+        for n in &first.notes {
+            let _ = writeln!(s, "note: {n}");
+        }
+    }
+    for r in reports {
+        let _ = writeln!(s, "\n== {} == {}", r.policy, r.description);
+        let _ = writeln!(
+            s,
+            "jobs {}  makespan {:.2} d  utilisation {:.3}  Jain {:.4}  preemptions {} ({:.5}/GPU-day)  GPU-h lost {:.1}  contract breaks {}  invariant violations {}",
+            r.jobs,
+            r.makespan_days,
+            r.utilization,
+            r.jain_index,
+            r.preemptions,
+            r.preemptions_per_gpu_day,
+            r.gpu_hours_lost,
+            r.contract_breaks,
+            r.invariant_violations
+        );
+        if r.unfinished_jobs > 0 {
+            let _ = writeln!(
+                s,
+                "WARNING: {} jobs never finished: the replay stopped at its horizon (preemption livelock; try --checkpoint-interval)",
+                r.unfinished_jobs
+            );
+        }
+        let _ = writeln!(
+            s,
+            "{:<12} {:>9} {:>9} {:>10} {:>10} {:>10} {:>7} {:>11}",
+            "team",
+            "alloc GPU",
+            "alloc sh",
+            "attained",
+            "mean|dev|",
+            "max|dev|",
+            "jobs",
+            "GPU-hours"
+        );
+        for t in &r.teams {
+            let _ = writeln!(
+                s,
+                "{:<12} {:>9.1} {:>9.4} {:>10.4} {:>10.4} {:>10.4} {:>7} {:>11.1}",
+                t.team,
+                t.allocation_gpus,
+                t.allocation_share,
+                t.attained_share_mean,
+                t.mean_abs_deviation,
+                t.max_deviation,
+                t.jobs,
+                t.gpu_hours
+            );
+        }
+        let _ = writeln!(
+            s,
+            "({} windows of {} ending each day)",
+            r.windows, "the sliding window"
+        );
+        let _ = writeln!(
+            s,
+            "{:<14} {:>7} {:>10} {:>10}",
+            "wait class", "jobs", "p50 h", "p95 h"
+        );
+        for (k, w) in &r.wait {
+            let _ = writeln!(
+                s,
+                "{:<14} {:>7} {:>10.3} {:>10.3}",
+                k, w.jobs, w.p50_hours, w.p95_hours
+            );
+        }
+    }
+    if reports.len() > 1 {
+        let _ = writeln!(s, "\n== side by side ==");
+        let _ = writeln!(
+            s,
+            "{:<8} {:>7} {:>8} {:>10} {:>12} {:>8} {:>9}",
+            "policy", "Jain", "util", "preempt/GPU-d", "GPU-h lost", "breaks", "max|dev|"
+        );
+        for r in reports {
+            let maxdev = r.teams.iter().map(|t| t.max_deviation).fold(0.0, f64::max);
+            let _ = writeln!(
+                s,
+                "{:<8} {:>7.4} {:>8.3} {:>13.5} {:>12.1} {:>8} {:>9.4}",
+                r.policy,
+                r.jain_index,
+                r.utilization,
+                r.preemptions_per_gpu_day,
+                r.gpu_hours_lost,
+                r.contract_breaks,
+                maxdev
+            );
+        }
+    }
+    s
+}
+
+/// Runs `simulate`: prints tables (or JSON with `--json`), writes SVGs.
+/// Fails when any replay broke a contract or an invariant.
+pub fn run_cli(args: &SimulateArgs) -> anyhow::Result<()> {
+    let prepared = prepare(args)?;
+    let results = run_policies(&prepared);
+    if let Some(dir) = &args.svg_dir {
+        for (o, _) in &results {
+            crate::svg::share_chart(o, prepared.cfg.window, dir)
+                .with_context(|| format!("chart for {}", o.policy.name()))?;
+        }
+    }
+    let reports: Vec<PolicyReport> = results.into_iter().map(|(_, r)| r).collect();
+    if args.json {
+        println!("{}", to_json(&reports)?);
+    } else {
+        print!("{}", to_table(&reports));
+    }
+    let bad: Vec<&str> = reports
+        .iter()
+        .filter(|r| r.contract_breaks + r.invariant_violations > 0)
+        .map(|r| r.policy.as_str())
+        .collect();
+    if !bad.is_empty() {
+        anyhow::bail!(
+            "contract breaks or invariant violations in: {}",
+            bad.join(", ")
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_and_durations_parse() {
+        let s = parse_shares("a=96, b=32").unwrap();
+        assert_eq!(s.0["a"], 96.0);
+        assert!(parse_shares("a").is_err());
+        assert!(parse_shares("a=-1").is_err());
+        assert!(parse_shares("a=1,a=2").is_err());
+        assert_eq!(parse_secs("0"), Ok(0));
+        assert_eq!(parse_secs("30m"), Ok(1800));
+        assert!(parse_positive_secs("0").is_err());
+        assert_eq!(
+            MinRuntimeRule::parse("frac:0.5"),
+            Ok(MinRuntimeRule::Fraction(0.5))
+        );
+        assert_eq!(
+            MinRuntimeRule::parse("cap:4h"),
+            Ok(MinRuntimeRule::Cap(14_400))
+        );
+        assert!(MinRuntimeRule::parse("frac:2").is_err());
+    }
+}

@@ -1,0 +1,229 @@
+//! Figures of merit computed from a replay's [`Outcome`].
+//!
+//! Definitions (also printed by `--help` and in the README):
+//! - **allocation share** of a team: its allocation in GPUs / cluster GPUs.
+//! - **attained share** in a window: the team's charged GPU-seconds in the
+//!   window / (cluster GPUs x window length). Windows are the sliding 7-day
+//!   windows (`--window`) ending at every whole day from day 7 to the end of
+//!   the replay (one window over the whole replay if it is shorter).
+//!   `deviation = attained - allocation`; the table shows its mean absolute
+//!   value and its largest absolute value.
+//! - **Jain's index** over teams of `x = mean attained share / allocation
+//!   share`: `(sum x)^2 / (n sum x^2)`, 1 when every team gets the same fraction
+//!   of its allocation (teams with no allocation are left out).
+//! - **utilisation**: busy GPU-seconds (lost work included) / (cluster GPUs x
+//!   makespan), makespan = first submission to last end.
+//! - **preemptions per GPU-day**: preemptions / (cluster GPUs x makespan in days).
+//! - **GPU-hours lost**: GPUs x (preemption time - start of the run, or of the
+//!   last checkpoint), summed over preemptions.
+//! - **wait**: first start - submission, per tier at first start (budget), per
+//!   declared level (static), all jobs (decay); p50/p95 by nearest rank.
+//!
+//! Every float is rounded to 6 decimals so the JSON is byte-stable.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::checker::CheckReport;
+use crate::engine::Outcome;
+
+/// Rounds to 6 decimals (stable JSON, readable tables).
+pub fn r6(x: f64) -> f64 {
+    if x.is_finite() {
+        (x * 1e6).round() / 1e6
+    } else {
+        0.0
+    }
+}
+
+/// One team's row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TeamReport {
+    pub team: String,
+    pub allocation_gpus: f64,
+    pub allocation_share: f64,
+    pub attained_share_mean: f64,
+    pub mean_abs_deviation: f64,
+    pub max_deviation: f64,
+    pub jobs: usize,
+    pub gpu_hours: f64,
+}
+
+/// Wait statistics of one class, in hours.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaitStats {
+    pub jobs: usize,
+    pub p50_hours: f64,
+    pub p95_hours: f64,
+}
+
+/// Everything reported for one policy (the JSON object under its name).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PolicyReport {
+    pub policy: String,
+    pub description: String,
+    pub jobs: usize,
+    pub makespan_days: f64,
+    pub jain_index: f64,
+    pub utilization: f64,
+    pub preemptions: u64,
+    pub preemptions_per_gpu_day: f64,
+    pub gpu_hours_lost: f64,
+    pub contract_breaks: u64,
+    /// Double booking + accounting errors + window mismatches.
+    pub invariant_violations: u64,
+    /// Jobs that had not finished when the replay hit its horizon (preemption
+    /// livelock without checkpoints); 0 in a normal replay.
+    pub unfinished_jobs: u64,
+    pub checks: CheckReport,
+    pub windows: usize,
+    pub teams: Vec<TeamReport>,
+    pub wait: BTreeMap<String, WaitStats>,
+    pub notes: Vec<String>,
+}
+
+fn percentile(sorted: &[i64], q: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Attained share of each team over the window ending at sample `k`
+/// (shorter at the start of the replay). Used by the table and the charts.
+pub fn attained_at(o: &Outcome, k: usize, window: i64) -> Vec<f64> {
+    let per = o.sample_every.max(1);
+    let wlen = (window / per).max(1) as usize;
+    let lo = k.saturating_sub(wlen);
+    let secs = ((k - lo) as i64 * per) as f64;
+    let cap = o.capacity_gpus as f64;
+    o.teams
+        .iter()
+        .enumerate()
+        .map(|(t, _)| {
+            let used = (o.samples[k][t] - o.samples[lo][t]) as f64;
+            if secs > 0.0 && cap > 0.0 {
+                used / (cap * secs)
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+/// Computes the report of one replay.
+pub fn report(o: &Outcome, window: i64, notes: &[String]) -> PolicyReport {
+    let per = o.sample_every.max(1);
+    let cap = o.capacity_gpus as f64;
+    let last = o.samples.len().saturating_sub(1);
+    let wlen = (window / per).max(1) as usize;
+    let step = (86_400 / per).max(1) as usize;
+    let ends: Vec<usize> = if last >= wlen {
+        (wlen..=last).step_by(step).collect()
+    } else if last > 0 {
+        vec![last]
+    } else {
+        vec![]
+    };
+    let shares: Vec<Vec<f64>> = ends.iter().map(|&k| attained_at(o, k, window)).collect();
+    let mut teams = Vec::new();
+    let mut xs = Vec::new();
+    for (t, info) in o.teams.iter().enumerate() {
+        let alloc = if cap > 0.0 { info.gpus / cap } else { 0.0 };
+        let n = shares.len().max(1) as f64;
+        let mean = shares.iter().map(|s| s[t]).sum::<f64>() / n;
+        let mean_abs = shares.iter().map(|s| (s[t] - alloc).abs()).sum::<f64>() / n;
+        let max_dev = shares
+            .iter()
+            .map(|s| (s[t] - alloc).abs())
+            .fold(0.0, f64::max);
+        if alloc > 0.0 {
+            xs.push(mean / alloc);
+        }
+        let team_jobs: Vec<_> = o.jobs.iter().filter(|j| j.team as usize == t).collect();
+        let gpu_secs = o.samples.last().map(|s| s[t]).unwrap_or(0);
+        teams.push(TeamReport {
+            team: info.name.clone(),
+            allocation_gpus: r6(info.gpus),
+            allocation_share: r6(alloc),
+            attained_share_mean: r6(mean),
+            mean_abs_deviation: r6(mean_abs),
+            max_deviation: r6(max_dev),
+            jobs: team_jobs.len(),
+            gpu_hours: r6(gpu_secs as f64 / 3600.0),
+        });
+    }
+    let sum: f64 = xs.iter().sum();
+    let sum2: f64 = xs.iter().map(|x| x * x).sum();
+    let jain = if sum2 > 0.0 {
+        sum * sum / (xs.len() as f64 * sum2)
+    } else {
+        1.0
+    };
+    let mut waits: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for j in &o.jobs {
+        waits
+            .entry(j.wait_class.to_string())
+            .or_default()
+            .push(j.first_start - j.submit);
+    }
+    let wait = waits
+        .into_iter()
+        .map(|(k, mut v)| {
+            v.sort_unstable();
+            let s = WaitStats {
+                jobs: v.len(),
+                p50_hours: r6(percentile(&v, 0.5) as f64 / 3600.0),
+                p95_hours: r6(percentile(&v, 0.95) as f64 / 3600.0),
+            };
+            (k, s)
+        })
+        .collect();
+    let span = o.makespan.max(1) as f64;
+    let gpu_days = cap * span / 86_400.0;
+    let c = &o.check;
+    PolicyReport {
+        policy: o.policy.name().to_string(),
+        description: o.policy.describe().to_string(),
+        jobs: o.jobs.len(),
+        makespan_days: r6(o.makespan as f64 / 86_400.0),
+        jain_index: r6(jain),
+        utilization: r6(if cap > 0.0 {
+            o.busy_gpu_secs as f64 / (cap * span)
+        } else {
+            0.0
+        }),
+        preemptions: o.preemptions,
+        preemptions_per_gpu_day: r6(if gpu_days > 0.0 {
+            o.preemptions as f64 / gpu_days
+        } else {
+            0.0
+        }),
+        gpu_hours_lost: r6(o.lost_gpu_secs as f64 / 3600.0),
+        contract_breaks: c.contract_breaks,
+        invariant_violations: c.double_booked + c.accounting_errors + c.window_mismatches,
+        unfinished_jobs: o.unfinished_jobs,
+        checks: c.clone(),
+        windows: ends.len(),
+        teams,
+        wait,
+        notes: notes.to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+        assert_eq!(percentile(&v, 0.5), 5);
+        assert_eq!(percentile(&v, 0.95), 10);
+        assert_eq!(percentile(&[7], 0.95), 7);
+        assert_eq!(percentile(&[], 0.5), 0);
+        assert_eq!(r6(1.0 / 3.0), 0.333333);
+    }
+}
