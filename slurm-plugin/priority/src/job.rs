@@ -232,6 +232,30 @@ pub fn run_state(job_state: u32, start_time: i64) -> Option<RunState> {
     None
 }
 
+/// Name of a job without an account (no `--account`, no accounting default): budgetd
+/// refuses an empty name, and one refused record fails the whole sync batch.
+pub const NO_ACCOUNT: &str = "(none)";
+
+/// An account or user name as budgetd accepts it (1-128 printable characters):
+/// empty becomes [`NO_ACCOUNT`], control characters `?`, longer names are cut.
+pub fn ledger_name(s: &str) -> String {
+    if s.is_empty() {
+        return NO_ACCOUNT.to_string();
+    }
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if out.len() > 128 {
+        let mut cut = 128;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+    }
+    out
+}
+
 /// Build the sync record(s) for one job at `now`: its current run, plus, for a job
 /// requeued since (restart_cnt > 0 and pending), the end of the previous run.
 ///
@@ -268,11 +292,11 @@ pub unsafe fn runs(job: &job_record_t, users: &UserCache, now: i64, out: &mut Ve
     let base = JobRun {
         job_id: job.job_id,
         run: u32::from(job.restart_cnt),
-        account: v.account.to_string(),
+        account: ledger_name(&v.account),
         user: v
             .user
             .as_deref()
-            .map(str::to_string)
+            .map(ledger_name)
             .unwrap_or_else(|| format!("uid{}", job.user_id)),
         partition,
         gpus: g.count,
@@ -354,6 +378,14 @@ mod tests {
             })
         );
         assert_eq!(g(""), None);
+    }
+
+    #[test]
+    fn ledger_names_are_never_refused() {
+        assert_eq!(ledger_name(""), NO_ACCOUNT);
+        assert_eq!(ledger_name("teama"), "teama");
+        assert_eq!(ledger_name("a\nb"), "a?b");
+        assert_eq!(ledger_name(&"é".repeat(100)).len(), 128);
     }
 
     #[test]
