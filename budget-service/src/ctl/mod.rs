@@ -81,6 +81,8 @@ pub enum Command {
     },
     /// Explain a job: tier, rank path, priority, protection, preemption.
     Why { job_id: u32 },
+    /// Replay a job trace through the policy offline (budget-sim); needs no budgetd.
+    Simulate(budget_sim::SimulateArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -231,6 +233,9 @@ pub struct UsageError(pub String);
 
 /// Runs a parsed command, printing to stdout.
 pub fn run(cli: &Cli) -> anyhow::Result<()> {
+    if let Command::Simulate(args) = &cli.command {
+        return budget_sim::run_cli(args);
+    }
     let endpoint = match &cli.url {
         Some(u) => Endpoint::parse(u),
         None => Endpoint::parse(&cli.socket),
@@ -369,6 +374,7 @@ impl Ctl {
             },
             Command::Audit { limit } => self.audit(*limit),
             Command::Why { job_id } => self.why(*job_id),
+            Command::Simulate(args) => budget_sim::run_cli(args),
         }
     }
 
@@ -1014,5 +1020,18 @@ mod tests {
             Cli::try_parse_from(["budgetctl", "account", "add", "x", "--allocation", "lots"])
                 .is_err()
         );
+        let cli = Cli::try_parse_from([
+            "budgetctl",
+            "simulate",
+            "--trace",
+            "t.csv",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "8",
+            "--json",
+        ])
+        .expect("simulate parses");
+        assert!(matches!(cli.command, Command::Simulate(ref a) if a.json && a.nodes == 2));
     }
 }
