@@ -17,18 +17,21 @@
 //! - [`api`]: the router and handlers; [`report`]: share, usage, why;
 //! - [`sacct`]: parsing sacct history; [`timefmt`]: TIME arguments;
 //! - [`metrics`], [`openapi`]: `/metrics` and the OpenAPI document;
-//! - [`server`]: listeners, serving, shutdown; [`ctl`]: `budgetctl`.
+//! - [`server`]: listeners, serving, shutdown; [`ctl`]: `budgetctl`;
+//! - [`drain`]: maintenance drains and their worker; [`preemptions`]: the preemption record.
 
 pub mod api;
 pub mod auth;
 pub mod config;
 pub mod ctl;
 pub mod db;
+pub mod drain;
 pub mod error;
 pub mod ledger;
 pub mod metrics;
 pub mod openapi;
 pub mod policy;
+pub mod preemptions;
 pub mod report;
 pub mod sacct;
 pub mod server;

@@ -231,5 +231,6 @@ pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) 
         "budget_http_errors_total{{class=\"5xx\"}} {}",
         c.errors_5xx.load(Ordering::Relaxed)
     );
+    crate::preemptions::render_metrics(store, &mut out);
     out
 }

@@ -84,6 +84,18 @@ pub const DOCUMENT: &str = r##"{
       "responses": { "200": { "description": "SyncOutcome", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/SyncOutcome" } } } } } } },
     "/v1/jobs/{id}/why": { "get": { "summary": "Explain a job: tier, rank path with ratios, fair-share factor, priority parts, protection, preemption peers.",
       "parameters": [ { "name": "id", "in": "path", "required": true, "schema": { "type": "integer" } } ], "responses": { "200": { "description": "Why" }, "404": { "description": "not in the ledger" } } } },
+    "/v1/drains": {
+      "get": { "summary": "Drained nodes with Slurm's state, the jobs holding each, when each job is requeued (now for free tier, else its window end) and when the node will be empty.", "responses": { "200": { "description": "list of drain status" } } },
+      "post": { "summary": "Drain nodes (admin): {\"nodes\": \"gpu[1-2]\", \"reason\": \"text\"}. Sets Slurm DRAIN (reason \"budget: text\"); budgetd requeues each job as soon as its contract allows.", "responses": { "201": { "description": "status of the drained nodes" }, "403": { "description": "not an admin" }, "422": { "description": "bad hostlist, unknown node or bad reason; nothing changed" } } }
+    },
+    "/v1/drains/{nodes}": {
+      "parameters": [ { "name": "nodes", "in": "path", "required": true, "schema": { "type": "string" } } ],
+      "delete": { "summary": "Undrain nodes (admin): Slurm state=resume and the drain forgotten.", "responses": { "200": { "description": "undrained" }, "404": { "description": "not drained by budgetd" } } }
+    },
+    "/v1/preemptions": {
+      "get": { "summary": "Preemption record since ?since= (admins, readers): victim run, preemptor, reason (free_tier, over_budget, rebalance, drain), GPU-hours of the lost run; totals per account.", "parameters": [ { "name": "since", "in": "query", "schema": { "type": "string" } } ], "responses": { "200": { "description": "rows and by_account" } } },
+      "post": { "summary": "Record a preemption (admin; preempt/budget's thread). Idempotent by (victim, run).", "responses": { "200": { "description": "{inserted: bool}" } } }
+    },
     "/metrics": { "get": { "summary": "Prometheus text metrics (admins, readers).", "responses": { "200": { "description": "text/plain; version=0.0.4" } } } }
   }
 }"##;

@@ -289,6 +289,10 @@ pub struct Why {
     pub could_preempt: Vec<PreemptPeer>,
     /// For a running job: pending jobs that could preempt it now.
     pub preemptable_by: Vec<PreemptPeer>,
+    /// When: whom a pending job may take and at what instant, who may take a
+    /// running job after its window, a drain's requeue time, and who took the
+    /// previous (or this requeued) run with its GPU-hours.
+    pub preemption: crate::preemptions::WhyPreemption,
 }
 
 fn view(r: &RunRecord) -> JobView<'_> {
@@ -408,5 +412,6 @@ pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> Why {
         path,
         could_preempt,
         preemptable_by,
+        preemption: crate::preemptions::why(store, fs, job, now),
     }
 }

@@ -132,7 +132,7 @@ impl AppState {
                     policy: s.policy().clone(),
                     weights: s.weights().clone(),
                     fair_share: s.fair_share(now),
-                    drains: Vec::new(),
+                    drains: crate::drain::snapshot_drains(s),
                 };
                 let body = Bytes::from(serde_json::to_vec(&snapshot)?);
                 Ok(CachedSnapshot {

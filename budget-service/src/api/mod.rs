@@ -5,7 +5,9 @@
 //! bodies are JSON with unknown fields refused (except the sacct import,
 //! which is text); every error is `{"error": "..."}` with a 4xx/5xx status.
 
+mod drains;
 mod jobs;
+mod preemptions;
 mod tree;
 
 use std::sync::atomic::Ordering;
@@ -209,6 +211,12 @@ pub fn app(state: AppState) -> Router {
         .route(budget_protocol::SNAPSHOT_PATH, get(jobs::snapshot))
         .route(budget_protocol::SYNC_PATH, post(jobs::sync))
         .route("/v1/jobs/{id}/why", get(jobs::why))
+        .route("/v1/drains", get(drains::list).post(drains::create))
+        .route("/v1/drains/{nodes}", delete(drains::remove))
+        .route(
+            "/v1/preemptions",
+            get(preemptions::list).post(preemptions::create),
+        )
         .route("/metrics", get(jobs::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -24,6 +24,9 @@ struct Args {
     /// Config file (TOML): admins, tokens, policy defaults.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// `scontrol` used by drains (needs SLURM_CONF of the cluster in the environment).
+    #[arg(long, env = "BUDGET_SCONTROL", default_value = "scontrol")]
+    scontrol: String,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -44,6 +47,10 @@ fn main() -> anyhow::Result<()> {
         .with_context(|| format!("opening {}", args.db.display()))?;
     tracing::info!(db = %args.db.display(), runs = store.ledger().len(), accounts = store.tree().accounts.len(), "store loaded");
     let state = AppState::new(store, config);
+    budget_service::drain::set_tools(budget_service::drain::SlurmTools {
+        scontrol: args.scontrol.clone(),
+        timeout: std::time::Duration::from_secs(10),
+    });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -54,7 +61,10 @@ fn main() -> anyhow::Result<()> {
             None => None,
         };
         tracing::info!(socket = %args.socket.display(), tcp = ?tcp.as_ref().and_then(|l| l.local_addr().ok()), "budgetd listening");
+        // Drains (DESIGN 3.6): requeue jobs on drained nodes as their contracts allow.
+        let drainer = budget_service::drain::spawn_worker(state.clone());
         run(state, Listeners { unix: Some(unix), tcp }, shutdown_signal()).await?;
+        drainer.abort();
         let _ = std::fs::remove_file(&args.socket);
         tracing::info!("budgetd stopped");
         anyhow::Ok(())

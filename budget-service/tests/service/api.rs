@@ -23,6 +23,9 @@ const ROUTES: &[(&str, &[&str])] = &[
     ("/v1/snapshot", &["get"]),
     ("/v1/sync/jobs", &["post"]),
     ("/v1/jobs/{id}/why", &["get"]),
+    ("/v1/drains", &["get", "post"]),
+    ("/v1/drains/{nodes}", &["delete"]),
+    ("/v1/preemptions", &["get", "post"]),
     ("/metrics", &["get"]),
 ];
 

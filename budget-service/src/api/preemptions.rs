@@ -1,0 +1,49 @@
+//! `/v1/preemptions`: the preemption record. `preempt/budget`'s background thread
+//! posts (admin only, idempotent by `(victim, run)`); readers list and total it.
+
+use axum::Json;
+use axum::extract::State;
+use serde::Deserialize;
+
+use super::{ApiJson, ApiQuery, query_time};
+use crate::auth::Caller;
+use crate::error::AppResult;
+use crate::preemptions::{self, NewPreemption, PreemptionReport};
+use crate::state::AppState;
+
+pub async fn create(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiJson(p): ApiJson<NewPreemption>,
+) -> AppResult<Json<serde_json::Value>> {
+    caller.require_admin(&st, "record preemptions")?;
+    let inserted = st
+        .with_store(move |s| preemptions::record(s, &p, "plugin"))
+        .await?;
+    Ok(Json(serde_json::json!({ "inserted": inserted })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    #[serde(default)]
+    since: Option<String>,
+}
+
+pub async fn list(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> AppResult<Json<PreemptionReport>> {
+    caller.require_reader(&st, "read the preemption record")?;
+    let since = query_time(q.since.as_deref(), "since", 0)?;
+    st.with_store(move |s| {
+        let rows = preemptions::list(s, since)?;
+        Ok(Json(PreemptionReport {
+            since,
+            by_account: preemptions::by_account(&rows),
+            rows,
+        }))
+    })
+    .await
+}
