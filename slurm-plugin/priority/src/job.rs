@@ -206,15 +206,15 @@ pub fn parse_tres_gpus(s: &str) -> Option<Gpus> {
 }
 
 /// The state a run is reported in, or `None` for jobs not worth syncing.
+///
+/// A pending job is always `Pending`, whatever its `start_time`: the scheduler sets
+/// that to its *estimated* start while a job waits (seen: a year ahead on a full
+/// cluster), and a requeued job keeps the previous run's start only until
+/// `batch_requeue_fini` clears it. The previous run of a requeued job is reported
+/// separately by [`runs`].
 pub fn run_state(job_state: u32, start_time: i64) -> Option<RunState> {
     let base = job_state::base(job_state);
     if job_state::is_pending(job_state) {
-        // Pending with a start time: requeued, between `_job_requeue_op` (end_time =
-        // now) and `batch_requeue_fini` (which clears start/end and bumps restart_cnt).
-        // This is the one moment the run's exact interval is visible.
-        if start_time > 0 {
-            return Some(RunState::Requeued);
-        }
         return Some(RunState::Pending);
     }
     if job_state::is_running(job_state) || job_state::is_suspended(job_state) {
@@ -230,6 +230,27 @@ pub fn run_state(job_state: u32, start_time: i64) -> Option<RunState> {
         return Some(RunState::Ended);
     }
     None
+}
+
+/// The previous run of a requeued, pending job (`restart_cnt > 0`): `(start, end)`.
+///
+/// `_job_requeue_op` bumps `restart_cnt` and sets `end_time = time_last_active = now`;
+/// while the job is still COMPLETING, `start_time` holds that run's start, afterwards it
+/// is 0 or an estimate. `None` when the requeue time is unknown (after a controller
+/// restart `time_last_active` is not restored: budgetd has the run by then).
+pub fn previous_run(
+    job_state: u32,
+    restart_cnt: u16,
+    start_time: i64,
+    time_last_active: i64,
+) -> Option<(Option<i64>, i64)> {
+    if !job_state::is_pending(job_state) || restart_cnt == 0 || time_last_active <= 0 {
+        return None;
+    }
+    let completing = job_state & slurm_ffi::sys::JOB_COMPLETING != 0;
+    let start =
+        (completing && start_time > 0 && start_time <= time_last_active).then_some(start_time);
+    Some((start, time_last_active))
 }
 
 /// Name of a job without an account (no `--account`, no accounting default): budgetd
@@ -264,10 +285,10 @@ pub fn ledger_name(s: &str) -> String {
 pub unsafe fn runs(job: &job_record_t, users: &UserCache, now: i64, out: &mut Vec<JobRun>) {
     // SAFETY: forwarded contract.
     let v = unsafe { view(job, users) };
-    let start = (job.start_time > 0).then_some(job.start_time);
     let Some(state) = run_state(job.job_state, job.start_time) else {
         return;
     };
+    let start = (state != RunState::Pending && job.start_time > 0).then_some(job.start_time);
     // SAFETY: forwarded contract.
     let g = unsafe { gpus(job) };
     // SAFETY: string fields of a valid record.
@@ -310,14 +331,21 @@ pub unsafe fn runs(job: &job_record_t, users: &UserCache, now: i64, out: &mut Ve
         priority: Some(job.priority),
         reason: None,
     };
-    // A requeued job is pending again with restart_cnt bumped and start/end cleared:
-    // report the end of the previous run. `time_last_active` is set to the requeue
-    // time by slurmctld (`_job_requeue_op`) and is not touched while pending.
-    if state == RunState::Pending && job.restart_cnt > 0 && job.time_last_active > 0 {
+    // A requeued job is pending again with restart_cnt bumped: report the end of the
+    // previous run (and its start while Slurm still shows it; else Service fills it
+    // in from the start it saw while the run was running).
+    if state == RunState::Pending
+        && let Some((prev_start, prev_end)) = previous_run(
+            job.job_state,
+            job.restart_cnt,
+            job.start_time,
+            job.time_last_active,
+        )
+    {
         out.push(JobRun {
             run: u32::from(job.restart_cnt) - 1,
-            start: None,
-            end: Some(job.time_last_active),
+            start: prev_start,
+            end: Some(prev_end),
             state: RunState::Requeued,
             nodes: None,
             priority: None,
@@ -392,13 +420,34 @@ mod tests {
     fn states() {
         use slurm_ffi::sys;
         assert_eq!(run_state(sys::JOB_PENDING, 0), Some(RunState::Pending));
+        // An estimated start (scheduler) is not a run.
+        assert_eq!(run_state(sys::JOB_PENDING, 5), Some(RunState::Pending));
         assert_eq!(
             run_state(sys::JOB_PENDING | sys::JOB_COMPLETING, 5),
-            Some(RunState::Requeued)
+            Some(RunState::Pending)
         );
         assert_eq!(run_state(sys::JOB_RUNNING, 5), Some(RunState::Running));
         assert_eq!(run_state(sys::JOB_COMPLETE, 5), Some(RunState::Ended));
         assert_eq!(run_state(sys::JOB_CANCELLED, 0), None);
         assert_eq!(run_state(sys::JOB_PREEMPTED, 5), Some(RunState::Requeued));
+    }
+
+    #[test]
+    fn previous_run_of_a_requeued_job() {
+        use slurm_ffi::sys;
+        // Requeue window: still completing, start_time is the run's start.
+        assert_eq!(
+            previous_run(sys::JOB_PENDING | sys::JOB_COMPLETING, 1, 100, 160),
+            Some((Some(100), 160))
+        );
+        // After batch_requeue_fini: start cleared, or an estimate in the future.
+        assert_eq!(previous_run(sys::JOB_PENDING, 1, 0, 160), Some((None, 160)));
+        assert_eq!(
+            previous_run(sys::JOB_PENDING, 1, 9_999, 160),
+            Some((None, 160))
+        );
+        assert_eq!(previous_run(sys::JOB_PENDING, 0, 100, 160), None);
+        assert_eq!(previous_run(sys::JOB_PENDING, 2, 100, 0), None);
+        assert_eq!(previous_run(sys::JOB_RUNNING, 1, 100, 160), None);
     }
 }
