@@ -10,6 +10,7 @@
 //!   GPUs x length equals the engine's busy counter and equals useful work
 //!   (each job's duration x GPUs) plus the lost work of preempted runs; each
 //!   job's saved progress plus its final run equals its duration;
+//!
 //! Jobs still running or pending when a replay stops at its horizon are
 //! left out of the per-job check (the engine reports them as unfinished).
 //!

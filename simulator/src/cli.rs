@@ -242,14 +242,14 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
             unknown.into_iter().collect::<Vec<_>>().join(",")
         ));
     }
-    if let Some(n) = args.max_jobs {
-        if n < tr.jobs.len() {
-            notes.push(format!(
-                "only the first {n} of {} jobs replayed (--max-jobs)",
-                tr.jobs.len()
-            ));
-            tr.jobs.truncate(n);
-        }
+    if let Some(n) = args.max_jobs
+        && n < tr.jobs.len()
+    {
+        notes.push(format!(
+            "only the first {n} of {} jobs replayed (--max-jobs)",
+            tr.jobs.len()
+        ));
+        tr.jobs.truncate(n);
     }
     let too_big = tr
         .jobs
@@ -348,6 +348,14 @@ pub fn to_table(reports: &[PolicyReport]) -> String {
             r.contract_breaks,
             r.invariant_violations
         );
+        if r.preemptions > 0 {
+            let by: Vec<String> = r
+                .preemptions_by_reason
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            let _ = writeln!(s, "preemptions by clause: {}", by.join(", "));
+        }
         if r.unfinished_jobs > 0 {
             let _ = writeln!(
                 s,
@@ -381,11 +389,7 @@ pub fn to_table(reports: &[PolicyReport]) -> String {
                 t.gpu_hours
             );
         }
-        let _ = writeln!(
-            s,
-            "({} windows of {} ending each day)",
-            r.windows, "the sliding window"
-        );
+        let _ = writeln!(s, "({} sliding windows, one ending each day)", r.windows);
         let _ = writeln!(
             s,
             "{:<14} {:>7} {:>10} {:>10}",

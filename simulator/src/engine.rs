@@ -242,6 +242,9 @@ pub struct Outcome {
     pub jobs: Vec<JobResult>,
     pub runs: Vec<RunRecord>,
     pub preemptions: u64,
+    /// Preemptions by the clause of the rule that allowed them:
+    /// victim free tier, victim over budget, rebalance between budgeted sides.
+    pub preemptions_by_reason: [u64; 3],
     pub lost_gpu_secs: i64,
     pub busy_gpu_secs: i64,
     pub sample_every: i64,
@@ -253,6 +256,9 @@ pub struct Outcome {
     /// Scheduling passes run (for speed figures).
     pub passes: u64,
 }
+
+/// `(time, kind, sequence, job, run)`: ordered by time, then kind, then insertion.
+type Event = (i64, u8, u64, u32, u32);
 
 const EV_END: u8 = 0;
 const EV_PROTECT: u8 = 1;
@@ -337,7 +343,7 @@ struct Sim<'a> {
     /// Running jobs past their protected window (or free tier), by (leaf, free).
     exposed: BTreeMap<(u32, bool), BTreeSet<u32>>,
     exposed_count: usize,
-    heap: BinaryHeap<Reverse<(i64, u8, u64, u32, u32)>>,
+    heap: BinaryHeap<Reverse<Event>>,
     seq: u64,
     next_submit: usize,
     now: i64,
@@ -350,6 +356,7 @@ struct Sim<'a> {
     decay_last_t: i64,
     runs: Vec<RunRecord>,
     preemptions: u64,
+    preemptions_by_reason: [u64; 3],
     lost_gpu_secs: i64,
     busy_gpu_secs: i64,
     samples: Vec<Vec<i64>>,
@@ -520,6 +527,7 @@ impl<'a> Sim<'a> {
             decay_last_t: 0,
             runs: Vec::new(),
             preemptions: 0,
+            preemptions_by_reason: [0; 3],
             lost_gpu_secs: 0,
             busy_gpu_secs: 0,
             samples: Vec::new(),
@@ -572,13 +580,12 @@ impl<'a> Sim<'a> {
             }
             // Jobs that can never start (bigger than the cluster): stop rather
             // than tick forever; the checker reports them as unfinished.
-            if self.running == 0
+            if self.pending > 0
+                && self.running == 0
                 && self.next_submit == self.specs.len()
                 && self.heap.iter().all(|Reverse(e)| e.1 >= EV_TICK)
             {
-                if self.pending > 0 {
-                    break;
-                }
+                break;
             }
         }
     }
@@ -964,12 +971,12 @@ impl<'a> Sim<'a> {
                         self.now + remaining <= shadow || i64::from(gpus) <= extra
                     }
                 };
-                if ok && self.start(j) {
-                    if let Some((shadow, extra)) = reservation.as_mut() {
-                        if self.now + remaining > *shadow {
-                            *extra -= i64::from(gpus);
-                        }
-                    }
+                if ok
+                    && self.start(j)
+                    && let Some((shadow, extra)) = reservation.as_mut()
+                    && self.now + remaining > *shadow
+                {
+                    *extra -= i64::from(gpus);
                 }
                 continue;
             }
@@ -990,7 +997,7 @@ impl<'a> Sim<'a> {
     }
 
     /// Chooses victims for pending job `p` by the policy core's rule and order.
-    fn choose_victims(&self, p: u32) -> Result<Vec<u32>, Attempt> {
+    fn choose_victims(&self, p: u32) -> Result<Vec<(u32, u8)>, Attempt> {
         let Some(fs) = self.fs.as_ref() else {
             return Err(Attempt::NoVictims);
         };
@@ -1003,21 +1010,24 @@ impl<'a> Sim<'a> {
             },
             now: self.now,
         };
-        let mut cands: Vec<(u32, u32)> = Vec::new();
+        let mut cands: Vec<(u32, u32, u8)> = Vec::new();
         for set in self.exposed.values() {
             // Every job of a group shares the leaf, the free flag and "past its
             // window", which is all the rule reads: one decision per group.
             let Some(&first) = set.first() else { continue };
-            if preempt::may_preempt(&ctx, &pview, &self.view(first)).is_err() {
-                continue;
-            }
+            let reason = match preempt::may_preempt(&ctx, &pview, &self.view(first)) {
+                Ok(preempt::Allowed::VictimFreeTier) => 0u8,
+                Ok(preempt::Allowed::VictimOverBudget) => 1,
+                Ok(preempt::Allowed::Rebalance { .. }) => 2,
+                Err(_) => continue,
+            };
             for &v in set {
                 let vview = self.view(v);
                 debug_assert!(
                     preempt::may_preempt(&ctx, &pview, &vview).is_ok(),
                     "group decision must hold for each member"
                 );
-                cands.push((preempt::victim_order(Some(fs), &vview, self.now), v));
+                cands.push((preempt::victim_order(Some(fs), &vview, self.now), v, reason));
             }
         }
         if cands.is_empty() {
@@ -1029,11 +1039,11 @@ impl<'a> Sim<'a> {
         let mut free = self.cluster.free_per_node().to_vec();
         let mut chosen = Vec::new();
         let mut fits = false;
-        for &(_, v) in &cands {
+        for &(_, v, reason) in &cands {
             for &(n, k) in &self.jobs[v as usize].alloc {
                 free[n as usize] += k;
             }
-            chosen.push(v);
+            chosen.push((v, reason));
             if plan(&free, g, need).is_some() {
                 fits = true;
                 break;
@@ -1046,7 +1056,7 @@ impl<'a> Sim<'a> {
         let mut i = chosen.len();
         while i > 0 {
             i -= 1;
-            let v = chosen[i];
+            let v = chosen[i].0;
             let alloc = &self.jobs[v as usize].alloc;
             for &(n, k) in alloc {
                 free[n as usize] -= k;
@@ -1067,7 +1077,8 @@ impl<'a> Sim<'a> {
             Ok(v) => v,
             Err(a) => return a,
         };
-        for v in victims {
+        for (v, reason) in victims {
+            self.preemptions_by_reason[usize::from(reason)] += 1;
             self.stop_run(v, Some(p));
         }
         if self.start(p) {
@@ -1142,6 +1153,7 @@ impl<'a> Sim<'a> {
             jobs,
             runs: self.runs,
             preemptions: self.preemptions,
+            preemptions_by_reason: self.preemptions_by_reason,
             lost_gpu_secs: self.lost_gpu_secs,
             busy_gpu_secs: self.busy_gpu_secs,
             sample_every: period,
@@ -1150,5 +1162,49 @@ impl<'a> Sim<'a> {
             unfinished_jobs: unfinished,
             passes: self.passes,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Walking classes by `job_priority(tier, rank, n, 0)` and then FIFO is
+        /// the same order as sorting by the full `job_priority(.., age)` (ties
+        /// by submit time): the engine's shortcut does not change the rule.
+        #[test]
+        fn class_order_equals_full_priority_order(
+            jobs in proptest::collection::vec((0usize..3, 0u32..40, 0i64..2_000_000), 1..60),
+            n in 40u32..100,
+        ) {
+            let tiers = [Tier::Budgeted, Tier::OverBudget, Tier::Free];
+            let now = 2_000_000i64;
+            let mut by_class: Vec<(u64, i64, usize)> = jobs.iter().enumerate()
+                .map(|(i, &(t, r, s))| (u64::from(job_priority(tiers[t], r, n, 0)), s, i)).collect();
+            by_class.sort_by_key(|&(p, s, i)| (Reverse(p), s, i));
+            let mut full: Vec<(u32, i64, usize)> = jobs.iter().enumerate()
+                .map(|(i, &(t, r, s))| (job_priority(tiers[t], r, n, now - s), s, i)).collect();
+            full.sort_by_key(|&(p, s, i)| (Reverse(p), s, i));
+            let a: Vec<usize> = by_class.iter().map(|x| x.2).collect();
+            let b: Vec<usize> = full.iter().map(|x| x.2).collect();
+            prop_assert_eq!(a, b);
+        }
+    }
+
+    #[test]
+    fn min_runtime_rules() {
+        assert_eq!(
+            MinRuntimeRule::parse("2h").map(|r| r.apply(10_000)),
+            Ok(7_200)
+        );
+        assert_eq!(MinRuntimeRule::parse("2h").map(|r| r.apply(600)), Ok(600));
+        assert_eq!(
+            MinRuntimeRule::parse("frac:0.5").map(|r| r.apply(601)),
+            Ok(300)
+        );
+        assert_eq!(MinRuntimeRule::parse("none").map(|r| r.apply(601)), Ok(0));
+        assert!(MinRuntimeRule::parse("2x").is_err());
     }
 }

@@ -68,6 +68,8 @@ pub struct PolicyReport {
     pub jain_index: f64,
     pub utilization: f64,
     pub preemptions: u64,
+    /// `free_tier`, `over_budget`, `rebalance`: which clause of the rule allowed each.
+    pub preemptions_by_reason: BTreeMap<String, u64>,
     pub preemptions_per_gpu_day: f64,
     pub gpu_hours_lost: f64,
     pub contract_breaks: u64,
@@ -196,6 +198,11 @@ pub fn report(o: &Outcome, window: i64, notes: &[String]) -> PolicyReport {
             0.0
         }),
         preemptions: o.preemptions,
+        preemptions_by_reason: ["free_tier", "over_budget", "rebalance"]
+            .iter()
+            .zip(o.preemptions_by_reason)
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
         preemptions_per_gpu_day: r6(if gpu_days > 0.0 {
             o.preemptions as f64 / gpu_days
         } else {

@@ -37,12 +37,12 @@ fn synthetic(dir: &Path) -> PathBuf {
         let user = format!("{team}u{}", (x >> 8) % 3);
         let gpus = [1, 1, 2, 4, 8, 16][((x >> 16) % 6) as usize];
         let dur = 600 + (x >> 24) % 30_000;
-        let min = if (x >> 40) % 4 == 0 {
+        let min = if (x >> 40).is_multiple_of(4) {
             "30m".to_string()
         } else {
             String::new()
         };
-        let free = u8::from((x >> 44) % 10 == 0);
+        let free = u8::from((x >> 44).is_multiple_of(10));
         let _ = writeln!(
             s,
             "j{i},{user},{team},{},{gpus},{dur},{min},{free}",

@@ -27,6 +27,7 @@
 //!   (protected to 10,800, and a's ratio is lower): no loop.
 //! - t=10,800: J3 ends; J1 (budgeted) outranks F (free): J1 restarts, ends 32,400.
 //! - t=21,660: J2 ends; F restarts with all its work to redo, ends 57,660.
+//!
 //! Preemptions: 2; GPU-hours lost: (120 + 7,200) / 3,600 = 2.033333.
 //!
 //! With a 30-minute checkpoint interval J1 keeps its 3,600 s of work (two
@@ -94,7 +95,9 @@ const J2: u32 = 2;
 const J3: u32 = 3;
 
 /// (job, run, start, end, preempted_by)
-fn schedule(o: &budget_sim::engine::Outcome) -> Vec<(u32, u32, i64, Option<i64>, Option<u32>)> {
+type RunRow = (u32, u32, i64, Option<i64>, Option<u32>);
+
+fn schedule(o: &budget_sim::engine::Outcome) -> Vec<RunRow> {
     let mut v: Vec<_> = o
         .runs
         .iter()
