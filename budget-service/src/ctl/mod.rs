@@ -7,6 +7,7 @@
 //! Exit status: 0 success, 1 the request failed (message on stderr as
 //! `budgetctl: <message>`), 2 bad usage.
 
+mod drain;
 mod table;
 
 use std::time::Duration;
@@ -81,6 +82,17 @@ pub enum Command {
     },
     /// Explain a job: tier, rank path, priority, protection, preemption.
     Why { job_id: u32 },
+    /// Drain nodes for maintenance: no new jobs; each job requeued when its contract allows.
+    Drain {
+        /// Slurm hostlist, e.g. gpu[1-2].
+        nodes: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Drained nodes: state, jobs holding them, when each will be empty.
+    Drains,
+    /// Return drained nodes to service.
+    Undrain { nodes: String },
     /// Replay a job trace through the policy offline (budget-sim); needs no budgetd.
     Simulate(budget_sim::SimulateArgs),
 }
@@ -196,6 +208,9 @@ pub struct UsageArgs {
     /// Group by account (descendants included) or user.
     #[arg(long, default_value = "account", value_parser = ["account", "user"])]
     pub by: String,
+    /// Preemptions and GPU-hours lost per account instead (since --since, default: all).
+    #[arg(long)]
+    pub preemptions: bool,
     /// Start of the interval (default: one window before --at).
     #[arg(long)]
     pub since: Option<String>,
@@ -370,10 +385,14 @@ impl Ctl {
                     skip_invalid,
                     tz,
                 }) => self.import(file, *skip_invalid, tz.as_deref()),
+                None if u.preemptions => self.preemptions(u.since.as_deref()),
                 None => self.usage(u),
             },
             Command::Audit { limit } => self.audit(*limit),
             Command::Why { job_id } => self.why(*job_id),
+            Command::Drain { nodes, reason } => self.drain(nodes, reason),
+            Command::Drains => self.drains(),
+            Command::Undrain { nodes } => self.undrain(nodes),
             Command::Simulate(args) => budget_sim::run_cli(args),
         }
     }
@@ -979,6 +998,7 @@ impl Ctl {
             if w["state"] == "running" {
                 o.push_str(&format!("preemptable by: {}\n", peers("preemptable_by")));
             }
+            o.push_str(&drain::why_text(w));
             o
         })
     }
