@@ -58,10 +58,7 @@ fn tools() -> &'static SlurmTools {
 #[derive(Debug, thiserror::Error)]
 pub enum SlurmError {
     #[error("cannot run {cmd}: {source}")]
-    Spawn {
-        cmd: String,
-        source: std::io::Error,
-    },
+    Spawn { cmd: String, source: std::io::Error },
     #[error("{cmd} did not answer within {secs} s")]
     Timeout { cmd: String, secs: u64 },
     #[error("{cmd} failed: {stderr}")]
@@ -114,13 +111,12 @@ pub fn parse_kv_line(line: &str) -> Vec<(String, String)> {
             {
                 out.push((k.to_string(), v.to_string()))
             }
-            _ => match out.last_mut() {
-                Some((_, v)) => {
+            _ => {
+                if let Some((_, v)) = out.last_mut() {
                     v.push(' ');
                     v.push_str(tok);
                 }
-                None => {}
-            },
+            }
         }
     }
     out
@@ -516,7 +512,9 @@ pub fn status(
                 reason: d.reason.clone(),
                 since: d.since,
                 actor: d.actor.clone(),
-                slurm_state: nodes.get(&d.node).map_or("UNKNOWN".into(), |n| n.state.clone()),
+                slurm_state: nodes
+                    .get(&d.node)
+                    .map_or("UNKNOWN".into(), |n| n.state.clone()),
                 empty: holding.is_empty(),
                 empty_at: holding.iter().map(|h| h.requeue_at).max().unwrap_or(now),
                 jobs: holding,
@@ -553,7 +551,9 @@ pub fn slurm_reason(reason: &str) -> String {
 pub async fn slurm_drain(nodes: &[String], reason: &str) -> Result<(), SlurmError> {
     let n = format!("nodename={}", nodes.join(","));
     let r = format!("reason={}", slurm_reason(reason));
-    scontrol(&["update", &n, "state=drain", &r]).await.map(|_| ())
+    scontrol(&["update", &n, "state=drain", &r])
+        .await
+        .map(|_| ())
 }
 
 /// Returns `nodes` to service.
@@ -697,7 +697,10 @@ mod tests {
         let nodes = parse_nodes(
             "NodeName=gpu1 Arch=x86_64 State=MIXED+DRAIN Reason=budget: fan [root@1]\nNodeName=gpu3 State=IDLE",
         );
-        assert_eq!(nodes["gpu1"].reason.as_deref(), Some("budget: fan [root@1]"));
+        assert_eq!(
+            nodes["gpu1"].reason.as_deref(),
+            Some("budget: fan [root@1]")
+        );
         assert!(nodes["gpu1"].draining() && !nodes["gpu3"].draining());
         let d = |n: &str| DrainRow {
             node: n.into(),
@@ -716,7 +719,10 @@ mod tests {
 
     #[test]
     fn hostlists() {
-        assert_eq!(expand_simple("gpu[1-2,5],x"), vec!["gpu1", "gpu2", "gpu5", "x"]);
+        assert_eq!(
+            expand_simple("gpu[1-2,5],x"),
+            vec!["gpu1", "gpu2", "gpu5", "x"]
+        );
         assert_eq!(expand_simple("n[08-09]"), vec!["n08", "n09"]);
     }
 }

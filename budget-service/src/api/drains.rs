@@ -63,11 +63,20 @@ pub async fn create(
     }
     tracing::info!(nodes = %nodes.join(","), reason = %reason, by = %caller.actor(), "drain requested");
     let rows = st.with_store(|s| drain::list(s)).await?;
-    let mine: Vec<_> = rows.into_iter().filter(|d| nodes.contains(&d.node)).collect();
-    Ok((StatusCode::CREATED, Json(drain::live_status(&st, mine).await?)))
+    let mine: Vec<_> = rows
+        .into_iter()
+        .filter(|d| nodes.contains(&d.node))
+        .collect();
+    Ok((
+        StatusCode::CREATED,
+        Json(drain::live_status(&st, mine).await?),
+    ))
 }
 
-pub async fn list(State(st): State<AppState>, _caller: Caller) -> AppResult<Json<Vec<DrainStatus>>> {
+pub async fn list(
+    State(st): State<AppState>,
+    _caller: Caller,
+) -> AppResult<Json<Vec<DrainStatus>>> {
     let rows = st.with_store(|s| drain::list(s)).await?;
     Ok(Json(drain::live_status(&st, rows).await?))
 }

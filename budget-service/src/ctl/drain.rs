@@ -54,7 +54,12 @@ fn drains_text(v: &Value) -> String {
                             s(&j["run"]),
                             format!("{}/{}", s(&j["account"]), s(&j["user"])),
                             s(&j["gpus"]),
-                            if j["free_tier"] == true { "free" } else { "contract" }.into(),
+                            if j["free_tier"] == true {
+                                "free"
+                            } else {
+                                "contract"
+                            }
+                            .into(),
                             format!("{} ({})", local(at), eta(at, now)),
                         ]
                     })
@@ -63,7 +68,14 @@ fn drains_text(v: &Value) -> String {
             .unwrap_or_default();
         if !rows.is_empty() {
             o.push_str(&render(
-                &["  JOB", "RUN", "ACCOUNT/USER", "GPUS", "KIND", "REQUEUED AT"],
+                &[
+                    "  JOB",
+                    "RUN",
+                    "ACCOUNT/USER",
+                    "GPUS",
+                    "KIND",
+                    "REQUEUED AT",
+                ],
                 &rows,
             ));
         }
@@ -73,7 +85,11 @@ fn drains_text(v: &Value) -> String {
 
 impl Ctl {
     pub(super) fn drain(&self, nodes: &str, reason: &str) -> anyhow::Result<()> {
-        let v = self.send_json("POST", "/v1/drains", &json!({ "nodes": nodes, "reason": reason }))?;
+        let v = self.send_json(
+            "POST",
+            "/v1/drains",
+            &json!({ "nodes": nodes, "reason": reason }),
+        )?;
         self.out(&v, drains_text)
     }
 

@@ -29,6 +29,7 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 pub mod jobs;
+pub mod report;
 pub mod rule;
 
 use std::ffi::{c_char, c_void};
@@ -61,6 +62,8 @@ struct Plugin {
     users: Arc<UserCache>,
     holdings: Mutex<Option<Arc<Holdings>>>,
     workers: Mutex<Vec<Worker>>,
+    /// Allowed preemptions awaiting confirmation (see `report`).
+    pending: report::Pending,
 }
 
 fn plugin() -> &'static Plugin {
@@ -70,6 +73,7 @@ fn plugin() -> &'static Plugin {
         users: Arc::new(UserCache::default()),
         holdings: Mutex::new(None),
         workers: Mutex::new(Vec::new()),
+        pending: report::Pending::default(),
     })
 }
 
@@ -88,8 +92,10 @@ pub extern "C" fn init() -> i32 {
                 Ok(w) => workers.push(w),
                 Err(e) => log::error(&format!("cannot start snapshot thread: {e}; safe mode")),
             }
-            match Worker::spawn("budget-holdings", Duration::from_secs(1), || {
+            let mut reporter: Option<budget_client::Client> = None;
+            match Worker::spawn("budget-holdings", Duration::from_secs(1), move || {
                 refresh_holdings(plugin());
+                report_preemptions(plugin(), &mut reporter);
             }) {
                 Ok(w) => workers.push(w),
                 Err(e) => log::error(&format!("cannot start holdings thread: {e}; safe mode")),
@@ -183,6 +189,77 @@ fn refresh_holdings(p: &Plugin) {
     }
 }
 
+/// Confirm remembered preemptions against the job records (read lock, one walk, only
+/// when something is remembered) and post them to budgetd after the lock is released.
+fn report_preemptions(p: &Plugin, client: &mut Option<budget_client::Client>) {
+    use std::collections::{HashMap, HashSet};
+    let watched: HashSet<u32> = p.pending.watched().into_iter().collect();
+    if watched.is_empty() {
+        return;
+    }
+    let Ok(ctl) = controller::Controller::get() else {
+        return;
+    };
+    let mut seen = HashMap::new();
+    {
+        let guard = ctl.job_read_lock();
+        guard.for_each_job(|job| {
+            if watched.contains(&job.job_id) {
+                seen.insert(
+                    job.job_id,
+                    report::Seen {
+                        restart_cnt: u32::from(job.restart_cnt),
+                        running: is_running(job),
+                        start: job.start_time,
+                    },
+                );
+            }
+        });
+    }
+    let now = unix_now();
+    let confirmed = p.pending.resolve(&seen, now);
+    if confirmed.is_empty() {
+        return;
+    }
+    if client.is_none() {
+        let (cfg, _) = slurm_plugin_common::snapshot::FetcherConfig::load();
+        match budget_client::Endpoint::parse(&cfg.endpoint) {
+            Ok(ep) => *client = Some(budget_client::Client::new(ep).with_timeout(cfg.timeout)),
+            Err(e) => {
+                log::error(&format!(
+                    "cannot report preemptions to {:?}: {e}",
+                    cfg.endpoint
+                ));
+                return;
+            }
+        }
+    }
+    let Some(c) = client.as_ref() else { return };
+    for x in confirmed {
+        let body = x.body(now);
+        let sent = c.request(
+            "POST",
+            "/v1/preemptions",
+            &[("Content-Type", "application/json")],
+            Some(body.as_bytes()),
+        );
+        match sent {
+            Ok(r) if r.is_success() => log::info(&format!(
+                "job {} run {} preempted by job {} ({}); recorded",
+                x.victim, x.c.run, x.c.preemptor, x.c.reason
+            )),
+            Ok(r) => log::error(&format!(
+                "budgetd refused a preemption record: HTTP {}",
+                r.status
+            )),
+            Err(e) => log::error(&format!(
+                "cannot record preemption of job {}: {e}",
+                x.victim
+            )),
+        }
+    }
+}
+
 /// The latest holdings if they were computed from a still-fresh snapshot; `None` means
 /// safe mode (free-tier victims only).
 fn current_holdings(now: i64) -> Option<Arc<Holdings>> {
@@ -203,6 +280,21 @@ fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
     let r = facts(preemptor, &p.users, default_min);
     let h = current_holdings(now);
     let decision = decide(h.as_deref(), &policy, &r, &v, now);
+    if let Ok(allowed) = &decision {
+        p.pending.remember(
+            v.job_id,
+            report::Candidate {
+                run: u32::from(victim.restart_cnt),
+                preemptor: r.job_id,
+                reason: report::reason_of(allowed.as_ref()),
+                at: now,
+                account: v.account.clone(),
+                user: v.user.clone(),
+                gpus: v.gpus,
+                start: v.run_start,
+            },
+        );
+    }
     if decision.is_ok() {
         log::debug(&format!(
             "job {} may preempt job {}: {decision:?}",
