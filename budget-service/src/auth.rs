@@ -6,7 +6,9 @@
 //! `Authorization: Bearer <token>` with a token from the config file.
 //!
 //! AuthZ: admins (uid 0, budgetd's own uid, configured uids/users, admin
-//! tokens) may do anything; readers (tokens for dashboards) read everything;
+//! tokens) may do anything; agent tokens may only post node-agent reports
+//! (their caller is named `agent:<user>`, a name no Unix user, member or
+//! coordinator can have, so they read nothing else); readers (tokens for dashboards) read everything;
 //! a coordinator of account C may create accounts under any account of C's
 //! subtree, modify or delete accounts strictly below C, and manage members of
 //! C's subtree; a user reads the accounts they belong to (and their ancestors,
@@ -68,6 +70,8 @@ pub enum Role {
     Admin,
     Reader,
     User,
+    /// A node agent's token: posts reports, nothing else.
+    Agent,
 }
 
 /// An authenticated caller.
@@ -108,6 +112,15 @@ impl Caller {
     /// Fails unless the caller is an admin.
     pub fn require_admin(&self, state: &AppState, what: &str) -> Result<(), AppError> {
         if self.is_admin() {
+            Ok(())
+        } else {
+            Err(self.refuse(state, what))
+        }
+    }
+
+    /// Fails unless the caller is an admin or a node agent.
+    pub fn require_agent(&self, state: &AppState, what: &str) -> Result<(), AppError> {
+        if matches!(self.role, Role::Admin | Role::Agent) {
             Ok(())
         } else {
             Err(self.refuse(state, what))
@@ -159,6 +172,10 @@ pub struct Scope {
     manage_below: BTreeSet<String>,
     /// Accounts the caller may modify or delete themselves.
     modify: BTreeSet<String>,
+    /// Accounts whose jobs the caller may see: their memberships and
+    /// coordinated subtrees, without the ancestors `readable` adds for the
+    /// rank path (a member of a team must not see its parent's other jobs).
+    jobs_of: BTreeSet<String>,
     admin: bool,
 }
 
@@ -170,6 +187,7 @@ impl Scope {
                 readable: None,
                 manage_below: BTreeSet::new(),
                 modify: BTreeSet::new(),
+                jobs_of: BTreeSet::new(),
                 admin: caller.is_admin(),
             };
         }
@@ -179,6 +197,7 @@ impl Scope {
         for m in tree.members.iter().filter(|m| m.user == caller.user) {
             readable.insert(m.account.clone());
         }
+        let jobs_of = readable.clone();
         let with_ancestors: Vec<String> = readable.iter().flat_map(|a| tree.ancestors(a)).collect();
         readable.extend(with_ancestors);
         if !readable.is_empty() {
@@ -188,12 +207,17 @@ impl Scope {
             readable: Some(readable),
             manage_below,
             modify,
+            jobs_of,
             admin: false,
         }
     }
 
     pub fn can_read(&self, account: &str) -> bool {
         self.readable.as_ref().is_none_or(|r| r.contains(account))
+    }
+    /// May see jobs charged to `account` (everyone sees their own jobs too).
+    pub fn can_see_jobs_of(&self, account: &str) -> bool {
+        self.readable.is_none() || self.jobs_of.contains(account)
     }
     /// May create child accounts of / manage members of `account`.
     pub fn can_manage_under(&self, account: &str) -> bool {
@@ -284,6 +308,12 @@ impl FromRequestParts<AppState> for Caller {
                         .find(|spec| same_secret(spec.token.as_bytes(), t.as_bytes()))
                 });
                 match found {
+                    Some(spec) if spec.role == TokenRole::Agent => Ok(Caller {
+                        user: format!("agent:{}", spec.user),
+                        uid: None,
+                        role: Role::Agent,
+                        via: "tcp",
+                    }),
                     Some(spec) => {
                         let admin = spec.role == TokenRole::Admin
                             || state.config.admins.users.contains(&spec.user);

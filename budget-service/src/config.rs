@@ -14,7 +14,12 @@
 //! [[tokens]]                      # TCP callers: Authorization: Bearer <token>
 //! token = "s3cret-prometheus"
 //! user = "prometheus"
-//! role = "reader"                 # admin | reader | user
+//! role = "reader"                 # admin | reader | user | agent
+//!
+//! [[tokens]]                      # a node agent over TCP: may only post reports
+//! token = "s3cret-node-agents"
+//! user = "gpu-nodes"
+//! role = "agent"
 //!
 //! [policy]                        # used only when the database has no policy yet
 //! window_secs = 604800
@@ -37,6 +42,10 @@ pub enum TokenRole {
     Reader,
     /// The named user: read own accounts, manage coordinated subtrees.
     User,
+    /// A node agent (`budget-agent` over TCP): may post agent reports and
+    /// nothing else. Least privilege, because the token sits on every GPU
+    /// node; agents on the controller host use the socket as root instead.
+    Agent,
 }
 
 /// One bearer token.
@@ -83,6 +92,10 @@ pub struct Config {
     /// Largest accepted `usage import` file (sacct text).
     #[serde(default = "default_import_limit")]
     pub import_limit_bytes: usize,
+    /// A node whose latest agent report is older than this flags no job as
+    /// idle (its agent stopped: the streaks it last saw are no longer news).
+    #[serde(default = "default_agent_stale")]
+    pub agent_stale_secs: i64,
 }
 
 fn default_refresh() -> i64 {
@@ -97,6 +110,10 @@ fn default_import_limit() -> usize {
     256 * 1024 * 1024
 }
 
+fn default_agent_stale() -> i64 {
+    300
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -106,6 +123,7 @@ impl Default for Config {
             snapshot_refresh_secs: default_refresh(),
             body_limit_bytes: default_body_limit(),
             import_limit_bytes: default_import_limit(),
+            agent_stale_secs: default_agent_stale(),
         }
     }
 }
@@ -148,6 +166,9 @@ impl Config {
         }
         if cfg.snapshot_refresh_secs < 1 {
             return Err("snapshot_refresh_secs must be >= 1".into());
+        }
+        if cfg.agent_stale_secs < 1 {
+            return Err("agent_stale_secs must be >= 1".into());
         }
         if cfg.body_limit_bytes < 1024 || cfg.import_limit_bytes < 1024 {
             return Err("body_limit_bytes and import_limit_bytes must be >= 1024".into());

@@ -100,6 +100,27 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (job_id, run)
     ) WITHOUT ROWID;
     "#,
+    // 3: node-agent reports and the idle ledger (DESIGN 3.7, `idle.rs`).
+    r#"
+    CREATE TABLE agent_reports (
+        node        TEXT PRIMARY KEY,
+        at          INTEGER NOT NULL,
+        nvml        INTEGER NOT NULL,
+        gpus        INTEGER NOT NULL,
+        report      TEXT NOT NULL
+    );
+    CREATE TABLE idle_streaks (
+        job_id      INTEGER NOT NULL,
+        gpu_uuid    TEXT NOT NULL,
+        node        TEXT NOT NULL,
+        start       INTEGER NOT NULL,
+        end         INTEGER NOT NULL CHECK (end >= start),
+        broken_at   INTEGER,
+        PRIMARY KEY (job_id, gpu_uuid, start)
+    ) WITHOUT ROWID;
+    CREATE INDEX idle_streaks_gpu_end ON idle_streaks(gpu_uuid, end);
+    CREATE INDEX idle_streaks_end ON idle_streaks(end);
+    "#,
 ];
 
 /// Schema version this build expects.

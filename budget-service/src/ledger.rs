@@ -394,6 +394,28 @@ impl Ledger {
         out
     }
 
+    /// The latest run of each job in `jobs` (highest run number, sacct array
+    /// keys last), in one pass over the ledger: the idle report maps many
+    /// jobs to their account and user at once, and `job_runs` per job would
+    /// scan the whole ledger each time.
+    pub fn latest_runs(&self, jobs: &std::collections::BTreeSet<u32>) -> HashMap<u32, RunRecord> {
+        let mut best: HashMap<u32, &MemRun> = HashMap::new();
+        if jobs.is_empty() {
+            return HashMap::new();
+        }
+        for m in &self.runs {
+            if jobs.contains(&m.job_id) {
+                let e = best.entry(m.job_id).or_insert(m);
+                if m.run > e.run {
+                    *e = m;
+                }
+            }
+        }
+        best.into_iter()
+            .map(|(j, m)| (j, self.to_record(m)))
+            .collect()
+    }
+
     /// Rows in a given state (the latest synced pending or running runs).
     pub fn in_state(&self, state: RunState) -> Vec<RunRecord> {
         self.runs

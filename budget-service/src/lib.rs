@@ -18,7 +18,8 @@
 //! - [`sacct`]: parsing sacct history; [`timefmt`]: TIME arguments;
 //! - [`metrics`], [`openapi`]: `/metrics` and the OpenAPI document;
 //! - [`server`]: listeners, serving, shutdown; [`ctl`]: `budgetctl`;
-//! - [`drain`]: maintenance drains and their worker; [`preemptions`]: the preemption record.
+//! - [`drain`]: maintenance drains and their worker; [`preemptions`]: the preemption record;
+//! - [`idle`]: node-agent reports, the idle ledger and idle-job flags (DESIGN 3.7).
 
 pub mod api;
 pub mod auth;
@@ -27,6 +28,7 @@ pub mod ctl;
 pub mod db;
 pub mod drain;
 pub mod error;
+pub mod idle;
 pub mod ledger;
 pub mod metrics;
 pub mod openapi;

@@ -232,5 +232,6 @@ pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) 
         c.errors_5xx.load(Ordering::Relaxed)
     );
     crate::preemptions::render_metrics(store, &mut out);
+    crate::idle::render_metrics(store, now, state.config.agent_stale_secs, &mut out);
     out
 }

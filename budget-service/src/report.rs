@@ -293,6 +293,10 @@ pub struct Why {
     /// running job after its window, a drain's requeue time, and who took the
     /// previous (or this requeued) run with its GPU-hours.
     pub preemption: crate::preemptions::WhyPreemption,
+    /// Set when the job holds GPUs idle beyond the idle threshold now
+    /// (DESIGN 3.7; filled by the handler, which knows the staleness limit).
+    #[serde(default)]
+    pub idle: Option<crate::idle::FlaggedJob>,
 }
 
 fn view(r: &RunRecord) -> JobView<'_> {
@@ -413,5 +417,6 @@ pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> Why {
         could_preempt,
         preemptable_by,
         preemption: crate::preemptions::why(store, fs, job, now),
+        idle: None,
     }
 }

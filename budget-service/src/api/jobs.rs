@@ -235,7 +235,9 @@ pub async fn why(
         if !(caller.reads_all() || caller.user == job.user || scope.can_read(&job.account)) {
             return Err(caller.refuse(&st2, &format!("explain job {job_id}")));
         }
-        Ok(Json(report::why(s, &snap.snapshot.fair_share, job, t)))
+        let mut why = report::why(s, &snap.snapshot.fair_share, job, t);
+        why.idle = crate::idle::job_flag(s, job_id, t, st2.config.agent_stale_secs);
+        Ok(Json(why))
     })
     .await
 }

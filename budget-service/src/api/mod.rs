@@ -6,6 +6,7 @@
 //! which is text); every error is `{"error": "..."}` with a 4xx/5xx status.
 
 mod drains;
+mod idle;
 mod jobs;
 mod preemptions;
 mod tree;
@@ -217,6 +218,8 @@ pub fn app(state: AppState) -> Router {
             "/v1/preemptions",
             get(preemptions::list).post(preemptions::create),
         )
+        .route(budget_protocol::AGENT_REPORT_PATH, post(idle::report))
+        .route("/v1/idle", get(idle::list))
         .route("/metrics", get(jobs::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -8,6 +8,7 @@
 //! `budgetctl: <message>`), 2 bad usage.
 
 mod drain;
+mod idle;
 mod table;
 
 use std::time::Duration;
@@ -93,6 +94,16 @@ pub enum Command {
     Drains,
     /// Return drained nodes to service.
     Undrain { nodes: String },
+    /// Jobs holding GPUs idle beyond the policy's idle threshold, then idle
+    /// GPU-hours per account over the window (from the node agents' reports).
+    Idle {
+        /// Start of the GPU-hours interval (default: one window before --at).
+        #[arg(long)]
+        since: Option<String>,
+        /// End of the interval (default: now).
+        #[arg(long)]
+        at: Option<String>,
+    },
     /// Replay a job trace through the policy offline (budget-sim); needs no budgetd.
     Simulate(budget_sim::SimulateArgs),
 }
@@ -393,6 +404,7 @@ impl Ctl {
             Command::Drain { nodes, reason } => self.drain(nodes, reason),
             Command::Drains => self.drains(),
             Command::Undrain { nodes } => self.undrain(nodes),
+            Command::Idle { since, at } => self.idle(since.as_deref(), at.as_deref()),
             Command::Simulate(args) => budget_sim::run_cli(args),
         }
     }
@@ -999,6 +1011,7 @@ impl Ctl {
                 o.push_str(&format!("preemptable by: {}\n", peers("preemptable_by")));
             }
             o.push_str(&drain::why_text(w));
+            o.push_str(&idle::why_text(w));
             o
         })
     }

@@ -26,6 +26,8 @@ const ROUTES: &[(&str, &[&str])] = &[
     ("/v1/drains", &["get", "post"]),
     ("/v1/drains/{nodes}", &["delete"]),
     ("/v1/preemptions", &["get", "post"]),
+    ("/v1/agent/report", &["post"]),
+    ("/v1/idle", &["get"]),
     ("/metrics", &["get"]),
 ];
 

@@ -1,0 +1,67 @@
+//! `/v1/agent/report` and `/v1/idle` (DESIGN 3.7): node agents post their
+//! reports (admins over the socket, e.g. the agent as root on the controller
+//! host; `role = "agent"` tokens over TCP from GPU nodes); admins and readers
+//! read every flagged job, coordinators those of their subtrees, users their
+//! own jobs and those of the accounts they belong to.
+
+use axum::Json;
+use axum::extract::State;
+use budget_protocol::AgentReport;
+use serde::Deserialize;
+
+use super::{ApiJson, ApiQuery, query_time};
+use crate::auth::{Caller, Scope};
+use crate::error::{AppError, AppResult};
+use crate::idle::{self, IdleReport, ReportOutcome};
+use crate::state::AppState;
+use crate::timefmt::now;
+
+pub async fn report(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiJson(r): ApiJson<AgentReport>,
+) -> AppResult<Json<ReportOutcome>> {
+    caller.require_agent(&st, "post node-agent reports")?;
+    let t = now();
+    let out = st.with_store(move |s| idle::ingest(s, &r, t)).await?;
+    Ok(Json(out))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdleQuery {
+    /// Start of the GPU-hours interval (default: one window before `at`).
+    #[serde(default)]
+    since: Option<String>,
+    /// End of the GPU-hours interval (default: now).
+    #[serde(default)]
+    at: Option<String>,
+}
+
+pub async fn list(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiQuery(q): ApiQuery<IdleQuery>,
+) -> AppResult<Json<IdleReport>> {
+    let t = now();
+    let at = query_time(q.at.as_deref(), "at", t)?;
+    let since = match q.since.as_deref() {
+        Some(s) => Some(query_time(Some(s), "since", 0)?),
+        None => None,
+    };
+    if since.is_some_and(|s| s > at) {
+        return Err(AppError::BadRequest("since must not be after at".into()));
+    }
+    let stale = st.config.agent_stale_secs;
+    st.with_store(move |s| {
+        let scope = Scope::of(&caller, s.tree(), s.coordinators());
+        let from = since.unwrap_or(at - s.policy().window_secs);
+        let visible = |account: Option<&str>, user: Option<&str>| {
+            caller.reads_all()
+                || user == Some(caller.user.as_str())
+                || account.is_some_and(|a| scope.can_see_jobs_of(a))
+        };
+        idle::report(s, t, from, at, stale, &visible, caller.reads_all()).map(Json)
+    })
+    .await
+}

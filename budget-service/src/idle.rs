@@ -1,0 +1,678 @@
+//! Idle GPUs (DESIGN 3.7): node-agent reports, the idle ledger, and the jobs
+//! flagged as idle beyond `Policy::idle_threshold_secs`.
+//!
+//! `budget-agent` posts an [`AgentReport`] per node every sample period. For
+//! each GPU it says which Slurm jobs have processes on it and `idle_secs`, how
+//! long the GPU has been continuously idle while held (0 when busy or free).
+//! budgetd keeps two things:
+//! - the latest report of each node (`agent_reports`, replaced by newer ones:
+//!   an older report arriving late never replaces a newer one);
+//! - the idle ledger (`idle_streaks`): per (job, GPU uuid) the idle streaks as
+//!   closed intervals `[start, end]`, where `start = at - idle_secs` (the agent's
+//!   own streak start, so every report of one streak names the same row) and
+//!   `end` is the latest report that still saw it idle.
+//!
+//! Why intervals and not samples: idle GPU-hours over any window are then a
+//! sum of clipped interval lengths, exact to the second and independent of
+//! how often agents report; and ingestion is idempotent (a repeated report
+//! finds its row and leaves `end` where it is).
+//!
+//! Agent restarts: a restarted agent forgets its streaks and starts counting
+//! from 0, which would split one long idle stretch into two and reset the
+//! "idle since" of a squatting job. A new streak therefore *continues* the
+//! previous streak of the same job and GPU when it starts at most
+//! [`MERGE_GAP_SECS`] after that streak's last report and no report in
+//! between saw the GPU busy or released: each report marks the recent streaks
+//! it does not continue with `broken_at` (the first such report's time). A
+//! restarted agent's first sample also shows `idle_secs = 0`, but at the very
+//! instant its new streak starts, so it does not break the old one; a real
+//! busy sample comes strictly before the new start and does.
+//!
+//! A GPU shared by several jobs (MPS, shards) counts once per job. Idle
+//! GPU-hours count every recorded idle second of a job, not only the part past
+//! the threshold: holding a GPU idle burns the team's budget either way.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+
+use budget_protocol::AgentReport;
+use rusqlite::{OptionalExtension, Transaction, params};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{AppError, AppResult};
+use crate::store::{Store, hours};
+
+/// Longest gap between two streaks of one job and GPU, with no busy report
+/// between them, that still counts as one streak (an agent restart). Must
+/// exceed the agent's interval (default 30 s) plus its restart time.
+pub const MERGE_GAP_SECS: i64 = 300;
+/// Most GPUs one report may list (a node has at most a few dozen).
+pub const MAX_GPUS_PER_REPORT: usize = 1024;
+/// Most processes one GPU sample may list.
+pub const MAX_PROCESSES_PER_GPU: usize = 4096;
+/// How far ahead of budgetd's clock a report's `at` may be.
+pub const MAX_CLOCK_SKEW_SECS: i64 = 300;
+
+/// What ingesting one report changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportOutcome {
+    pub node: String,
+    /// Whether the report replaced the node's latest (false for a repeat or
+    /// a report older than the stored one).
+    pub latest_replaced: bool,
+    pub streaks_inserted: u64,
+    pub streaks_extended: u64,
+    pub streaks_unchanged: u64,
+    /// Streaks marked as ended by this report (GPU busy or released).
+    pub streaks_broken: u64,
+}
+
+fn check_name(what: &str, v: &str) -> AppResult<()> {
+    let ok = !v.is_empty()
+        && v.len() <= 128
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(AppError::Invalid(format!(
+            "{what} {v:?} must be 1-128 characters of letters, digits, '-', '_', '.', ':'"
+        )))
+    }
+}
+
+/// Checks a report as a whole before anything is written.
+pub fn check(r: &AgentReport, now: i64) -> AppResult<()> {
+    check_name("node", &r.node)?;
+    if r.at <= 0 || r.at > now + MAX_CLOCK_SKEW_SECS || r.at > crate::ledger::MAX_TIME {
+        return Err(AppError::Invalid(format!(
+            "at {} is not a sane time (budgetd's clock says {now}; is the node's clock right?)",
+            r.at
+        )));
+    }
+    if !r.nvml && !r.gpus.is_empty() {
+        return Err(AppError::Invalid(
+            "a report with nvml: false cannot list GPUs".into(),
+        ));
+    }
+    if r.gpus.len() > MAX_GPUS_PER_REPORT {
+        return Err(AppError::Invalid(format!(
+            "{} GPUs in one report (at most {MAX_GPUS_PER_REPORT})",
+            r.gpus.len()
+        )));
+    }
+    let mut seen = BTreeSet::new();
+    for (i, g) in r.gpus.iter().enumerate() {
+        check_name(&format!("gpus[{i}].uuid"), &g.uuid)?;
+        if !seen.insert(g.uuid.as_str()) {
+            return Err(AppError::Invalid(format!(
+                "gpus[{i}]: GPU {} is listed twice",
+                g.uuid
+            )));
+        }
+        if g.idle_secs < 0 || g.idle_secs >= r.at {
+            return Err(AppError::Invalid(format!(
+                "gpus[{i}].idle_secs {} must be between 0 and at",
+                g.idle_secs
+            )));
+        }
+        if g.util_pct > 100 {
+            return Err(AppError::Invalid(format!(
+                "gpus[{i}].util_pct {} is above 100",
+                g.util_pct
+            )));
+        }
+        if g.processes.len() > MAX_PROCESSES_PER_GPU {
+            return Err(AppError::Invalid(format!(
+                "gpus[{i}]: {} processes (at most {MAX_PROCESSES_PER_GPU})",
+                g.processes.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+enum Step {
+    Inserted,
+    Extended,
+    Unchanged,
+}
+
+/// Moves the end of streak `(job, uuid, start)` to `at` if later; a broken
+/// mark the streak now covers is obsolete and dropped.
+#[allow(clippy::too_many_arguments)]
+fn extend(
+    tx: &Transaction<'_>,
+    job: u32,
+    uuid: &str,
+    start: i64,
+    end: i64,
+    broken: Option<i64>,
+    node: &str,
+    at: i64,
+) -> rusqlite::Result<Step> {
+    let new_end = end.max(at);
+    let new_broken = broken.filter(|&b| b > new_end);
+    if new_end == end && new_broken == broken {
+        return Ok(Step::Unchanged);
+    }
+    tx.execute(
+        "UPDATE idle_streaks SET end = ?4, broken_at = ?5, node = ?6 \
+         WHERE job_id = ?1 AND gpu_uuid = ?2 AND start = ?3",
+        params![job, uuid, start, new_end, new_broken, node],
+    )?;
+    Ok(Step::Extended)
+}
+
+/// Records that `job` held GPU `uuid` idle over `[start, at]`.
+fn observe_idle(
+    tx: &Transaction<'_>,
+    job: u32,
+    uuid: &str,
+    node: &str,
+    start: i64,
+    at: i64,
+) -> rusqlite::Result<Step> {
+    let exact: Option<(i64, Option<i64>)> = tx
+        .query_row(
+            "SELECT end, broken_at FROM idle_streaks WHERE job_id = ?1 AND gpu_uuid = ?2 AND start = ?3",
+            params![job, uuid, start],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    if let Some((end, broken)) = exact {
+        return extend(tx, job, uuid, start, end, broken, node, at);
+    }
+    let prev: Option<(i64, i64, Option<i64>)> = tx
+        .query_row(
+            "SELECT start, end, broken_at FROM idle_streaks WHERE job_id = ?1 AND gpu_uuid = ?2 \
+             AND start < ?3 ORDER BY start DESC LIMIT 1",
+            params![job, uuid, start],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?;
+    if let Some((ps, pe, pb)) = prev {
+        // Overlap (clock oddities) or an agent restart: the same stretch.
+        let overlaps = pe >= start;
+        let continues = start - pe <= MERGE_GAP_SECS && pb.is_none_or(|b| b >= start);
+        if overlaps || continues {
+            return extend(tx, job, uuid, ps, pe, pb, node, at);
+        }
+    }
+    tx.execute(
+        "INSERT INTO idle_streaks(job_id, gpu_uuid, node, start, end, broken_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, NULL)",
+        params![job, uuid, node, start, at],
+    )?;
+    Ok(Step::Inserted)
+}
+
+/// Ingests one report in one transaction; a bad report changes nothing.
+pub fn ingest(store: &mut Store, r: &AgentReport, now: i64) -> AppResult<ReportOutcome> {
+    check(r, now)?;
+    let text = serde_json::to_string(r)?;
+    let mut out = ReportOutcome {
+        node: r.node.clone(),
+        ..ReportOutcome::default()
+    };
+    let tx = store.conn_mut().transaction()?;
+    out.latest_replaced = tx.execute(
+        "INSERT INTO agent_reports(node, at, nvml, gpus, report) VALUES (?1, ?2, ?3, ?4, ?5) \
+         ON CONFLICT(node) DO UPDATE SET at = excluded.at, nvml = excluded.nvml, \
+         gpus = excluded.gpus, report = excluded.report \
+         WHERE excluded.at > agent_reports.at \
+            OR (excluded.at = agent_reports.at AND excluded.report <> agent_reports.report)",
+        params![r.node, r.at, r.nvml, r.gpus.len() as i64, text],
+    )? == 1;
+    for g in &r.gpus {
+        let jobs: BTreeSet<u32> = g.processes.iter().filter_map(|p| p.job_id).collect();
+        if g.idle_secs > 0 {
+            for &job in &jobs {
+                match observe_idle(&tx, job, &g.uuid, &r.node, r.at - g.idle_secs, r.at)? {
+                    Step::Inserted => out.streaks_inserted += 1,
+                    Step::Extended => out.streaks_extended += 1,
+                    Step::Unchanged => out.streaks_unchanged += 1,
+                }
+            }
+        }
+        // Recent streaks of this GPU that this report did not continue end
+        // here (busy, released, or another job now): remember the first such
+        // report so a later streak is not merged across it.
+        out.streaks_broken += tx.execute(
+            "UPDATE idle_streaks SET broken_at = ?2 WHERE gpu_uuid = ?1 AND end < ?2 \
+             AND end >= ?2 - ?3 AND (broken_at IS NULL OR broken_at > ?2)",
+            params![g.uuid, r.at, MERGE_GAP_SECS],
+        )? as u64;
+    }
+    tx.commit()?;
+    Ok(out)
+}
+
+/// One GPU of a flagged job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleGpu {
+    pub node: String,
+    pub uuid: String,
+    /// Start of the current idle streak.
+    pub since: i64,
+    /// Length of the streak at the node's latest report.
+    pub idle_secs: i64,
+}
+
+/// A job with GPUs idle beyond the threshold in their nodes' latest reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlaggedJob {
+    pub job_id: u32,
+    /// From the run ledger; `null` if the plugin never synced the job.
+    pub account: Option<String>,
+    pub user: Option<String>,
+    pub nodes: Vec<String>,
+    /// GPUs idle beyond the threshold now.
+    pub gpus_idle: u32,
+    /// GPUs the job's latest run holds (run ledger), if known.
+    pub gpus: Option<u32>,
+    /// Earliest start among its idle streaks.
+    pub idle_since: i64,
+    /// Longest current streak.
+    pub idle_secs: i64,
+    pub idle_gpus: Vec<IdleGpu>,
+}
+
+/// Idle GPU-hours of one account (the job's own account, no roll-up).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccountIdle {
+    /// `null`: jobs the run ledger does not know.
+    pub account: Option<String>,
+    /// Idle GPU-hours in `[from, at]` (unweighted).
+    pub idle_gpu_hours: f64,
+    /// Jobs with idle time in the window.
+    pub jobs: u32,
+    /// GPUs idle beyond the threshold now.
+    pub idle_gpus_now: u32,
+    pub flagged_jobs: u32,
+}
+
+/// The latest report of one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeReport {
+    pub node: String,
+    pub at: i64,
+    pub age_secs: i64,
+    pub nvml: bool,
+    pub gpus: u32,
+    /// Older than `agent_stale_secs`: flags nothing.
+    pub stale: bool,
+}
+
+/// `GET /v1/idle`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdleReport {
+    pub at: i64,
+    pub from: i64,
+    pub threshold_secs: i64,
+    pub stale_after_secs: i64,
+    pub flagged: Vec<FlaggedJob>,
+    pub by_account: Vec<AccountIdle>,
+    /// Latest report per node (admins and readers only).
+    pub nodes: Vec<NodeReport>,
+}
+
+/// Who may see a job: `(account, user)` from the ledger, either unknown.
+pub type Visible<'a> = &'a dyn Fn(Option<&str>, Option<&str>) -> bool;
+
+struct Open {
+    job_id: u32,
+    uuid: String,
+    node: String,
+    start: i64,
+    end: i64,
+}
+
+/// Streaks open in a fresh latest report and at least `threshold` long.
+fn open_streaks(store: &Store, now: i64, threshold: i64, stale: i64) -> AppResult<Vec<Open>> {
+    let mut st = store.conn().prepare_cached(
+        "SELECT s.job_id, s.gpu_uuid, s.node, s.start, s.end FROM idle_streaks s \
+         JOIN agent_reports r ON r.node = s.node AND r.at = s.end \
+         WHERE s.end - s.start >= ?1 AND r.at >= ?2 ORDER BY s.job_id, s.node, s.gpu_uuid",
+    )?;
+    let rows = st.query_map(params![threshold, now - stale], |r| {
+        Ok(Open {
+            job_id: r.get(0)?,
+            uuid: r.get(1)?,
+            node: r.get(2)?,
+            start: r.get(3)?,
+            end: r.get(4)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// Idle seconds per job in `[from, to]`, overlapping streaks of one (job,
+/// GPU) counted once.
+fn idle_secs_by_job(store: &Store, from: i64, to: i64) -> AppResult<BTreeMap<u32, i64>> {
+    let mut st = store.conn().prepare_cached(
+        "SELECT job_id, gpu_uuid, start, end FROM idle_streaks WHERE end > ?1 AND start < ?2 \
+         ORDER BY job_id, gpu_uuid, start",
+    )?;
+    let mut rows = st.query(params![from, to])?;
+    let mut out: BTreeMap<u32, i64> = BTreeMap::new();
+    // Union of the sorted intervals of each (job, GPU), clipped to the window.
+    let mut cur: Option<(u32, String, i64, i64)> = None;
+    let mut flush = |c: &Option<(u32, String, i64, i64)>| {
+        if let Some((j, _, s, e)) = c {
+            let len = (*e).min(to) - (*s).max(from);
+            if len > 0 {
+                *out.entry(*j).or_insert(0) += len;
+            }
+        }
+    };
+    while let Some(r) = rows.next()? {
+        let (job, uuid, s, e): (u32, String, i64, i64) =
+            (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+        match &mut cur {
+            Some((cj, cu, _, ce)) if *cj == job && *cu == uuid && s <= *ce => {
+                *ce = (*ce).max(e);
+            }
+            _ => {
+                flush(&cur);
+                cur = Some((job, uuid, s, e));
+            }
+        }
+    }
+    flush(&cur);
+    Ok(out)
+}
+
+/// Flagged jobs, grouped from their open streaks.
+fn flagged(store: &Store, now: i64, stale: i64) -> AppResult<Vec<FlaggedJob>> {
+    let threshold = store.policy().idle_threshold_secs;
+    let open = open_streaks(store, now, threshold, stale)?;
+    let mut by_job: BTreeMap<u32, Vec<Open>> = BTreeMap::new();
+    for o in open {
+        by_job.entry(o.job_id).or_default().push(o);
+    }
+    let ids: BTreeSet<u32> = by_job.keys().copied().collect();
+    let runs = store.ledger().latest_runs(&ids);
+    Ok(by_job
+        .into_iter()
+        .map(|(job_id, gpus)| {
+            let run = runs.get(&job_id);
+            let nodes: BTreeSet<String> = gpus.iter().map(|g| g.node.clone()).collect();
+            FlaggedJob {
+                job_id,
+                account: run.map(|r| r.account.clone()),
+                user: run.map(|r| r.user.clone()),
+                nodes: nodes.into_iter().collect(),
+                gpus_idle: gpus.len() as u32,
+                gpus: run.map(|r| r.gpus),
+                idle_since: gpus.iter().map(|g| g.start).min().unwrap_or(now),
+                idle_secs: gpus.iter().map(|g| g.end - g.start).max().unwrap_or(0),
+                idle_gpus: gpus
+                    .into_iter()
+                    .map(|g| IdleGpu {
+                        idle_secs: g.end - g.start,
+                        node: g.node,
+                        uuid: g.uuid,
+                        since: g.start,
+                    })
+                    .collect(),
+            }
+        })
+        .collect())
+}
+
+fn nodes(store: &Store, now: i64, stale: i64) -> AppResult<Vec<NodeReport>> {
+    let mut st = store
+        .conn()
+        .prepare_cached("SELECT node, at, nvml, gpus FROM agent_reports ORDER BY node")?;
+    let rows = st.query_map([], |r| {
+        let at: i64 = r.get(1)?;
+        Ok(NodeReport {
+            node: r.get(0)?,
+            at,
+            age_secs: (now - at).max(0),
+            nvml: r.get(2)?,
+            gpus: r.get(3)?,
+            stale: at < now - stale,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The idle report at `now` with GPU-hours over `[from, to]`, filtered to
+/// what `visible` allows; `show_nodes` adds the per-node report list.
+pub fn report(
+    store: &Store,
+    now: i64,
+    from: i64,
+    to: i64,
+    stale: i64,
+    visible: Visible<'_>,
+    show_nodes: bool,
+) -> AppResult<IdleReport> {
+    let flagged: Vec<FlaggedJob> = flagged(store, now, stale)?
+        .into_iter()
+        .filter(|f| visible(f.account.as_deref(), f.user.as_deref()))
+        .collect();
+    let secs = idle_secs_by_job(store, from, to)?;
+    let ids: BTreeSet<u32> = secs.keys().copied().collect();
+    let runs = store.ledger().latest_runs(&ids);
+    let mut acc: BTreeMap<Option<String>, AccountIdle> = BTreeMap::new();
+    fn row(acc: &mut BTreeMap<Option<String>, AccountIdle>, a: Option<String>) -> &mut AccountIdle {
+        acc.entry(a.clone()).or_insert(AccountIdle {
+            account: a,
+            idle_gpu_hours: 0.0,
+            jobs: 0,
+            idle_gpus_now: 0,
+            flagged_jobs: 0,
+        })
+    }
+    // Sum integer seconds first, convert once: exact for hand-checked values.
+    let mut acc_secs: HashMap<Option<String>, i64> = HashMap::new();
+    for (job, s) in &secs {
+        let run = runs.get(job);
+        if !visible(
+            run.map(|r| r.account.as_str()),
+            run.map(|r| r.user.as_str()),
+        ) {
+            continue;
+        }
+        let key = run.map(|r| r.account.clone());
+        *acc_secs.entry(key.clone()).or_insert(0) += s;
+        row(&mut acc, key).jobs += 1;
+    }
+    for f in &flagged {
+        let r = row(&mut acc, f.account.clone());
+        r.flagged_jobs += 1;
+        r.idle_gpus_now += f.gpus_idle;
+    }
+    let by_account = acc
+        .into_values()
+        .map(|mut a| {
+            a.idle_gpu_hours = hours(acc_secs.get(&a.account).copied().unwrap_or(0) as f64);
+            a
+        })
+        .collect();
+    Ok(IdleReport {
+        at: to,
+        from,
+        threshold_secs: store.policy().idle_threshold_secs,
+        stale_after_secs: stale,
+        flagged,
+        by_account,
+        nodes: if show_nodes {
+            nodes(store, now, stale)?
+        } else {
+            Vec::new()
+        },
+    })
+}
+
+/// The flag of one job, if it is idle beyond the threshold now (`why`).
+pub fn job_flag(store: &Store, job_id: u32, now: i64, stale: i64) -> Option<FlaggedJob> {
+    flagged(store, now, stale)
+        .ok()?
+        .into_iter()
+        .find(|f| f.job_id == job_id)
+}
+
+/// Prometheus lines: idle GPUs now and idle GPU-hours over the window per
+/// account, and the age of each node's latest report.
+pub fn render_metrics(store: &Store, now: i64, stale: i64, out: &mut String) {
+    let esc = |v: &str| {
+        v.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+    };
+    let window = store.policy().window_secs;
+    let all = |_: Option<&str>, _: Option<&str>| true;
+    let rep = match report(store, now, now - window, now, stale, &all, true) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, "idle metrics unavailable");
+            return;
+        }
+    };
+    let _ = writeln!(
+        out,
+        "# HELP budget_idle_gpus GPUs idle beyond the idle threshold now, by job account.\n\
+         # TYPE budget_idle_gpus gauge"
+    );
+    for a in &rep.by_account {
+        if let Some(name) = &a.account {
+            let _ = writeln!(
+                out,
+                "budget_idle_gpus{{account=\"{}\"}} {}",
+                esc(name),
+                a.idle_gpus_now
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP budget_idle_gpu_hours Idle GPU-hours of jobs in the usage window, by job account.\n\
+         # TYPE budget_idle_gpu_hours gauge"
+    );
+    for a in &rep.by_account {
+        if let Some(name) = &a.account {
+            let _ = writeln!(
+                out,
+                "budget_idle_gpu_hours{{account=\"{}\"}} {}",
+                esc(name),
+                a.idle_gpu_hours
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP budget_agent_last_report_age_seconds Seconds since the node agent's latest report.\n\
+         # TYPE budget_agent_last_report_age_seconds gauge"
+    );
+    for n in &rep.nodes {
+        let _ = writeln!(
+            out,
+            "budget_agent_last_report_age_seconds{{node=\"{}\"}} {}",
+            esc(&n.node),
+            n.age_secs
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::PolicyPatch;
+    use budget_protocol::{GpuProcess, GpuSample};
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = Store::open(&dir.path().join("t.db"), &PolicyPatch::default()).expect("open");
+        (dir, s)
+    }
+
+    fn report_of(at: i64, gpus: &[(&str, Option<u32>, i64)]) -> AgentReport {
+        AgentReport {
+            node: "n1".into(),
+            at,
+            nvml: true,
+            gpus: gpus
+                .iter()
+                .enumerate()
+                .map(|(i, (uuid, job, idle))| GpuSample {
+                    index: i as u32,
+                    uuid: (*uuid).into(),
+                    name: "H100".into(),
+                    util_pct: if *idle > 0 { 0 } else { 90 },
+                    memory_used_mib: 0,
+                    memory_total_mib: 80_000,
+                    processes: job
+                        .iter()
+                        .map(|&j| GpuProcess {
+                            pid: 1,
+                            job_id: Some(j),
+                            used_memory_mib: None,
+                            sm_util_pct: None,
+                        })
+                        .collect(),
+                    idle_secs: *idle,
+                })
+                .collect(),
+        }
+    }
+
+    fn streaks(s: &Store) -> Vec<(u32, String, i64, i64)> {
+        let mut st = s
+            .conn()
+            .prepare("SELECT job_id, gpu_uuid, start, end FROM idle_streaks ORDER BY job_id, gpu_uuid, start")
+            .expect("prepare");
+        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+    }
+
+    #[test]
+    fn restart_continues_a_streak_but_a_busy_sample_splits_it() {
+        let (_d, mut s) = store();
+        let now = 100_000;
+        // Idle from 1000; reports every 30 s.
+        for at in [1000, 1030, 1060] {
+            ingest(&mut s, &report_of(at, &[("g", Some(7), at - 1000)]), now).expect("ingest");
+        }
+        // Agent restarts: its first sample at 1075 says 0, then a new streak from 1075.
+        ingest(&mut s, &report_of(1075, &[("g", Some(7), 0)]), now).expect("restart");
+        ingest(&mut s, &report_of(1105, &[("g", Some(7), 30)]), now).expect("after");
+        assert_eq!(streaks(&s), vec![(7, "g".into(), 1000, 1105)]);
+        // Busy at 1135, idle again from 1165: a new streak.
+        ingest(&mut s, &report_of(1135, &[("g", Some(7), 0)]), now).expect("busy");
+        ingest(&mut s, &report_of(1165, &[("g", Some(7), 0)]), now).expect("idle 0");
+        ingest(&mut s, &report_of(1195, &[("g", Some(7), 30)]), now).expect("idle 30");
+        assert_eq!(
+            streaks(&s),
+            vec![(7, "g".into(), 1000, 1105), (7, "g".into(), 1165, 1195)]
+        );
+        // Repeating any report changes nothing.
+        let before = streaks(&s);
+        let o = ingest(&mut s, &report_of(1105, &[("g", Some(7), 30)]), now).expect("repeat");
+        assert_eq!((o.streaks_inserted, o.streaks_extended), (0, 0));
+        assert_eq!(streaks(&s), before);
+        let secs = idle_secs_by_job(&s, 0, now).expect("sum");
+        assert_eq!(secs.get(&7), Some(&(105 + 30)));
+    }
+
+    #[test]
+    fn bad_reports_are_refused() {
+        let now = 100_000;
+        let mut r = report_of(1000, &[("g", Some(1), 10), ("g", Some(2), 0)]);
+        assert!(check(&r, now).is_err(), "duplicate uuid");
+        r.gpus.pop();
+        assert!(check(&r, now).is_ok());
+        r.gpus[0].idle_secs = -1;
+        assert!(check(&r, now).is_err());
+        let mut r = report_of(now + 3600, &[]);
+        assert!(check(&r, now).is_err(), "from the future");
+        r.at = now;
+        r.node = "bad node".into();
+        assert!(check(&r, now).is_err());
+    }
+}
