@@ -13,6 +13,7 @@ pub const ADMIN_TOKEN: &str = "admin-token-0001";
 pub const READER_TOKEN: &str = "reader-token-0001";
 pub const CAROL_TOKEN: &str = "carol-token-0001";
 pub const ALICE_TOKEN: &str = "alice-token-0001";
+pub const AGENT_TOKEN: &str = "agent-token-0001";
 
 /// Config with one token per role.
 pub fn config_text() -> String {
@@ -20,7 +21,8 @@ pub fn config_text() -> String {
         "body_limit_bytes = 65536\nimport_limit_bytes = 200000\n[[tokens]]\ntoken = \"{ADMIN_TOKEN}\"\nuser = \"ops\"\nrole = \"admin\"\n\
          [[tokens]]\ntoken = \"{READER_TOKEN}\"\nuser = \"prom\"\nrole = \"reader\"\n\
          [[tokens]]\ntoken = \"{CAROL_TOKEN}\"\nuser = \"carol\"\n\
-         [[tokens]]\ntoken = \"{ALICE_TOKEN}\"\nuser = \"alice\"\n"
+         [[tokens]]\ntoken = \"{ALICE_TOKEN}\"\nuser = \"alice\"\n\
+         [[tokens]]\ntoken = \"{AGENT_TOKEN}\"\nuser = \"gpu-nodes\"\nrole = \"agent\"\n"
     )
 }
 

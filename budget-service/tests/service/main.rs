@@ -8,6 +8,7 @@ mod daemon;
 mod api;
 mod auth;
 mod crash;
+mod idle;
 mod import;
 mod scenario;
 mod sync;
