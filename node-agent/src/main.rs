@@ -3,7 +3,14 @@
 //!
 //! Without NVML it says so on stderr and exits 0, or with `--no-gpu-mode`
 //! keeps running and reports `nvml: false`, so a mixed fleet can run one
-//! service definition everywhere.
+//! service definition everywhere. `--once` exits non-zero when budgetd
+//! refuses or cannot be reached.
+//!
+//! Authentication: on the controller host (or any host sharing budgetd's
+//! socket) the agent runs as root and `--socket PATH` makes it an admin by
+//! peer credentials; from GPU nodes it uses `--socket http://ctl:PORT` with
+//! `--token` (`BUDGET_TOKEN`) of a `role = "agent"` token, which may post
+//! reports and nothing else.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -112,9 +119,13 @@ fn main() -> Result<()> {
             Ok(report) => match &client {
                 None => println!("{}", serde_json::to_string(&report)?),
                 // A failed send is logged and retried next period: the agent
-                // must outlive budgetd restarts.
+                // must outlive budgetd restarts. With --once there is no next
+                // period, so the failure is the exit status (scripts, tests).
                 Some(c) => {
                     if let Err(e) = send(c, &report) {
+                        if args.once {
+                            return Err(e);
+                        }
                         eprintln!("budget-agent: {e:#}");
                     }
                 }
