@@ -22,7 +22,7 @@ use slurm_ffi::sys::{job_details, job_record_t};
 fn snapshot() -> PluginSnapshot {
     let mut accounts = Vec::new();
     let mut members = Vec::new();
-    let mut usage = std::collections::HashMap::new();
+    let mut usage = std::collections::BTreeMap::new();
     for o in 0..10 {
         accounts.push(AccountSpec {
             name: format!("org{o}"),
@@ -45,7 +45,10 @@ fn snapshot() -> PluginSnapshot {
                     user: user.clone(),
                     allocation_gpu_hours: None,
                 });
-                usage.insert((team.clone(), user), f64::from(o * 100 + t * 10 + u) * 3600.0);
+                usage.insert(
+                    (team.clone(), user),
+                    f64::from(o * 100 + t * 10 + u) * 3600.0,
+                );
             }
         }
     }
@@ -69,7 +72,10 @@ fn report(name: &str, mut ns: Vec<u64>) {
     ns.sort_unstable();
     let median = ns[ns.len() / 2];
     let p99 = ns[ns.len() * 99 / 100];
-    println!("{name}: median {median} ns, p99 {p99} ns ({} calls)", ns.len());
+    println!(
+        "{name}: median {median} ns, p99 {p99} ns ({} calls)",
+        ns.len()
+    );
 }
 
 /// Time `f` in batches of `batch` calls (Instant costs ~20 ns: amortise it).

@@ -52,14 +52,39 @@ pub fn is_free_tier(key: &JobKey<'_>) -> bool {
         .any(|c| parse_comment(c).map(|r| r.free_tier).unwrap_or(false))
 }
 
-/// Decide tier, rank and priority for a job.
-pub fn decide(snapshot: Option<&PluginSnapshot>, key: &JobKey<'_>) -> Decision {
-    let free = is_free_tier(key);
+/// Where a job's account/user (and free-tier opt-in) puts it in a snapshot: everything
+/// of the decision except age and nice, so the background pass can keep it between
+/// passes while neither the snapshot nor the job's key changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub tier: Tier,
+    pub rank: u32,
+    pub num_leaves: u32,
+    pub placed: bool,
+}
+
+/// Tier and rank of a job in `snapshot` (FIFO-budgeted without one).
+pub fn place(snapshot: Option<&PluginSnapshot>, key: &JobKey<'_>) -> Placement {
+    place_key(
+        snapshot,
+        key.account,
+        key.user.unwrap_or(""),
+        is_free_tier(key),
+    )
+}
+
+/// [`place`] from the parts of a key that matter: account, user, free-tier opt-in.
+pub fn place_key(
+    snapshot: Option<&PluginSnapshot>,
+    account: &str,
+    user: &str,
+    free: bool,
+) -> Placement {
     let (tier, rank, num_leaves, placed) = match snapshot {
         None => (if free { Tier::Free } else { Tier::Budgeted }, 0, 0, false),
         Some(s) => {
             let fs = &s.fair_share;
-            match fs.place(key.account, key.user.unwrap_or("")) {
+            match fs.place(account, user) {
                 Some(leaf) => (
                     if free { Tier::Free } else { leaf.tier },
                     leaf.rank,
@@ -76,14 +101,31 @@ pub fn decide(snapshot: Option<&PluginSnapshot>, key: &JobKey<'_>) -> Decision {
             }
         }
     };
-    let parts = priority::priority_parts(tier, rank, num_leaves, key.age_secs);
-    let base = priority::job_priority(tier, rank, num_leaves, key.age_secs);
-    Decision {
-        parts,
+    Placement {
+        tier,
         rank,
         num_leaves,
         placed,
-        priority: apply_nice(base, key.nice),
+    }
+}
+
+/// Final priority of a placed job at `age_secs` with `nice` (never 0).
+pub fn priority_of(p: &Placement, age_secs: i64, nice: u32) -> u32 {
+    apply_nice(
+        priority::job_priority(p.tier, p.rank, p.num_leaves, age_secs),
+        nice,
+    )
+}
+
+/// Decide tier, rank and priority for a job.
+pub fn decide(snapshot: Option<&PluginSnapshot>, key: &JobKey<'_>) -> Decision {
+    let p = place(snapshot, key);
+    Decision {
+        parts: priority::priority_parts(p.tier, p.rank, p.num_leaves, key.age_secs),
+        rank: p.rank,
+        num_leaves: p.num_leaves,
+        placed: p.placed,
+        priority: priority_of(&p, key.age_secs, key.nice),
     }
 }
 

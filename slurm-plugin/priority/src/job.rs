@@ -253,6 +253,72 @@ pub fn previous_run(
     Some((start, time_last_active))
 }
 
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(FNV_PRIME);
+    }
+    h
+}
+
+fn fnv_int(h: u64, v: i64) -> u64 {
+    fnv(h, &v.to_le_bytes())
+}
+
+fn ptr(p: *const c_char) -> i64 {
+    p as usize as i64
+}
+
+/// Fingerprint of everything [`compute::place`] reads from a job (account, user,
+/// comments). The background pass keeps a job's placement while this and the snapshot
+/// stay the same. `users_generation` stands for the uid cache (jobs without a
+/// `user_name` are placed by the cached name).
+///
+/// String fields are fingerprinted by address, not content: reading every string of
+/// 100k jobs costs a cache miss each under the job write lock. Slurm replaces a field
+/// by freeing the old string and allocating a new one (`xfree` + `xstrdup`), so a change
+/// shows as a new address, except when the allocator hands back the same address; the
+/// pass re-places every job every `FULL_SYNC_EVERY` passes to heal that case.
+pub fn key_fingerprint(job: &job_record_t, users_generation: u64) -> u64 {
+    let mut h = fnv_int(FNV_OFFSET, ptr(job.account));
+    h = fnv_int(h, ptr(job.comment));
+    h = fnv_int(h, ptr(job.admin_comment));
+    h = fnv_int(h, ptr(job.user_name));
+    h = fnv_int(h, i64::from(job.user_id));
+    fnv_int(h, users_generation as i64)
+}
+
+/// Fingerprint of everything [`runs`] reports for a job, given its `key_fp`: when it
+/// equals what budgetd last acknowledged, the pass does not rebuild or resend the job.
+/// Strings by address, as in [`key_fingerprint`].
+pub fn sync_fingerprint(job: &job_record_t, key_fp: u64) -> u64 {
+    let pending = job_state::is_pending(job.job_state);
+    let finished = job_state::is_finished(job.job_state);
+    let mut h = fnv_int(key_fp, i64::from(job.job_state));
+    h = fnv_int(h, i64::from(job.restart_cnt));
+    // A pending job's start_time is only the scheduler's estimate: not reported.
+    h = fnv_int(h, if pending { 0 } else { job.start_time });
+    h = fnv_int(h, if finished { job.end_time } else { 0 });
+    h = fnv_int(
+        h,
+        if pending && job.restart_cnt > 0 {
+            job.time_last_active
+        } else {
+            0
+        },
+    );
+    h = fnv_int(h, i64::from(job.node_cnt));
+    h = fnv_int(h, job.gres_list_req as usize as i64);
+    h = fnv_int(h, job.details as usize as i64);
+    h = fnv_int(h, ptr(job.partition));
+    h = fnv_int(h, ptr(job.nodes));
+    h = fnv_int(h, ptr(job.tres_per_node));
+    fnv_int(h, ptr(job.tres_per_job))
+}
+
 /// Name of a job without an account (no `--account`, no accounting default): budgetd
 /// refuses an empty name, and one refused record fails the whole sync batch.
 pub const NO_ACCOUNT: &str = "(none)";

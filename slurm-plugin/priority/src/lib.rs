@@ -78,6 +78,7 @@ fn start_worker() {
     }
     let cfg = st.config();
     let mut service: Option<Service> = None;
+    let mut memo = pass::PassMemo::default();
     let spawned = Worker::spawn("budget-prio", cfg.period, move || {
         let st = state();
         let cfg = st.config();
@@ -90,7 +91,7 @@ fn start_worker() {
                 }
             };
         }
-        pass::run_pass(st, service.as_mut());
+        pass::run_pass(st, service.as_mut(), &mut memo);
     });
     match spawned {
         Ok(w) => {
@@ -166,6 +167,7 @@ pub unsafe extern "C" fn priority_p_set(last_prio: u32, job: *mut job_record_t) 
             return job.priority;
         }
         let st = state();
+        st.mark_dirty(job.job_id);
         let snap = st.current();
         // SAFETY: valid record under the job write lock.
         let v = unsafe { job::view(job, &st.users) };

@@ -2,12 +2,16 @@
 //! 1. refresh the snapshot from budgetd (hard timeouts; no Slurm lock held),
 //! 2. update safe mode, resolve user names recorded as unknown (NSS, no lock held),
 //! 3. under the job write lock: recompute the priority of every pending job and collect
-//!    the runs of pending, running and recently ended jobs,
+//!    the runs of pending, running and recently ended jobs whose reported state changed
+//!    since budgetd last acknowledged it ([`PassMemo`]),
 //! 4. after unlocking: send those runs to budgetd.
 //!
 //! slurmctld never recalculates priorities on its own (only at submit/update/requeue),
 //! so step 3 is what makes a budget change reorder the queue without any job update.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 use std::time::Instant;
 
 use budget_protocol::{JobRun, JobSync};
@@ -19,7 +23,7 @@ use slurm_plugin_common::log;
 use crate::compute;
 use crate::job;
 use crate::service::Service;
-use crate::state::State;
+use crate::state::{Loaded, State};
 use crate::users;
 
 /// Figures of one pass, for logs and benchmarks.
@@ -66,8 +70,167 @@ pub unsafe fn recompute(
     }
 }
 
+/// Hasher for job ids (dense, sequential u32, and `job_list` holds jobs in submission
+/// order): the low bits stay the id, so consecutive jobs land in consecutive buckets
+/// and the pass walks the table nearly sequentially instead of missing the cache on
+/// every job; the top 7 bits (hashbrown's tag) are mixed. SipHash would cost ~20 ns a
+/// lookup on top.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct JobIdHasher(u64);
+
+impl Hasher for JobIdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        let mix = u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = u64::from(n) | (mix & (0x7f << 57));
+    }
+}
+
+/// What the pass remembers about one job between passes.
+#[derive(Debug, Clone, Copy)]
+struct Memo {
+    /// `job::key_fingerprint` when the key was last read.
+    key_fp: u64,
+    /// Index of the job's (account, user, free tier) in [`PassMemo::keys`].
+    key: u32,
+    /// `job_state` at the last pass (a change means: re-read everything).
+    last_state: u32,
+    /// `job::sync_fingerprint` budgetd last acknowledged (0: never / resend).
+    synced_fp: u64,
+    /// Pass that last saw the job (older entries are pruned).
+    seen: u64,
+}
+
+const NO_KEY: u32 = u32::MAX;
+
+/// Per-job memory of the background pass (owned by the worker thread, never read by
+/// callbacks). The pass is memory-bound: a job record spans 17 cache lines, and reading
+/// every field of 100k records under the job write lock costs ~75 ms. So:
+/// - a job's placement key (account, user, free tier) is interned once; each new
+///   snapshot is applied by placing every *distinct* key (hundreds), not every job;
+/// - a pending job whose state did not change, that `priority_p_set` did not see since
+///   the last pass (Slurm calls it after every update), is not re-read: the pass reads
+///   only its id, state, priority and age (4 lines of the record + its details);
+/// - a job whose reported state budgetd already acknowledged is not rebuilt or resent.
+///
+/// Every `FULL_CHECK_EVERY` passes, after a failed sync and when the uid cache learned
+/// a name, every job is re-read; after a failed sync every job is also re-sent.
+#[derive(Debug, Default)]
+pub struct PassMemo {
+    jobs: HashMap<u32, Memo, BuildHasherDefault<JobIdHasher>>,
+    /// Interned placement keys and their placement in the current snapshot.
+    key_ids: HashMap<(String, String, bool), u32>,
+    keys: Vec<(String, String, bool)>,
+    placements: Vec<compute::Placement>,
+    pass: u64,
+    /// Keeps the snapshot alive, so its address identifies it.
+    snap: Option<Arc<Loaded>>,
+    users_gen: u64,
+    force_full: bool,
+    /// Fingerprints sent in the last batch, acknowledged when the sync succeeds.
+    unacked: Vec<(u32, u64)>,
+}
+
+/// Passes between full re-reads and resyncs (heals anything a hint missed, e.g. a
+/// string replaced at the same address, or budgetd restored from a backup).
+pub const FULL_CHECK_EVERY: u64 = 12;
+
+/// Most distinct placement keys remembered before the interner starts over.
+const MAX_KEYS: usize = 200_000;
+
+impl PassMemo {
+    /// Start a pass; returns whether every job must be re-read.
+    fn begin(&mut self, snapshot: &Option<Arc<Loaded>>, users_gen: u64) -> bool {
+        self.pass += 1;
+        let mut full = self.force_full
+            || self.pass % FULL_CHECK_EVERY == 1
+            || users_gen != self.users_gen
+            || self.keys.len() > MAX_KEYS;
+        self.force_full = false;
+        self.users_gen = users_gen;
+        if self.keys.len() > MAX_KEYS {
+            self.keys.clear();
+            self.key_ids.clear();
+            for m in self.jobs.values_mut() {
+                m.key = NO_KEY;
+            }
+        }
+        let same = match (&self.snap, snapshot) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => self.pass > 1,
+            _ => false,
+        };
+        if !same {
+            self.snap.clone_from(snapshot);
+            let snap = snapshot.as_deref().map(|l| &l.snapshot);
+            self.placements = self
+                .keys
+                .iter()
+                .map(|(a, u, f)| compute::place_key(snap, a, u, *f))
+                .collect();
+        }
+        self.unacked.clear();
+        full |= self.pass == 1;
+        full
+    }
+
+    /// Intern a key and place it in the current snapshot.
+    fn intern(&mut self, account: &str, user: &str, free: bool) -> u32 {
+        let k = (account.to_string(), user.to_string(), free);
+        if let Some(&i) = self.key_ids.get(&k) {
+            return i;
+        }
+        let i = self.keys.len() as u32;
+        let snap = self.snap.as_deref().map(|l| &l.snapshot);
+        self.placements
+            .push(compute::place_key(snap, account, user, free));
+        self.keys.push(k.clone());
+        self.key_ids.insert(k, i);
+        i
+    }
+
+    /// After a sync: remember what budgetd now has, or resend everything next time.
+    fn acknowledge(&mut self, ok: bool) {
+        if ok {
+            for (id, fp) in self.unacked.drain(..) {
+                if let Some(m) = self.jobs.get_mut(&id) {
+                    m.synced_fp = fp;
+                }
+            }
+        } else {
+            self.unacked.clear();
+            self.force_full = true;
+            for m in self.jobs.values_mut() {
+                m.synced_fp = 0;
+            }
+        }
+        // Drop jobs Slurm no longer has (purged), outside the job lock.
+        if self.pass.is_multiple_of(16) {
+            let pass = self.pass;
+            self.jobs.retain(|_, m| m.seen == pass);
+        }
+    }
+
+    /// Number of jobs remembered.
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// True when no job is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+}
+
 /// One pass. Without a `service` (budgetd disabled) only priorities are recomputed.
-pub fn run_pass(state: &State, service: Option<&mut Service>) -> PassStats {
+pub fn run_pass(state: &State, service: Option<&mut Service>, memo: &mut PassMemo) -> PassStats {
     let cfg = state.config();
     let mut service = service;
     if let Some(svc) = service.as_deref_mut() {
@@ -80,7 +243,8 @@ pub fn run_pass(state: &State, service: Option<&mut Service>) -> PassStats {
         return PassStats::default();
     };
     let snapshot = state.current();
-    let snap = snapshot.as_deref().map(|l| &l.snapshot);
+    let users_gen = state.users.generation();
+    let mut full = memo.begin(&snapshot, users_gen);
     let mut stats = PassStats::default();
     let mut runs: Vec<JobRun> = Vec::new();
     let collect = cfg.sync_jobs && service.is_some();
@@ -88,18 +252,67 @@ pub fn run_pass(state: &State, service: Option<&mut Service>) -> PassStats {
         let guard = ctl.job_write_lock();
         let t = Instant::now();
         let now = now();
+        let pass = memo.pass;
+        // Taken under the lock: priority_p_set adds to it under the same lock.
+        let dirty = state.take_dirty();
+        full |= dirty.is_none();
+        let dirty = dirty.unwrap_or_default();
         guard.for_each_job(|job| {
-            if job_state::is_pending(job.job_state) {
+            let id = job.job_id;
+            let st = job.job_state;
+            let pending = job_state::is_pending(st);
+            if pending {
                 stats.pending += 1;
             }
-            // SAFETY: valid record, job write lock held by `guard`.
-            if unsafe { recompute(state, snap, job, now) } {
-                stats.changed += 1;
+            let mut m = memo.jobs.get(&id).copied().unwrap_or(Memo {
+                key_fp: 0,
+                key: NO_KEY,
+                last_state: u32::MAX,
+                synced_fp: 0,
+                seen: 0,
+            });
+            let check =
+                full || !pending || m.last_state != st || m.key == NO_KEY || dirty.contains(&id);
+            m.last_state = st;
+            m.seen = pass;
+            let mut key_fp = m.key_fp;
+            if check {
+                key_fp = job::key_fingerprint(job, users_gen);
+                if key_fp != m.key_fp || m.key == NO_KEY {
+                    // SAFETY: valid record, job write lock held by `guard`.
+                    let v = unsafe { job::view(job, &state.users) };
+                    let k = v.key(now);
+                    let free = compute::is_free_tier(&k);
+                    m.key = memo.intern(k.account, k.user.unwrap_or(""), free);
+                    m.key_fp = key_fp;
+                }
             }
-            if collect {
-                // SAFETY: as above.
-                unsafe { job::runs(job, &state.users, now, &mut runs) };
+            if pending && job.priority != 0 && job.direct_set_prio == 0 {
+                // SAFETY: details is NULL or valid under the lock.
+                let d = unsafe { job.details.as_ref() };
+                let age = compute::age_secs(
+                    now,
+                    d.map(|d| d.submit_time).unwrap_or(0),
+                    d.map(|d| d.begin_time).unwrap_or(0),
+                );
+                let nice = d.map(|d| d.nice).unwrap_or(slurm_ffi::NICE_OFFSET);
+                if let Some(pl) = memo.placements.get(m.key as usize) {
+                    let p = compute::priority_of(pl, age, nice);
+                    if p != job.priority {
+                        job.priority = p;
+                        stats.changed += 1;
+                    }
+                }
             }
+            if collect && check {
+                let fp = job::sync_fingerprint(job, key_fp);
+                if fp != m.synced_fp {
+                    // SAFETY: as above.
+                    unsafe { job::runs(job, &state.users, now, &mut runs) };
+                    memo.unacked.push((id, fp));
+                }
+            }
+            memo.jobs.insert(id, m);
         });
         if stats.changed > 0 {
             // Tell clients (squeue caches by last_update) that job data changed.
@@ -112,10 +325,11 @@ pub fn run_pass(state: &State, service: Option<&mut Service>) -> PassStats {
         && collect
     {
         let t = Instant::now();
-        svc.send_jobs(JobSync {
+        let ok = svc.send_jobs(JobSync {
             collected_at: now(),
             runs,
         });
+        memo.acknowledge(ok);
         stats.sync_micros = t.elapsed().as_micros();
     }
     // Stable format: scripts/bench-slurm parses it (budget_pass_log=1 logs it at info).

@@ -124,7 +124,8 @@ impl Service {
     /// Send job state. Ingestion is idempotent (keyed by job and run), so a retry
     /// resends; ended runs missing from the current view (purged by Slurm) are added
     /// from the outbox until budgetd acknowledges them.
-    pub fn send_jobs(&mut self, mut sync: JobSync) {
+    /// Returns true when budgetd acknowledged the batch.
+    pub fn send_jobs(&mut self, mut sync: JobSync) -> bool {
         fill_starts(&mut self.starts, &mut sync.runs);
         merge_outbox(&mut self.outbox, &mut sync.runs);
         let result = self
@@ -147,7 +148,9 @@ impl Service {
                 self.outbox.insert((r.job_id, r.run), r.clone());
             }
         }
+        let ok = result.is_ok();
         Self::report(&mut self.sync_error, "job sync", result);
+        ok
     }
 }
 

@@ -32,7 +32,14 @@ pub struct State {
     /// Replaced on `scontrol reconfigure` (the refresh period applies from the next start).
     pub config: ArcSwap<Config>,
     pub worker: Mutex<Option<Worker>>,
+    /// Jobs `priority_p_set` saw since the last pass (Slurm calls it after every job
+    /// update, requeue and release): the pass re-reads their keys. Both sides run under
+    /// the job write lock, so this mutex is never contended.
+    dirty: Mutex<Vec<u32>>,
 }
+
+/// Beyond this many dirty jobs between two passes the pass re-reads every job.
+pub const DIRTY_MAX: usize = 65_536;
 
 impl Default for State {
     fn default() -> Self {
@@ -42,6 +49,7 @@ impl Default for State {
             users: UserCache::default(),
             config: ArcSwap::from_pointee(Config::default()),
             worker: Mutex::new(None),
+            dirty: Mutex::new(Vec::new()),
         }
     }
 }
@@ -101,6 +109,28 @@ impl State {
     /// Whether safe mode is on (for other components, e.g. a preempt plugin).
     pub fn safe_mode(&self) -> bool {
         self.safe_mode.load(Ordering::Relaxed)
+    }
+
+    /// Note that `priority_p_set` (re)computed `job_id` (O(1), no allocation once warm).
+    pub fn mark_dirty(&self, job_id: u32) {
+        if let Ok(mut d) = self.dirty.lock()
+            && d.len() <= DIRTY_MAX
+        {
+            d.push(job_id);
+        }
+    }
+
+    /// The dirty jobs since the last call; `None` when there were too many to track
+    /// (then every job must be re-read).
+    pub fn take_dirty(&self) -> Option<std::collections::HashSet<u32>> {
+        let mut d = self.dirty.lock().ok()?;
+        if d.len() > DIRTY_MAX {
+            d.clear();
+            return None;
+        }
+        let set = d.iter().copied().collect();
+        d.clear();
+        Some(set)
     }
 
     /// Start in safe mode without logging (nothing fetched yet at init).

@@ -7,6 +7,7 @@
 //! ranks those jobs with their real names.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// Shared cache of resolved names and pending misses.
@@ -14,6 +15,8 @@ use std::sync::{Arc, Mutex, RwLock};
 pub struct UserCache {
     names: RwLock<HashMap<u32, Arc<str>>>,
     misses: Mutex<HashSet<u32>>,
+    /// Bumped whenever a name is added or changed (the pass re-ranks jobs then).
+    generation: AtomicU64,
 }
 
 impl UserCache {
@@ -39,7 +42,13 @@ impl UserCache {
         }
         if let Ok(mut names) = self.names.write() {
             names.insert(uid, Arc::from(name));
+            self.generation.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Changes whenever the cache learns a name.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
     }
 
     /// Resolve recorded misses with `resolve` (may block: call without Slurm locks).
