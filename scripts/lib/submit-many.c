@@ -47,6 +47,10 @@ int main(int argc, char **argv)
 		d.std_out = "/dev/null";
 		d.std_err = "/dev/null";
 		d.min_nodes = 1;
+		d.min_cpus = 1;
+		/* Without a memory request a job gets all of its node's memory under
+		 * CR_Core_Memory (no DefMemPerCPU): one job per node. */
+		d.pn_min_memory = 1000;
 		d.time_limit = 10;
 		if (gpus > 0)
 			d.tres_per_node = tres;
