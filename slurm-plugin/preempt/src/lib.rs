@@ -210,6 +210,7 @@ fn report_preemptions(p: &Plugin, client: &mut Option<budget_client::Client>) {
                     report::Seen {
                         restart_cnt: u32::from(job.restart_cnt),
                         running: is_running(job),
+                        pending: slurm_ffi::job_state::is_pending(job.job_state),
                         start: job.start_time,
                     },
                 );
