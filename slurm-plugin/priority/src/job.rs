@@ -232,19 +232,32 @@ pub fn run_state(job_state: u32, start_time: i64) -> Option<RunState> {
     None
 }
 
-/// The previous run of a requeued, pending job (`restart_cnt > 0`): `(start, end)`.
+/// The previous run of a requeued job (`restart_cnt > 0`): `(start, end)`.
 ///
 /// `_job_requeue_op` bumps `restart_cnt` and sets `end_time = time_last_active = now`;
 /// while the job is still COMPLETING, `start_time` holds that run's start, afterwards it
 /// is 0 or an estimate. `None` when the requeue time is unknown (after a controller
 /// restart `time_last_active` is not restored: budgetd has the run by then).
+///
+/// Also for a job requeued and then cancelled before its new run started, in between
+/// two passes: cancelling a pending job sets `start_time = end_time = now` and leaves
+/// `time_last_active` at the requeue time. Without this the previous run was never
+/// closed and stayed "running" in budgetd's ledger, charged forever.
 pub fn previous_run(
     job_state: u32,
     restart_cnt: u16,
     start_time: i64,
+    end_time: i64,
     time_last_active: i64,
 ) -> Option<(Option<i64>, i64)> {
-    if !job_state::is_pending(job_state) || restart_cnt == 0 || time_last_active <= 0 {
+    if restart_cnt == 0 || time_last_active <= 0 {
+        return None;
+    }
+    if job_state::is_finished(job_state) {
+        let never_ran = start_time > 0 && start_time == end_time;
+        return (never_ran && time_last_active <= start_time).then_some((None, time_last_active));
+    }
+    if !job_state::is_pending(job_state) {
         return None;
     }
     let completing = job_state & slurm_ffi::sys::JOB_COMPLETING != 0;
@@ -400,11 +413,12 @@ pub unsafe fn runs(job: &job_record_t, users: &UserCache, now: i64, out: &mut Ve
     // A requeued job is pending again with restart_cnt bumped: report the end of the
     // previous run (and its start while Slurm still shows it; else Service fills it
     // in from the start it saw while the run was running).
-    if state == RunState::Pending
+    if matches!(state, RunState::Pending | RunState::Ended)
         && let Some((prev_start, prev_end)) = previous_run(
             job.job_state,
             job.restart_cnt,
             job.start_time,
+            job.end_time,
             job.time_last_active,
         )
     {
@@ -503,17 +517,30 @@ mod tests {
         use slurm_ffi::sys;
         // Requeue window: still completing, start_time is the run's start.
         assert_eq!(
-            previous_run(sys::JOB_PENDING | sys::JOB_COMPLETING, 1, 100, 160),
+            previous_run(sys::JOB_PENDING | sys::JOB_COMPLETING, 1, 100, 0, 160),
             Some((Some(100), 160))
         );
         // After batch_requeue_fini: start cleared, or an estimate in the future.
-        assert_eq!(previous_run(sys::JOB_PENDING, 1, 0, 160), Some((None, 160)));
         assert_eq!(
-            previous_run(sys::JOB_PENDING, 1, 9_999, 160),
+            previous_run(sys::JOB_PENDING, 1, 0, 0, 160),
             Some((None, 160))
         );
-        assert_eq!(previous_run(sys::JOB_PENDING, 0, 100, 160), None);
-        assert_eq!(previous_run(sys::JOB_PENDING, 2, 100, 0), None);
-        assert_eq!(previous_run(sys::JOB_RUNNING, 1, 100, 160), None);
+        assert_eq!(
+            previous_run(sys::JOB_PENDING, 1, 9_999, 0, 160),
+            Some((None, 160))
+        );
+        assert_eq!(previous_run(sys::JOB_PENDING, 0, 100, 0, 160), None);
+        assert_eq!(previous_run(sys::JOB_PENDING, 2, 100, 0, 0), None);
+        assert_eq!(previous_run(sys::JOB_RUNNING, 1, 100, 0, 160), None);
+        // Requeued at 160, then cancelled while pending at 170 (start = end = 170):
+        // the previous run ended at the requeue.
+        assert_eq!(
+            previous_run(sys::JOB_CANCELLED, 1, 170, 170, 160),
+            Some((None, 160))
+        );
+        // A run that really ran and completed says nothing about the one before.
+        assert_eq!(previous_run(sys::JOB_COMPLETE, 1, 170, 200, 200), None);
+        // Never requeued, cancelled while pending: no previous run.
+        assert_eq!(previous_run(sys::JOB_CANCELLED, 0, 170, 170, 160), None);
     }
 }
