@@ -9,7 +9,8 @@
 //! - [`worker`]: a background thread that is stopped and joined in `fini`;
 //! - [`cstr`]: reading C strings from Slurm records without trusting them;
 //! - [`snapshot`]: the in-memory budgetd snapshot and the thread that fetches it;
-//! - [`contract`]: the validated `min_runtime` contract stored in `admin_comment`.
+//! - [`contract`]: the validated `min_runtime` contract stored in `admin_comment`;
+//! - [`users`]: uid -> user name lookups for the plugins' caches (background threads only).
 //!
 //! Each cdylib links its own copy of this rlib, so statics here are per plugin.
 
@@ -19,6 +20,7 @@ pub mod cstr;
 pub mod guard;
 pub mod log;
 pub mod snapshot;
+pub mod users;
 pub mod worker;
 
 pub use guard::{ffi_guard, install_panic_hook};

@@ -221,27 +221,7 @@ impl UserCache {
     }
 }
 
-/// `getpwuid_r`: the user name of `uid`. May block on NSS.
-pub fn lookup_uid(uid: u32) -> Option<String> {
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: an all-zero passwd is a valid out-parameter.
-    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut result: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: buffers valid for their lengths; result checked below.
-    let rc = unsafe {
-        libc::getpwuid_r(
-            uid,
-            &mut pwd,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            &mut result,
-        )
-    };
-    if rc != 0 || result.is_null() {
-        return None;
-    }
-    text(pwd.pw_name)
-}
+pub use slurm_plugin_common::users::lookup_uid;
 
 #[cfg(test)]
 mod tests {
