@@ -14,7 +14,7 @@
 //!
 //! Each cdylib links its own copy of this rlib, so statics here are per plugin.
 
-pub mod contract;
+pub use policy_core::contract;
 pub mod controller;
 pub mod cstr;
 pub mod guard;
