@@ -1,4 +1,4 @@
-//! The validated scheduling contract as stored on a job (DESIGN 3.4).
+//! The validated scheduling contract as stored on a job (docs/design.md §5).
 //!
 //! `job_submit/budget` validates `--comment min_runtime=...` once, at submission, and
 //! writes the result into the job's `admin_comment`, which only operators can change

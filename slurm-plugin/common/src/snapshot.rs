@@ -1,5 +1,5 @@
 //! The plugins' in-memory copy of `budgetd`'s [`PluginSnapshot`] and the background
-//! fetcher that keeps it fresh (DESIGN invariants 1 and 5).
+//! fetcher that keeps it fresh (docs/design.md §9.1, §9.3).
 //!
 //! Plugin callbacks run inside `slurmctld` under its locks and must never do I/O, so
 //! they only read a [`SnapshotCache`]: one `Arc` behind an `RwLock` whose write side is
