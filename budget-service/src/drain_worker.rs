@@ -11,10 +11,11 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use budget_protocol::preemptions::{NewPreemption, Reason};
+use budget_protocol::preemption::{PreemptionReason, PreemptionRecord};
 use policy_core::preempt::{JobView, drain_may_take};
+use policy_core::protection::window_end;
 
-use crate::drains::{contract, on_drained_node, requeue_at};
+use crate::drains::{contract, on_drained_node};
 use crate::error::AppResult;
 use crate::scontrol;
 use crate::state::AppState;
@@ -88,7 +89,7 @@ async fn pass(state: &AppState, requeued: &mut HashSet<(u32, u32)>) -> AppResult
         }
         scontrol::requeue(j.job_id).await?;
         requeued.insert((j.job_id, j.run));
-        let due = requeue_at(free, min, j.start, now);
+        let due = window_end(free, min, j.start, now);
         tracing::info!(
             job = j.job_id,
             run = j.run,
@@ -97,11 +98,11 @@ async fn pass(state: &AppState, requeued: &mut HashSet<(u32, u32)>) -> AppResult
             lag_secs = now - due,
             "drain worker: requeued"
         );
-        let rec = NewPreemption {
+        let rec = PreemptionRecord {
             victim: j.job_id,
             run: j.run,
             preemptor: None,
-            reason: Reason::Drain,
+            reason: PreemptionReason::Drain,
             at: now,
             account: Some(j.account.clone()),
             user: Some(j.user.clone()),

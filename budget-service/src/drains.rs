@@ -20,7 +20,9 @@ use std::collections::BTreeMap;
 
 use budget_protocol::DrainSpec;
 use budget_protocol::drains::{DrainStatus, HoldingJob};
-use policy_core::protection::protected_until;
+use policy_core::contract::{effective_contract, is_free_name};
+use policy_core::hostlist;
+use policy_core::protection::window_end;
 use rusqlite::params;
 use serde_json::json;
 
@@ -104,48 +106,23 @@ pub fn write(
 
 /// The job's contract `(free_tier, min_runtime_secs)`: the validated one in
 /// `admin_comment` (written by `job_submit/budget`), else the comment read as the
-/// submit plugin would, with the site default.
+/// submit plugin would, with the site default (policy-core's one reader).
 pub fn contract(job: &SlurmJob, default_min: i64) -> (bool, i64) {
-    let mut min = None;
-    let mut free = false;
-    for tok in job.admin_comment.split_whitespace() {
-        if let Some(v) = tok.strip_prefix("budget:min_runtime=") {
-            min = v.parse::<i64>().ok().filter(|&s| s >= 0);
-        } else if tok == "budget:free" {
-            free = true;
-        }
-    }
-    if let Some(m) = min {
-        return (free, if free { 0 } else { m });
-    }
-    let req = policy_core::comment::parse_comment(&job.comment).unwrap_or_default();
-    let by_name = [&job.partition, &job.qos]
-        .iter()
-        .any(|n| n.split(',').any(|p| p.trim().eq_ignore_ascii_case("free")));
-    let free = req.free_tier || by_name;
-    (
-        free,
-        if free {
-            0
-        } else {
-            req.min_runtime.unwrap_or(default_min).max(0)
-        },
-    )
+    let c = effective_contract(
+        Some(&job.admin_comment),
+        Some(&job.comment),
+        is_free_name(Some(&job.partition)) || is_free_name(Some(&job.qos)),
+        default_min,
+    );
+    (c.free_tier, c.min_runtime)
 }
 
-/// When a drain may requeue a job: now for free tier or a past window, else
-/// its window's end.
-pub fn requeue_at(free: bool, min: i64, start: Option<i64>, now: i64) -> i64 {
-    match start {
-        Some(s) if !free => protected_until(s, min).max(now),
-        _ => now,
-    }
-}
-
-/// Whether a running job holds any of the `drained` nodes.
+/// Whether a running job holds any of the `drained` nodes. (A node list Slurm
+/// printed is valid; one that is not holds no node we could name.)
 pub fn on_drained_node(job: &SlurmJob, drained: &[&str]) -> bool {
     job.holds_nodes()
-        && expand_simple(&job.nodelist)
+        && hostlist::expand(&job.nodelist)
+            .unwrap_or_default()
             .iter()
             .any(|n| drained.contains(&n.as_str()))
 }
@@ -174,7 +151,7 @@ pub fn status(
                         gpus: j.gpus,
                         free_tier: free,
                         start: j.start,
-                        requeue_at: requeue_at(free, min, j.start, now),
+                        requeue_at: window_end(free, min, j.start, now),
                     }
                 })
                 .collect();
@@ -192,50 +169,6 @@ pub fn status(
             }
         })
         .collect()
-}
-
-/// Expands a hostlist without Slurm (`gpu[1-3,5],login1`), for names already valid.
-pub fn expand_simple(s: &str) -> Vec<String> {
-    let mut items = Vec::new();
-    let (mut depth, mut start) = (0i32, 0usize);
-    for (i, b) in s.bytes().enumerate() {
-        match b {
-            b'[' => depth += 1,
-            b']' => depth -= 1,
-            b',' if depth == 0 => {
-                items.push(&s[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    items.push(&s[start..]);
-    let mut out = Vec::new();
-    for item in items.into_iter().map(str::trim).filter(|i| !i.is_empty()) {
-        let (Some(o), Some(c)) = (item.find('['), item.rfind(']')) else {
-            out.push(item.to_string());
-            continue;
-        };
-        if c < o {
-            out.push(item.to_string());
-            continue;
-        }
-        let (pre, ranges, suf) = (&item[..o], &item[o + 1..c], &item[c + 1..]);
-        for r in ranges.split(',') {
-            match r.split_once('-') {
-                Some((a, b)) => match (a.parse::<u64>(), b.parse::<u64>()) {
-                    (Ok(x), Ok(y)) if x <= y && y - x < 100_000 => {
-                        for n in x..=y {
-                            out.push(format!("{pre}{n:0w$}{suf}", w = a.len()));
-                        }
-                    }
-                    _ => out.push(format!("{pre}{r}{suf}")),
-                },
-                None => out.push(format!("{pre}{r}{suf}")),
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -281,14 +214,5 @@ mod tests {
         assert_eq!(st[0].empty_at, 1060);
         assert!(st[1].empty && st[1].empty_at == 1030);
         assert_eq!(st[1].slurm_state, "IDLE");
-    }
-
-    #[test]
-    fn hostlists() {
-        assert_eq!(
-            expand_simple("gpu[1-2,5],x"),
-            vec!["gpu1", "gpu2", "gpu5", "x"]
-        );
-        assert_eq!(expand_simple("n[08-09]"), vec!["n08", "n09"]);
     }
 }

@@ -16,11 +16,12 @@
 use std::collections::BTreeMap;
 
 use budget_protocol::RunState;
-use budget_protocol::preemptions::{AccountLoss, NewPreemption, Preemption, Reason};
+use budget_protocol::preemption::{AccountLoss, Preemption, PreemptionReason, PreemptionRecord};
 use budget_protocol::why::{Outlook, WhyPreemption};
 use policy_core::FairShare;
+use policy_core::hostlist;
 use policy_core::preempt::{self, Allowed, Context, PreemptPolicy};
-use policy_core::protection::protected_until;
+use policy_core::protection::window_end;
 use rusqlite::{OptionalExtension, params};
 
 use crate::error::{AppError, AppResult};
@@ -28,7 +29,7 @@ use crate::ledger::RunRecord;
 use crate::store::Store;
 
 /// Records a preemption; `Ok(false)` when `(victim, run)` was already recorded.
-pub fn record(store: &mut Store, p: &NewPreemption, source: &str) -> AppResult<bool> {
+pub fn record(store: &mut Store, p: &PreemptionRecord, source: &str) -> AppResult<bool> {
     if p.at <= 0 || p.at > crate::ledger::MAX_TIME {
         return Err(AppError::Invalid(format!("at {} is not a sane time", p.at)));
     }
@@ -94,7 +95,7 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Preemption> {
         preemptor: r.get(4)?,
         preemptor_account: r.get(5)?,
         // Rows are written by `record` only; an unknown name cannot occur.
-        reason: Reason::parse(&r.get::<_, String>(6)?).unwrap_or(Reason::Drain),
+        reason: PreemptionReason::parse(&r.get::<_, String>(6)?).unwrap_or(PreemptionReason::Drain),
         at: r.get(7)?,
         gpus: r.get(8)?,
         run_start: r.get(9)?,
@@ -144,14 +145,6 @@ pub fn by_account(rows: &[Preemption]) -> Vec<AccountLoss> {
     m.into_values().collect()
 }
 
-/// The instant a running run leaves its window (now for free tier or past windows).
-fn window_end(r: &RunRecord, now: i64) -> i64 {
-    match r.start {
-        Some(s) if !r.free_tier => protected_until(s, r.min_runtime_secs).max(now),
-        _ => now,
-    }
-}
-
 /// Computes the timing part of `why` for `job` at `now`.
 pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> WhyPreemption {
     let running = store.ledger().in_state(RunState::Running);
@@ -182,7 +175,7 @@ pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> WhyPreem
     match job.state {
         RunState::Pending => {
             for r in &running {
-                let at = window_end(r, now);
+                let at = window_end(r.free_tier, r.min_runtime_secs, r.start, now);
                 if let Ok(a) = preempt::may_preempt(&ctx_at(at), &job.view(), &r.view()) {
                     out.may_preempt.push(outlook(r, at, a));
                 }
@@ -194,7 +187,7 @@ pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> WhyPreem
             }
         }
         RunState::Running => {
-            let at = window_end(job, now);
+            let at = window_end(job.free_tier, job.min_runtime_secs, job.start, now);
             for p in store.ledger().in_state(RunState::Pending) {
                 if let Ok(a) = preempt::may_preempt(&ctx_at(at), &p.view(), &job.view()) {
                     out.may_be_taken_by.push(outlook(&p, at, a));
@@ -202,7 +195,7 @@ pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> WhyPreem
             }
             let drained = crate::drains::list(store).unwrap_or_default();
             if let Some(nodes) = &job.nodes {
-                let mine = crate::drains::expand_simple(nodes);
+                let mine = hostlist::expand(nodes).unwrap_or_default();
                 if drained.iter().any(|d| mine.contains(&d.node)) {
                     out.drain_requeue_at = Some(at);
                 }

@@ -209,28 +209,6 @@ impl SlurmJob {
     }
 }
 
-/// GPUs in a TRES string (`gres:gpu:2`, `gres:gpu:h100:4`, `gres/gpu=2`).
-fn tres_gpus(s: &str) -> u32 {
-    let mut total = 0u32;
-    for item in s.split(',') {
-        let item = item.trim();
-        let item = item
-            .strip_prefix("gres:")
-            .or_else(|| item.strip_prefix("gres/"))
-            .unwrap_or(item);
-        let f: Vec<&str> = item.split([':', '=']).collect();
-        if f.first() == Some(&"gpu") {
-            let n = f
-                .last()
-                .and_then(|c| c.parse::<u32>().ok())
-                .filter(|_| f.len() > 1)
-                .unwrap_or(1);
-            total = total.saturating_add(n);
-        }
-    }
-    total
-}
-
 /// Parses `scontrol show job -o` (with `SLURM_TIME_FORMAT=%s`).
 pub fn parse_jobs(text: &str) -> Vec<SlurmJob> {
     let mut out = Vec::new();
@@ -251,10 +229,12 @@ pub fn parse_jobs(text: &str) -> Vec<SlurmJob> {
             .and_then(|n| n.parse::<u32>().ok())
             .unwrap_or(1)
             .max(1);
-        let gpus = match get("TresPerJob") {
-            t if !t.is_empty() && t != "(null)" => tres_gpus(&t),
-            _ => tres_gpus(&get("TresPerNode")).saturating_mul(nodes_n),
-        };
+        let gpus = policy_core::tres::job_gpus(
+            Some(&get("TresPerJob")),
+            Some(&get("TresPerNode")),
+            nodes_n,
+        )
+        .count;
         let user = get("UserId");
         out.push(SlurmJob {
             job_id,

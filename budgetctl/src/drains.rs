@@ -7,7 +7,7 @@
 
 use budget_protocol::RunState;
 use budget_protocol::drains::{DrainRequest, DrainStatus, Undrained};
-use budget_protocol::preemptions::{PREEMPTIONS_PATH, PreemptionReport};
+use budget_protocol::preemption::{self, PreemptionReport};
 use budget_protocol::why::{Outlook, Why};
 use policy_core::preempt::Allowed;
 
@@ -98,8 +98,8 @@ pub fn undrain(api: &Api, out: Out, nodes: &str) -> anyhow::Result<()> {
 /// `usage --preemptions`: preemptions and GPU-hours lost per account.
 pub fn preemptions(api: &Api, out: Out, since: Option<&str>) -> anyhow::Result<()> {
     let path = match since {
-        Some(sn) => format!("{PREEMPTIONS_PATH}?since={}", time_arg("since", sn)?),
-        None => PREEMPTIONS_PATH.into(),
+        Some(sn) => format!("{}?since={}", preemption::ROUTE, time_arg("since", sn)?),
+        None => preemption::ROUTE.into(),
     };
     let v: PreemptionReport = api.get(&path)?;
     out.print(&v, |v| {

@@ -3,8 +3,7 @@
 //! and `budgetctl` (which read them), so no two of them can disagree about a
 //! field.
 //!
-//! The plugins' two exchanges, both started by their background thread, are
-//! defined here at the root:
+//! The plugins' three exchanges, all started by a plugin's background thread:
 //! - `GET /v1/snapshot` returns a [`PluginSnapshot`]: everything the plugins
 //!   need to decide without I/O. It carries a `version` (also sent as the
 //!   `ETag`); a request with `If-None-Match: <version>` gets `304 Not Modified`
@@ -12,11 +11,14 @@
 //! - `POST /v1/sync/jobs` sends a [`JobSync`]: the runs the controller knows
 //!   (pending, running, recently ended). The service turns them into run
 //!   intervals keyed by `(job_id, run)`, so repeating a sync changes nothing.
+//! - `POST /v1/preemptions` sends a [`preemption::PreemptionRecord`] (module
+//!   [`preemption`]: the route, the reasons, the record body, and the record as
+//!   budgetd reports it).
 //!
 //! The node agent's report is [`AgentReport`]. The admin API's bodies live in
 //! one module per subject: [`tree`] (accounts, members, coordinators, weights,
 //! policy, audit), [`reports`] (share, usage, import), [`why`] (a job's
-//! explanation), [`drains`], [`preemptions`], [`idle`], and [`service`]
+//! explanation), [`drains`], [`preemption`], [`idle`], and [`service`]
 //! (health, the error body). [`time`] (feature `time`) is the TIME argument
 //! format budgetd and budgetctl share.
 //!
@@ -25,7 +27,7 @@
 
 pub mod drains;
 pub mod idle;
-pub mod preemptions;
+pub mod preemption;
 pub mod reports;
 pub mod service;
 #[cfg(feature = "time")]

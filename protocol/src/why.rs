@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::RunState;
 use crate::idle::FlaggedJob;
-use crate::preemptions::Preemption;
+use crate::preemption::Preemption;
 
 /// One step of a job's rank path.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -22,7 +22,7 @@ use axum::http::request::Parts;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use budget_protocol::preemptions::PREEMPTIONS_PATH;
+use budget_protocol::preemption;
 use budget_protocol::service::{ErrorBody, Health};
 use serde::de::DeserializeOwned;
 
@@ -220,7 +220,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/drains", get(drains::list).post(drains::create))
         .route("/v1/drains/{nodes}", delete(drains::remove))
         .route(
-            PREEMPTIONS_PATH,
+            preemption::ROUTE,
             get(preemptions::list).post(preemptions::create),
         )
         .route(budget_protocol::AGENT_REPORT_PATH, post(idle::report))

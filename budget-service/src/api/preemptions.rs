@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use budget_protocol::preemptions::{NewPreemption, PreemptionReport, Recorded};
+use budget_protocol::preemption::{PreemptionRecord, PreemptionReport, RecordOutcome};
 use serde::Deserialize;
 
 use super::{ApiJson, ApiQuery, query_time};
@@ -15,13 +15,13 @@ use crate::state::AppState;
 pub async fn create(
     State(st): State<AppState>,
     caller: Caller,
-    ApiJson(p): ApiJson<NewPreemption>,
-) -> AppResult<Json<Recorded>> {
+    ApiJson(p): ApiJson<PreemptionRecord>,
+) -> AppResult<Json<RecordOutcome>> {
     caller.require_admin(&st, "record preemptions")?;
     let inserted = st
         .with_store(move |s| preemptions::record(s, &p, "plugin"))
         .await?;
-    Ok(Json(Recorded { inserted }))
+    Ok(Json(RecordOutcome { inserted }))
 }
 
 #[derive(Debug, Deserialize)]
