@@ -1,10 +1,8 @@
 //! The command line: every verb and flag (clap). Parsing only; each verb is
 //! carried out by the module of its subject.
 
+use budget_client::DEFAULT_SOCKET;
 use clap::{Args, Parser, Subcommand};
-
-/// Default socket path of budgetd.
-pub const DEFAULT_SOCKET: &str = "/run/slurm-budget/budgetd.sock";
 
 /// Admin CLI for slurm-budget: accounts, budgets, usage, fair share.
 #[derive(Debug, Parser)]
