@@ -47,31 +47,20 @@ fn share_at_t_matches_a_hand_computed_window() {
     }
     let file = dir.join("sacct.txt");
     std::fs::write(&file, SACCT).expect("write");
-    let out = ctl_ok(
-        sock,
-        &[
-            "usage",
-            "import",
-            file.to_str().expect("path"),
-            "--tz",
-            "UTC",
-        ],
-    );
+    let import = [
+        "usage",
+        "import",
+        file.to_str().expect("path"),
+        "--tz",
+        "UTC",
+    ];
+    let out = ctl_ok(sock, &import);
     assert!(
         out.contains("8 lines, 7 runs: 7 new") && out.contains("1 skipped"),
         "{out}"
     );
     // Re-importing changes nothing.
-    let out = ctl_ok(
-        sock,
-        &[
-            "usage",
-            "import",
-            file.to_str().expect("path"),
-            "--tz",
-            "UTC",
-        ],
-    );
+    let out = ctl_ok(sock, &import);
     assert!(out.contains("0 new, 0 updated, 7 unchanged"), "{out}");
 
     let json: Value =
