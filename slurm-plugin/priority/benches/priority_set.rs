@@ -4,8 +4,8 @@
 //! x 10 teams x 10 users), for a job with the contract job_submit/budget stores and for
 //! one without (read from its comment), plus the pure decision alone (`compute::decide`).
 //!
-//! Prints one line per case: `NAME: median N ns, p99 M ns (K calls)`; scripts/bench-slurm
-//! parses them. No Slurm process is needed: the record is built here, and the snapshot
+//! Prints one line per case: `NAME: median N ns, p99 M ns (K calls)`, NAME one word
+//! (scripts/bench-slurm parses them). No Slurm process is needed: the record is built here, and the snapshot
 //! is stored the way the background thread stores it.
 
 use std::ffi::CString;
@@ -136,7 +136,7 @@ fn main() {
     // A job without a stored contract (job_submit/budget not loaded): the contract is
     // read from its comment, partition and QOS instead.
     job.admin_comment = std::ptr::null_mut();
-    report("priority_p_set (no stored contract)", time_set(&mut job));
+    report("priority_p_set_without_stored_contract", time_set(&mut job));
 
     let key = JobKey {
         account: "org5team5",
