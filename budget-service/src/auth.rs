@@ -1,4 +1,4 @@
-//! Who is calling, and what they may do (DESIGN 4).
+//! Who is calling, and what they may do (docs/design.md §11).
 //!
 //! AuthN: on the Unix socket the caller's uid comes from the kernel
 //! (`SO_PEERCRED`, captured per connection by [`Peer`]) and is mapped to a
@@ -30,7 +30,7 @@ use tokio::net::{TcpListener, UnixListener};
 use crate::config::TokenRole;
 use crate::error::AppError;
 use crate::state::AppState;
-use crate::store::Coordinator;
+use budget_protocol::tree::Coordinator;
 
 /// Where a connection came from, captured when it is accepted.
 #[derive(Debug, Clone)]
@@ -109,31 +109,28 @@ impl Caller {
         AppError::Forbidden(format!("permission denied: {} may not {what}", self.user))
     }
 
-    /// Fails unless the caller is an admin.
-    pub fn require_admin(&self, state: &AppState, what: &str) -> Result<(), AppError> {
-        if self.is_admin() {
+    /// Fails with a logged refusal to do `what` unless `allowed`.
+    pub fn require(&self, state: &AppState, allowed: bool, what: &str) -> Result<(), AppError> {
+        if allowed {
             Ok(())
         } else {
             Err(self.refuse(state, what))
         }
+    }
+
+    /// Fails unless the caller is an admin.
+    pub fn require_admin(&self, state: &AppState, what: &str) -> Result<(), AppError> {
+        self.require(state, self.is_admin(), what)
     }
 
     /// Fails unless the caller is an admin or a node agent.
     pub fn require_agent(&self, state: &AppState, what: &str) -> Result<(), AppError> {
-        if matches!(self.role, Role::Admin | Role::Agent) {
-            Ok(())
-        } else {
-            Err(self.refuse(state, what))
-        }
+        self.require(state, matches!(self.role, Role::Admin | Role::Agent), what)
     }
 
     /// Fails unless the caller reads everything.
     pub fn require_reader(&self, state: &AppState, what: &str) -> Result<(), AppError> {
-        if self.reads_all() {
-            Ok(())
-        } else {
-            Err(self.refuse(state, what))
-        }
+        self.require(state, self.reads_all(), what)
     }
 }
 

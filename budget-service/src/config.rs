@@ -30,7 +30,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::PolicyPatch;
+use budget_protocol::tree::PolicyPatch;
 
 /// What a token's holder may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,7 +5,7 @@
 //! mid-migration leaves the previous version intact. The database runs in
 //! WAL mode with `synchronous = FULL`: a transaction the service acknowledged
 //! survives a crash of the process and of the machine (the ledger must not
-//! lose a run, DESIGN 3.2). Foreign keys are on for every connection.
+//! lose a run, docs/design.md §3). Foreign keys are on for every connection.
 //! The `runs` table has no secondary index: every query over runs is served
 //! by the in-memory mirror (`ledger.rs`), so an index would only slow ingestion.
 
@@ -76,7 +76,7 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (job_id, run)
     ) WITHOUT ROWID;
     "#,
-    // 2: maintenance drains (DESIGN 3.6) and the preemption record (issue 4).
+    // 2: maintenance drains (docs/design.md §7) and the preemption record (issue 4).
     r#"
     CREATE TABLE drains (
         node        TEXT PRIMARY KEY,
@@ -100,7 +100,7 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (job_id, run)
     ) WITHOUT ROWID;
     "#,
-    // 3: node-agent reports and the idle ledger (DESIGN 3.7, `idle.rs`).
+    // 3: node-agent reports and the idle ledger (docs/design.md §8, `idle.rs`).
     r#"
     CREATE TABLE agent_reports (
         node        TEXT PRIMARY KEY,

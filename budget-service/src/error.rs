@@ -8,6 +8,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use budget_protocol::service::{ErrorBody, ErrorDetails};
 use policy_core::TreeError;
 
 /// An error a request can end in.
@@ -23,7 +24,7 @@ pub enum AppError {
     #[error("{message}")]
     InvalidWithDetails {
         message: String,
-        details: serde_json::Value,
+        details: ErrorDetails,
     },
     /// The change conflicts with the current state (duplicate, still in use): 409.
     #[error("{0}")]
@@ -87,17 +88,27 @@ impl From<serde_json::Error> for AppError {
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let status = self.status();
-        let body = match &self {
+        let body = match self {
             AppError::Internal(msg) => {
                 tracing::error!(error = %msg, "internal error");
-                serde_json::json!({ "error": "internal error (see the budgetd log)" })
+                ErrorBody {
+                    details: None,
+                    error: "internal error (see the budgetd log)".into(),
+                }
             }
-            AppError::InvalidWithDetails { message, details } => {
-                serde_json::json!({ "error": message, "details": details })
-            }
-            other => serde_json::json!({ "error": other.to_string() }),
+            AppError::InvalidWithDetails { message, details } => ErrorBody {
+                details: Some(details),
+                error: message,
+            },
+            other => ErrorBody {
+                details: None,
+                error: other.to_string(),
+            },
         };
-        (status, axum::Json(body)).into_response()
+        // Through a JSON value, whose keys print sorted: the nested `details`
+        // keep the key order this answer always had (scripts compare it).
+        let value = serde_json::to_value(&body).unwrap_or_default();
+        (status, axum::Json(value)).into_response()
     }
 }
 

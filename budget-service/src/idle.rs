@@ -1,4 +1,4 @@
-//! Idle GPUs (DESIGN 3.7): node-agent reports, the idle ledger, and the jobs
+//! Idle GPUs (docs/design.md §8): node-agent reports, the idle ledger, and the jobs
 //! flagged as idle beyond `Policy::idle_threshold_secs`.
 //!
 //! `budget-agent` posts an [`AgentReport`] per node every sample period. For
@@ -33,11 +33,12 @@
 //! the threshold: holding a GPU idle burns the team's budget either way.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt::Write as _;
 
 use budget_protocol::AgentReport;
+use budget_protocol::idle::{
+    AccountIdle, FlaggedJob, IdleGpu, IdleReport, NodeReport, ReportOutcome,
+};
 use rusqlite::{OptionalExtension, Transaction, params};
-use serde::{Deserialize, Serialize};
 
 use crate::error::{AppError, AppResult};
 use crate::store::{Store, hours};
@@ -52,20 +53,6 @@ pub const MAX_GPUS_PER_REPORT: usize = 1024;
 pub const MAX_PROCESSES_PER_GPU: usize = 4096;
 /// How far ahead of budgetd's clock a report's `at` may be.
 pub const MAX_CLOCK_SKEW_SECS: i64 = 300;
-
-/// What ingesting one report changed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReportOutcome {
-    pub node: String,
-    /// Whether the report replaced the node's latest (false for a repeat or
-    /// a report older than the stored one).
-    pub latest_replaced: bool,
-    pub streaks_inserted: u64,
-    pub streaks_extended: u64,
-    pub streaks_unchanged: u64,
-    /// Streaks marked as ended by this report (GPU busy or released).
-    pub streaks_broken: u64,
-}
 
 fn check_name(what: &str, v: &str) -> AppResult<()> {
     let ok = !v.is_empty()
@@ -246,75 +233,6 @@ pub fn ingest(store: &mut Store, r: &AgentReport, now: i64) -> AppResult<ReportO
     }
     tx.commit()?;
     Ok(out)
-}
-
-/// One GPU of a flagged job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct IdleGpu {
-    pub node: String,
-    pub uuid: String,
-    /// Start of the current idle streak.
-    pub since: i64,
-    /// Length of the streak at the node's latest report.
-    pub idle_secs: i64,
-}
-
-/// A job with GPUs idle beyond the threshold in their nodes' latest reports.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FlaggedJob {
-    pub job_id: u32,
-    /// From the run ledger; `null` if the plugin never synced the job.
-    pub account: Option<String>,
-    pub user: Option<String>,
-    pub nodes: Vec<String>,
-    /// GPUs idle beyond the threshold now.
-    pub gpus_idle: u32,
-    /// GPUs the job's latest run holds (run ledger), if known.
-    pub gpus: Option<u32>,
-    /// Earliest start among its idle streaks.
-    pub idle_since: i64,
-    /// Longest current streak.
-    pub idle_secs: i64,
-    pub idle_gpus: Vec<IdleGpu>,
-}
-
-/// Idle GPU-hours of one account (the job's own account, no roll-up).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AccountIdle {
-    /// `null`: jobs the run ledger does not know.
-    pub account: Option<String>,
-    /// Idle GPU-hours in `[from, at]` (unweighted).
-    pub idle_gpu_hours: f64,
-    /// Jobs with idle time in the window.
-    pub jobs: u32,
-    /// GPUs idle beyond the threshold now.
-    pub idle_gpus_now: u32,
-    pub flagged_jobs: u32,
-}
-
-/// The latest report of one node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NodeReport {
-    pub node: String,
-    pub at: i64,
-    pub age_secs: i64,
-    pub nvml: bool,
-    pub gpus: u32,
-    /// Older than `agent_stale_secs`: flags nothing.
-    pub stale: bool,
-}
-
-/// `GET /v1/idle`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct IdleReport {
-    pub at: i64,
-    pub from: i64,
-    pub threshold_secs: i64,
-    pub stale_after_secs: i64,
-    pub flagged: Vec<FlaggedJob>,
-    pub by_account: Vec<AccountIdle>,
-    /// Latest report per node (admins and readers only).
-    pub nodes: Vec<NodeReport>,
 }
 
 /// Who may see a job: `(account, user)` from the ledger, either unknown.
@@ -516,79 +434,11 @@ pub fn job_flag(store: &Store, job_id: u32, now: i64, stale: i64) -> Option<Flag
         .find(|f| f.job_id == job_id)
 }
 
-/// Prometheus lines: idle GPUs now and idle GPU-hours over the window per
-/// account, and the age of each node's latest report.
-pub fn render_metrics(store: &Store, now: i64, stale: i64, out: &mut String) {
-    let esc = |v: &str| {
-        v.replace('\\', "\\\\")
-            .replace('"', "\\\"")
-            .replace('\n', "\\n")
-    };
-    let window = store.policy().window_secs;
-    let all = |_: Option<&str>, _: Option<&str>| true;
-    let rep = match report(store, now, now - window, now, stale, &all, true) {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!(error = %e, "idle metrics unavailable");
-            return;
-        }
-    };
-    let _ = writeln!(
-        out,
-        "# HELP budget_idle_gpus GPUs idle beyond the idle threshold now, by job account.\n\
-         # TYPE budget_idle_gpus gauge"
-    );
-    for a in &rep.by_account {
-        if let Some(name) = &a.account {
-            let _ = writeln!(
-                out,
-                "budget_idle_gpus{{account=\"{}\"}} {}",
-                esc(name),
-                a.idle_gpus_now
-            );
-        }
-    }
-    let _ = writeln!(
-        out,
-        "# HELP budget_idle_gpu_hours Idle GPU-hours of jobs in the usage window, by job account.\n\
-         # TYPE budget_idle_gpu_hours gauge"
-    );
-    for a in &rep.by_account {
-        if let Some(name) = &a.account {
-            let _ = writeln!(
-                out,
-                "budget_idle_gpu_hours{{account=\"{}\"}} {}",
-                esc(name),
-                a.idle_gpu_hours
-            );
-        }
-    }
-    let _ = writeln!(
-        out,
-        "# HELP budget_agent_last_report_age_seconds Seconds since the node agent's latest report.\n\
-         # TYPE budget_agent_last_report_age_seconds gauge"
-    );
-    for n in &rep.nodes {
-        let _ = writeln!(
-            out,
-            "budget_agent_last_report_age_seconds{{node=\"{}\"}} {}",
-            esc(&n.node),
-            n.age_secs
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::PolicyPatch;
+    use crate::store::tests::store;
     use budget_protocol::{GpuProcess, GpuSample};
-
-    fn store() -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let s = Store::open(&dir.path().join("t.db"), &PolicyPatch::default()).expect("open");
-        (dir, s)
-    }
 
     fn report_of(at: i64, gpus: &[(&str, Option<u32>, i64)]) -> AgentReport {
         AgentReport {

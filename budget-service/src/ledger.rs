@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use budget_protocol::{JobRun, RunState};
 use policy_core::Run;
+use policy_core::preempt::JobView;
 use serde::{Deserialize, Serialize};
 
 /// One ledger row as stored and returned by the API.
@@ -55,27 +56,6 @@ pub enum Merge {
 pub const MAX_TIME: i64 = 4_102_444_800;
 /// Most GPUs one run may hold.
 pub const MAX_GPUS: u32 = 1_000_000;
-
-/// Text name of a run state, as stored in SQL.
-pub fn state_str(s: RunState) -> &'static str {
-    match s {
-        RunState::Pending => "pending",
-        RunState::Running => "running",
-        RunState::Ended => "ended",
-        RunState::Requeued => "requeued",
-    }
-}
-
-/// Parses [`state_str`]'s output.
-pub fn parse_state(s: &str) -> Option<RunState> {
-    Some(match s {
-        "pending" => RunState::Pending,
-        "running" => RunState::Running,
-        "ended" => RunState::Ended,
-        "requeued" => RunState::Requeued,
-        _ => return None,
-    })
-}
 
 fn terminal(s: RunState) -> bool {
     matches!(s, RunState::Ended | RunState::Requeued)
@@ -154,14 +134,26 @@ impl RunRecord {
         }
         match self.state {
             RunState::Running if self.start.is_none() => Err("a running run needs a start".into()),
-            RunState::Running | RunState::Pending if self.end.is_some() => Err(format!(
-                "a {} run cannot have an end",
-                state_str(self.state)
-            )),
+            RunState::Running | RunState::Pending if self.end.is_some() => {
+                Err(format!("a {} run cannot have an end", self.state.as_str()))
+            }
             RunState::Pending if self.start.is_some() => {
                 Err("a pending run cannot have a start".into())
             }
             _ => Ok(()),
+        }
+    }
+
+    /// The run as the preemption rule sees it (a pending run starts at 0).
+    pub fn view(&self) -> JobView<'_> {
+        JobView {
+            job_id: self.job_id,
+            account: &self.account,
+            user: &self.user,
+            free_tier: self.free_tier,
+            run_start: self.start.unwrap_or(0),
+            min_runtime: self.min_runtime_secs,
+            gpus: self.gpus,
         }
     }
 

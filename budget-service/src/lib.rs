@@ -1,32 +1,38 @@
-//! budget-service: `budgetd`, the slurm-budget service, and `budgetctl`, its admin CLI.
+//! budget-service: `budgetd`, the slurm-budget service (its CLI, `budgetctl`,
+//! is a crate of its own and speaks to it over HTTP).
 //!
 //! The service owns the account tree, budgets, GPU weights, policy, the
 //! append-only audit log and the run ledger (SQLite), computes window usage
 //! and the fair-share tree with `policy-core`, and serves it all over HTTP on
 //! a Unix socket (peer-credential auth) and optionally TCP (bearer tokens).
 //! It is the only component that speaks SQL (architecture invariant 4).
+//! Request and response bodies are `budget-protocol`'s types.
 //!
 //! Module map:
 //! - [`db`]: opening SQLite, versioned migrations;
 //! - [`ledger`]: the run ledger's merge rule and in-memory mirror;
-//! - [`store`]: the state behind the lock and every mutation;
+//! - [`store`]: the state behind the lock and every mutation (one `commit`);
 //! - [`policy`], [`config`]: policy validation, the config file;
 //! - [`error`]: `AppError` and its HTTP mapping;
 //! - [`auth`]: callers (peer credentials, tokens) and their scopes;
 //! - [`state`]: shared state, the snapshot cache, counters;
 //! - [`api`]: the router and handlers; [`report`]: share, usage, why;
-//! - [`sacct`]: parsing sacct history; [`timefmt`]: TIME arguments;
+//! - [`sacct`]: parsing sacct history; [`clock`]: the service's "now";
 //! - [`metrics`], [`openapi`]: `/metrics` and the OpenAPI document;
-//! - [`server`]: listeners, serving, shutdown; [`ctl`]: `budgetctl`;
-//! - [`drain`]: maintenance drains and their worker; [`preemptions`]: the preemption record;
-//! - [`idle`]: node-agent reports, the idle ledger and idle-job flags (DESIGN 3.7).
+//! - [`server`]: listeners, serving, shutdown;
+//! - [`scontrol`]: running Slurm's `scontrol` and reading its output;
+//! - [`drains`]: the drain table and its rules; [`drain_worker`]: the 1 s
+//!   worker that requeues jobs on drained nodes (docs/design.md §7);
+//! - [`preemptions`]: the preemption record;
+//! - [`idle`]: node-agent reports, the idle ledger and idle-job flags (docs/design.md §8).
 
 pub mod api;
 pub mod auth;
+pub mod clock;
 pub mod config;
-pub mod ctl;
 pub mod db;
-pub mod drain;
+pub mod drain_worker;
+pub mod drains;
 pub mod error;
 pub mod idle;
 pub mod ledger;
@@ -36,10 +42,10 @@ pub mod policy;
 pub mod preemptions;
 pub mod report;
 pub mod sacct;
+pub mod scontrol;
 pub mod server;
 pub mod state;
 pub mod store;
-pub mod timefmt;
 
 pub use api::app;
 pub use config::Config;

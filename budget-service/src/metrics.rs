@@ -1,83 +1,115 @@
-//! Prometheus text exposition for `GET /metrics`.
+//! Prometheus text exposition for `GET /metrics`: every family budgetd
+//! exports, written in one place.
 //!
 //! Gauges are computed from the current plugin snapshot (so a scrape costs
-//! no extra fair-share computation) and the ledger; counters come from
-//! [`crate::state::Counters`] and reset when budgetd restarts, as Prometheus
-//! expects of counters.
+//! no extra fair-share computation), the ledger, the preemption record and
+//! the idle report; counters come from [`crate::state::Counters`] and reset
+//! when budgetd restarts, as Prometheus expects of counters.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::atomic::Ordering;
+use std::fmt::{Display, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use budget_protocol::RunState;
 use policy_core::fairshare::NodeKind;
-use policy_core::preempt::{JobView, job_tier};
+use policy_core::preempt::job_tier;
 
 use crate::state::{AppState, CachedSnapshot};
 use crate::store::{Store, hours};
 
+/// The exposition text, written family by family.
+#[derive(Debug, Default)]
+struct Exposition(String);
+
+/// A label value with `\`, `"` and newlines escaped.
 fn esc(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+impl Exposition {
+    /// The `# HELP` and `# TYPE` lines of a family.
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+    }
+
+    /// One sample; labels are escaped.
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl Display) {
+        let _ = if labels.is_empty() {
+            writeln!(self.0, "{name} {value}")
+        } else {
+            let l: Vec<String> = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", esc(v)))
+                .collect();
+            writeln!(self.0, "{name}{{{}}} {value}", l.join(","))
+        };
+    }
+
+    /// A family with one sample per value of a single label.
+    fn by_label<'a, V: Display>(
+        &mut self,
+        (name, kind, help): (&str, &str, &str),
+        label: &str,
+        samples: impl IntoIterator<Item = (&'a str, V)>,
+    ) {
+        self.family(name, kind, help);
+        for (l, v) in samples {
+            self.sample(name, &[(label, l)], v);
+        }
+    }
+
+    /// A family with one unlabelled sample.
+    fn single(&mut self, (name, kind, help): (&str, &str, &str), value: impl Display) {
+        self.family(name, kind, help);
+        self.sample(name, &[], value);
+    }
+}
+
+fn load(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
 }
 
 /// Renders every metric.
 pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) -> String {
-    let mut out = String::new();
+    let mut x = Exposition::default();
     let fs = &snap.snapshot.fair_share;
     let accounts: Vec<_> = fs
         .nodes
         .iter()
         .filter(|n| matches!(n.kind, NodeKind::Account))
         .collect();
-    family(
-        &mut out,
-        "budget_account_usage_gpu_hours",
-        "gauge",
-        "Weighted GPU-hours used in the window, descendants included.",
+    x.by_label(
+        (
+            "budget_account_usage_gpu_hours",
+            "gauge",
+            "Weighted GPU-hours used in the window, descendants included.",
+        ),
+        "account",
+        accounts.iter().map(|n| (n.name.as_str(), hours(n.usage))),
     );
-    for n in &accounts {
-        let _ = writeln!(
-            out,
-            "budget_account_usage_gpu_hours{{account=\"{}\"}} {}",
-            esc(&n.name),
-            hours(n.usage)
-        );
-    }
-    family(
-        &mut out,
-        "budget_account_allocation_gpu_hours",
-        "gauge",
-        "Allocation in weighted GPU-hours per window.",
+    x.by_label(
+        (
+            "budget_account_allocation_gpu_hours",
+            "gauge",
+            "Allocation in weighted GPU-hours per window.",
+        ),
+        "account",
+        accounts
+            .iter()
+            .map(|n| (n.name.as_str(), hours(n.allocation))),
     );
-    for n in &accounts {
-        let _ = writeln!(
-            out,
-            "budget_account_allocation_gpu_hours{{account=\"{}\"}} {}",
-            esc(&n.name),
-            hours(n.allocation)
-        );
-    }
-    family(
-        &mut out,
-        "budget_account_ratio",
-        "gauge",
-        "Usage ratio (usage / allocation) of the account.",
+    x.by_label(
+        (
+            "budget_account_ratio",
+            "gauge",
+            "Usage ratio (usage / allocation) of the account.",
+        ),
+        "account",
+        accounts.iter().map(|n| (n.name.as_str(), n.ratio)),
     );
-    for n in &accounts {
-        let _ = writeln!(
-            out,
-            "budget_account_ratio{{account=\"{}\"}} {}",
-            esc(&n.name),
-            n.ratio
-        );
-    }
     let mut tiers: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     for (state_name, state_v) in [
         ("pending", RunState::Pending),
@@ -87,101 +119,84 @@ pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) 
             tiers.insert((state_name, t), 0);
         }
         for r in store.ledger().in_state(state_v) {
-            let v = JobView {
-                job_id: r.job_id,
-                account: &r.account,
-                user: &r.user,
-                free_tier: r.free_tier,
-                run_start: r.start.unwrap_or(0),
-                min_runtime: r.min_runtime_secs,
-                gpus: r.gpus,
-            };
             *tiers
-                .entry((state_name, job_tier(Some(fs), &v).as_str()))
+                .entry((state_name, job_tier(Some(fs), &r.view()).as_str()))
                 .or_insert(0) += 1;
         }
     }
-    family(
-        &mut out,
+    x.family(
         "budget_runs",
         "gauge",
         "Pending and running runs by tier (latest sync).",
     );
     for ((s, t), n) in &tiers {
-        let _ = writeln!(out, "budget_runs{{state=\"{s}\",tier=\"{t}\"}} {n}");
+        x.sample("budget_runs", &[("state", *s), ("tier", *t)], n);
     }
-    family(
-        &mut out,
-        "budget_ledger_runs",
-        "gauge",
-        "Rows in the run ledger.",
+    x.single(
+        ("budget_ledger_runs", "gauge", "Rows in the run ledger."),
+        store.ledger().len(),
     );
-    let _ = writeln!(out, "budget_ledger_runs {}", store.ledger().len());
-    family(
-        &mut out,
-        "budget_snapshot_age_seconds",
-        "gauge",
-        "Age of the current plugin snapshot.",
+    x.single(
+        (
+            "budget_snapshot_age_seconds",
+            "gauge",
+            "Age of the current plugin snapshot.",
+        ),
+        (now - snap.snapshot.generated_at).max(0),
     );
-    let _ = writeln!(
-        out,
-        "budget_snapshot_age_seconds {}",
-        (now - snap.snapshot.generated_at).max(0)
+    x.single(
+        (
+            "budget_snapshot_generation",
+            "gauge",
+            "Store generation of the current snapshot.",
+        ),
+        snap.generation,
     );
-    family(
-        &mut out,
-        "budget_snapshot_generation",
-        "gauge",
-        "Store generation of the current snapshot.",
-    );
-    let _ = writeln!(out, "budget_snapshot_generation {}", snap.generation);
-    family(
-        &mut out,
-        "budget_snapshot_info",
-        "gauge",
-        "Version (ETag) of the current snapshot.",
-    );
-    let _ = writeln!(
-        out,
-        "budget_snapshot_info{{version=\"{}\"}} 1",
-        esc(&snap.snapshot.version)
+    x.by_label(
+        (
+            "budget_snapshot_info",
+            "gauge",
+            "Version (ETag) of the current snapshot.",
+        ),
+        "version",
+        [(snap.snapshot.version.as_str(), 1)],
     );
     let c = &state.counters;
     let counters: [(&str, &str, u64); 8] = [
         (
             "budget_syncs_total",
             "Job-state syncs accepted.",
-            c.syncs.load(Ordering::Relaxed),
+            load(&c.syncs),
         ),
         (
             "budget_snapshots_served_total",
             "Snapshots sent in full (200).",
-            c.snapshots_served.load(Ordering::Relaxed),
+            load(&c.snapshots_served),
         ),
         (
             "budget_snapshots_not_modified_total",
             "Snapshot requests answered 304.",
-            c.snapshots_not_modified.load(Ordering::Relaxed),
+            load(&c.snapshots_not_modified),
         ),
         (
             "budget_snapshot_computations_total",
             "Fair-share snapshots computed.",
-            c.snapshot_computations.load(Ordering::Relaxed),
+            load(&c.snapshot_computations),
         ),
         (
             "budget_http_requests_total",
             "HTTP requests answered.",
-            c.requests.load(Ordering::Relaxed),
+            load(&c.requests),
         ),
         (
             "budget_auth_refusals_total",
             "Requests refused with 401 or 403.",
-            c.auth_refusals.load(Ordering::Relaxed),
+            load(&c.auth_refusals),
         ),
         (
             "budget_last_sync_timestamp_seconds",
             "Unix time of the last sync (0: none).",
-            c.last_sync_at.load(Ordering::Relaxed),
+            load(&c.last_sync_at),
         ),
         (
             "budget_start_timestamp_seconds",
@@ -195,43 +210,109 @@ pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) 
         } else {
             "gauge"
         };
-        family(&mut out, name, kind, help);
-        let _ = writeln!(out, "{name} {v}");
+        x.single((name, kind, help), v);
     }
-    family(
-        &mut out,
-        "budget_sync_runs_total",
-        "counter",
-        "Runs received by syncs, by outcome.",
+    x.by_label(
+        (
+            "budget_sync_runs_total",
+            "counter",
+            "Runs received by syncs, by outcome.",
+        ),
+        "outcome",
+        [
+            ("inserted", load(&c.sync_runs_inserted)),
+            ("updated", load(&c.sync_runs_updated)),
+            ("unchanged", load(&c.sync_runs_unchanged)),
+        ],
     );
-    for (o, v) in [
-        ("inserted", &c.sync_runs_inserted),
-        ("updated", &c.sync_runs_updated),
-        ("unchanged", &c.sync_runs_unchanged),
-    ] {
-        let _ = writeln!(
-            out,
-            "budget_sync_runs_total{{outcome=\"{o}\"}} {}",
-            v.load(Ordering::Relaxed)
-        );
+    x.by_label(
+        (
+            "budget_http_errors_total",
+            "counter",
+            "HTTP responses with an error status, by class.",
+        ),
+        "class",
+        [("4xx", load(&c.errors_4xx)), ("5xx", load(&c.errors_5xx))],
+    );
+    preemptions(&mut x, store);
+    idle(&mut x, store, now, state.config.agent_stale_secs);
+    x.0
+}
+
+/// Preemptions and GPU-hours lost per account, all time.
+fn preemptions(x: &mut Exposition, store: &Store) {
+    let rows = crate::preemptions::list(store, 0).unwrap_or_default();
+    let by_account = crate::preemptions::by_account(&rows);
+    let name = "budget_preemptions_total";
+    x.family(
+        name,
+        "counter",
+        "Runs preempted or requeued by a drain, by victim account and reason.",
+    );
+    for a in &by_account {
+        for (reason, n) in &a.by_reason {
+            x.sample(
+                name,
+                &[("account", a.account.as_str()), ("reason", reason.as_str())],
+                n,
+            );
+        }
     }
-    family(
-        &mut out,
-        "budget_http_errors_total",
-        "counter",
-        "HTTP responses with an error status, by class.",
+    x.by_label(
+        (
+            "budget_preempted_gpu_hours_total",
+            "counter",
+            "GPU-hours of runs lost to preemption, by victim account.",
+        ),
+        "account",
+        by_account
+            .iter()
+            .map(|a| (a.account.as_str(), a.gpu_hours_lost)),
     );
-    let _ = writeln!(
-        out,
-        "budget_http_errors_total{{class=\"4xx\"}} {}",
-        c.errors_4xx.load(Ordering::Relaxed)
+}
+
+/// Idle GPUs now and idle GPU-hours over the window per account, and the age
+/// of each node agent's latest report.
+fn idle(x: &mut Exposition, store: &Store, now: i64, stale: i64) {
+    let window = store.policy().window_secs;
+    let all = |_: Option<&str>, _: Option<&str>| true;
+    let rep = match crate::idle::report(store, now, now - window, now, stale, &all, true) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = %e, "idle metrics unavailable");
+            return;
+        }
+    };
+    let known = || {
+        rep.by_account
+            .iter()
+            .filter_map(|a| a.account.as_deref().map(|n| (n, a)))
+    };
+    x.by_label(
+        (
+            "budget_idle_gpus",
+            "gauge",
+            "GPUs idle beyond the idle threshold now, by job account.",
+        ),
+        "account",
+        known().map(|(n, a)| (n, a.idle_gpus_now)),
     );
-    let _ = writeln!(
-        out,
-        "budget_http_errors_total{{class=\"5xx\"}} {}",
-        c.errors_5xx.load(Ordering::Relaxed)
+    x.by_label(
+        (
+            "budget_idle_gpu_hours",
+            "gauge",
+            "Idle GPU-hours of jobs in the usage window, by job account.",
+        ),
+        "account",
+        known().map(|(n, a)| (n, a.idle_gpu_hours)),
     );
-    crate::preemptions::render_metrics(store, &mut out);
-    crate::idle::render_metrics(store, now, state.config.agent_stale_secs, &mut out);
-    out
+    x.by_label(
+        (
+            "budget_agent_last_report_age_seconds",
+            "gauge",
+            "Seconds since the node agent's latest report.",
+        ),
+        "node",
+        rep.nodes.iter().map(|n| (n.node.as_str(), n.age_secs)),
+    );
 }

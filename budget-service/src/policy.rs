@@ -1,58 +1,11 @@
-//! Site policy: partial updates (`PATCH /v1/policy`, config defaults) and validation.
+//! Site policy validation.
 //!
-//! [`budget_protocol::Policy`] is the wire type the plugins read; this module
-//! owns the rules a policy must obey before the service stores it, so a bad
-//! `budgetctl policy set` changes nothing.
+//! [`budget_protocol::Policy`] is the wire type the plugins read, and
+//! [`PolicyPatch`](budget_protocol::tree::PolicyPatch) the partial update (`PATCH /v1/policy`, config defaults);
+//! this module owns the rules a policy must obey before the service stores
+//! it, so a bad `budgetctl policy set` changes nothing.
 
 use budget_protocol::Policy;
-use serde::{Deserialize, Serialize};
-
-/// A partial policy: every field optional. Used by `PATCH /v1/policy` and by
-/// the `[policy]` table of the config file (defaults for a fresh database).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PolicyPatch {
-    #[serde(default)]
-    pub window_secs: Option<i64>,
-    #[serde(default)]
-    pub default_min_runtime_secs: Option<i64>,
-    #[serde(default)]
-    pub max_min_runtime_secs: Option<i64>,
-    #[serde(default)]
-    pub require_min_runtime: Option<bool>,
-    #[serde(default)]
-    pub hysteresis: Option<f64>,
-    #[serde(default)]
-    pub snapshot_max_age_secs: Option<i64>,
-    #[serde(default)]
-    pub idle_threshold_secs: Option<i64>,
-}
-
-impl PolicyPatch {
-    /// `base` with every field this patch sets replaced.
-    pub fn apply(&self, base: &Policy) -> Policy {
-        Policy {
-            window_secs: self.window_secs.unwrap_or(base.window_secs),
-            default_min_runtime_secs: self
-                .default_min_runtime_secs
-                .unwrap_or(base.default_min_runtime_secs),
-            max_min_runtime_secs: self
-                .max_min_runtime_secs
-                .unwrap_or(base.max_min_runtime_secs),
-            require_min_runtime: self.require_min_runtime.unwrap_or(base.require_min_runtime),
-            hysteresis: self.hysteresis.unwrap_or(base.hysteresis),
-            snapshot_max_age_secs: self
-                .snapshot_max_age_secs
-                .unwrap_or(base.snapshot_max_age_secs),
-            idle_threshold_secs: self.idle_threshold_secs.unwrap_or(base.idle_threshold_secs),
-        }
-    }
-
-    /// Whether the patch sets nothing.
-    pub fn is_empty(&self) -> bool {
-        *self == PolicyPatch::default()
-    }
-}
 
 /// Checks a whole policy; the message names the offending field.
 pub fn validate(p: &Policy) -> Result<(), String> {
@@ -98,6 +51,7 @@ pub fn validate(p: &Policy) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use budget_protocol::tree::PolicyPatch;
 
     #[test]
     fn default_policy_is_valid_and_bad_fields_are_named() {

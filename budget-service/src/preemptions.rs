@@ -6,7 +6,7 @@
 //!   (`POST /v1/preemptions`): it remembers which `(victim, preemptor, reason)` its
 //!   `preemptable` hook allowed and reports a victim once its `restart_cnt` grew and
 //!   that preemptor started;
-//! - budgetd's drain worker ([`crate::drain`]) records the requeues it issues itself.
+//! - budgetd's drain worker ([`crate::drain_worker`]) records the requeues it issues itself.
 //!
 //! The first record of a run wins (`INSERT OR IGNORE`): a drain requeue and a late
 //! plugin report of the same run cannot double-count it. Also here: the "when" parts
@@ -16,117 +16,20 @@
 use std::collections::BTreeMap;
 
 use budget_protocol::RunState;
+use budget_protocol::preemption::{AccountLoss, Preemption, PreemptionReason, PreemptionRecord};
+use budget_protocol::why::{Outlook, WhyPreemption};
 use policy_core::FairShare;
-use policy_core::preempt::{self, Allowed, Context, JobView, PreemptPolicy};
-use policy_core::protection::protected_until;
+use policy_core::hostlist;
+use policy_core::preempt::{self, Allowed, Context, PreemptPolicy};
+use policy_core::protection::window_end;
 use rusqlite::{OptionalExtension, params};
-use serde::{Deserialize, Serialize};
 
 use crate::error::{AppError, AppResult};
 use crate::ledger::RunRecord;
 use crate::store::Store;
 
-/// Why a run was preempted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reason {
-    FreeTier,
-    OverBudget,
-    Rebalance,
-    Drain,
-}
-
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::FreeTier => "free_tier",
-            Reason::OverBudget => "over_budget",
-            Reason::Rebalance => "rebalance",
-            Reason::Drain => "drain",
-        }
-    }
-
-    fn parse(s: &str) -> Reason {
-        match s {
-            "free_tier" => Reason::FreeTier,
-            "over_budget" => Reason::OverBudget,
-            "rebalance" => Reason::Rebalance,
-            _ => Reason::Drain,
-        }
-    }
-
-    /// The reason behind a policy-core decision.
-    pub fn of(a: &Allowed) -> Reason {
-        match a {
-            Allowed::VictimFreeTier => Reason::FreeTier,
-            Allowed::VictimOverBudget => Reason::OverBudget,
-            Allowed::Rebalance { .. } => Reason::Rebalance,
-        }
-    }
-}
-
-/// `POST /v1/preemptions` body. Victim facts are optional: the ledger fills them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NewPreemption {
-    pub victim: u32,
-    /// The victim's run (`restart_cnt` of the run that was lost).
-    pub run: u32,
-    #[serde(default)]
-    pub preemptor: Option<u32>,
-    pub reason: Reason,
-    /// When the victim lost its GPUs (Unix seconds).
-    pub at: i64,
-    #[serde(default)]
-    pub account: Option<String>,
-    #[serde(default)]
-    pub user: Option<String>,
-    #[serde(default)]
-    pub gpus: Option<u32>,
-    /// Start of the lost run.
-    #[serde(default)]
-    pub start: Option<i64>,
-}
-
-/// One recorded preemption.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Preemption {
-    pub job_id: u32,
-    pub run: u32,
-    pub account: String,
-    pub user: String,
-    pub preemptor: Option<u32>,
-    pub preemptor_account: Option<String>,
-    pub reason: Reason,
-    pub at: i64,
-    pub gpus: u32,
-    pub run_start: Option<i64>,
-    /// GPU-hours of the lost run (GPUs x its length, unweighted).
-    pub gpu_hours: f64,
-    /// `plugin` or `drain`.
-    pub source: String,
-}
-
-/// Per-account totals.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct AccountLoss {
-    pub account: String,
-    pub preemptions: u64,
-    pub gpu_hours_lost: f64,
-    /// Preemptions by reason.
-    pub by_reason: BTreeMap<String, u64>,
-}
-
-/// `GET /v1/preemptions`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PreemptionReport {
-    pub since: i64,
-    pub rows: Vec<Preemption>,
-    pub by_account: Vec<AccountLoss>,
-}
-
 /// Records a preemption; `Ok(false)` when `(victim, run)` was already recorded.
-pub fn record(store: &mut Store, p: &NewPreemption, source: &str) -> AppResult<bool> {
+pub fn record(store: &mut Store, p: &PreemptionRecord, source: &str) -> AppResult<bool> {
     if p.at <= 0 || p.at > crate::ledger::MAX_TIME {
         return Err(AppError::Invalid(format!("at {} is not a sane time", p.at)));
     }
@@ -191,7 +94,8 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Preemption> {
         user: r.get(3)?,
         preemptor: r.get(4)?,
         preemptor_account: r.get(5)?,
-        reason: Reason::parse(&r.get::<_, String>(6)?),
+        // Rows are written by `record` only; an unknown name cannot occur.
+        reason: PreemptionReason::parse(&r.get::<_, String>(6)?).unwrap_or(PreemptionReason::Drain),
         at: r.get(7)?,
         gpus: r.get(8)?,
         run_start: r.get(9)?,
@@ -241,87 +145,6 @@ pub fn by_account(rows: &[Preemption]) -> Vec<AccountLoss> {
     m.into_values().collect()
 }
 
-/// Prometheus lines: preemptions and GPU-hours lost per account, all time.
-pub fn render_metrics(store: &Store, out: &mut String) {
-    use std::fmt::Write;
-    let rows = list(store, 0).unwrap_or_default();
-    let esc = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"");
-    let _ = writeln!(
-        out,
-        "# HELP budget_preemptions_total Runs preempted or requeued by a drain, by victim account and reason.\n\
-         # TYPE budget_preemptions_total counter"
-    );
-    for a in by_account(&rows) {
-        for (reason, n) in &a.by_reason {
-            let _ = writeln!(
-                out,
-                "budget_preemptions_total{{account=\"{}\",reason=\"{reason}\"}} {n}",
-                esc(&a.account)
-            );
-        }
-    }
-    let _ = writeln!(
-        out,
-        "# HELP budget_preempted_gpu_hours_total GPU-hours of runs lost to preemption, by victim account.\n\
-         # TYPE budget_preempted_gpu_hours_total counter"
-    );
-    for a in by_account(&rows) {
-        let _ = writeln!(
-            out,
-            "budget_preempted_gpu_hours_total{{account=\"{}\"}} {}",
-            esc(&a.account),
-            a.gpu_hours_lost
-        );
-    }
-}
-
-/// A job another may preempt, and from when.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Outlook {
-    pub job_id: u32,
-    pub run: u32,
-    pub account: String,
-    pub user: String,
-    pub gpus: u32,
-    /// First instant the rule allows it (now, or the victim's window end).
-    pub at: i64,
-    pub reason: Allowed,
-}
-
-fn view(r: &RunRecord) -> JobView<'_> {
-    JobView {
-        job_id: r.job_id,
-        account: &r.account,
-        user: &r.user,
-        free_tier: r.free_tier,
-        run_start: r.start.unwrap_or(0),
-        min_runtime: r.min_runtime_secs,
-        gpus: r.gpus,
-    }
-}
-
-/// The instant a running run leaves its window (now for free tier or past windows).
-fn window_end(r: &RunRecord, now: i64) -> i64 {
-    match r.start {
-        Some(s) if !r.free_tier => protected_until(s, r.min_runtime_secs).max(now),
-        _ => now,
-    }
-}
-
-/// What `why` adds about preemption timing (DESIGN 3.5, issue 4 item 4).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct WhyPreemption {
-    /// Pending job: running jobs it may preempt, each at the instant its window ends
-    /// (the rule evaluated then, with today's fair share and holdings).
-    pub may_preempt: Vec<Outlook>,
-    /// Running job: pending jobs that may take it once its window is over.
-    pub may_be_taken_by: Vec<Outlook>,
-    /// Running job on a drained node: when the drain requeues it.
-    pub drain_requeue_at: Option<i64>,
-    /// Requeued (or re-run) job: the preemption of its previous run.
-    pub preempted: Option<Preemption>,
-}
-
 /// Computes the timing part of `why` for `job` at `now`.
 pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> WhyPreemption {
     let running = store.ledger().in_state(RunState::Running);
@@ -352,8 +175,8 @@ pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> WhyPreem
     match job.state {
         RunState::Pending => {
             for r in &running {
-                let at = window_end(r, now);
-                if let Ok(a) = preempt::may_preempt(&ctx_at(at), &view(job), &view(r)) {
+                let at = window_end(r.free_tier, r.min_runtime_secs, r.start, now);
+                if let Ok(a) = preempt::may_preempt(&ctx_at(at), &job.view(), &r.view()) {
                     out.may_preempt.push(outlook(r, at, a));
                 }
             }
@@ -364,15 +187,15 @@ pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> WhyPreem
             }
         }
         RunState::Running => {
-            let at = window_end(job, now);
+            let at = window_end(job.free_tier, job.min_runtime_secs, job.start, now);
             for p in store.ledger().in_state(RunState::Pending) {
-                if let Ok(a) = preempt::may_preempt(&ctx_at(at), &view(&p), &view(job)) {
+                if let Ok(a) = preempt::may_preempt(&ctx_at(at), &p.view(), &job.view()) {
                     out.may_be_taken_by.push(outlook(&p, at, a));
                 }
             }
-            let drained = crate::drain::list(store).unwrap_or_default();
+            let drained = crate::drains::list(store).unwrap_or_default();
             if let Some(nodes) = &job.nodes {
-                let mine = crate::drain::expand_simple(nodes);
+                let mine = hostlist::expand(nodes).unwrap_or_default();
                 if drained.iter().any(|d| mine.contains(&d.node)) {
                     out.drain_requeue_at = Some(at);
                 }

@@ -8,55 +8,18 @@
 use std::collections::BTreeMap;
 
 use budget_protocol::RunState;
+use budget_protocol::reports::{ShareReport, ShareRow, UsageReport, UsageRow};
+use budget_protocol::why::{PathStep, PreemptPeer, Why};
 use policy_core::FairShare;
-use policy_core::fairshare::{NodeKind, Tier};
-use policy_core::preempt::{self, Context, JobView, PreemptPolicy};
-use policy_core::priority::{PriorityParts, job_priority, priority_parts};
+use policy_core::fairshare::NodeKind;
+use policy_core::preempt::{self, Context, PreemptPolicy};
+use policy_core::priority::{job_priority, priority_parts};
 use policy_core::protection::{is_protected, protected_until};
 use policy_core::tree::ROOT;
-use serde::{Deserialize, Serialize};
 
 use crate::auth::Scope;
 use crate::ledger::RunRecord;
 use crate::store::{Store, hours};
-
-/// One row of the fair-share table: an account, or a user under an account.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ShareRow {
-    /// The account (for user rows: the account the user is a member of).
-    pub account: String,
-    /// Parent account (`null` for the root); for user rows: `account`.
-    pub parent: Option<String>,
-    /// The user, for user rows; `null` for account rows.
-    pub user: Option<String>,
-    /// Depth in the tree (root 0).
-    pub depth: usize,
-    /// Weighted GPU-hours per window.
-    pub allocation_gpu_hours: f64,
-    /// Weighted GPU-hours used in the window, every descendant included.
-    pub usage_gpu_hours: f64,
-    /// Free-tier GPU-hours in the window (never charged).
-    pub free_usage_gpu_hours: f64,
-    /// usage / allocation.
-    pub ratio: f64,
-    /// Rank among siblings, 1 = lowest ratio.
-    pub rank: u32,
-    /// Global rank of a leaf (1 = best), `null` for inner nodes.
-    pub leaf_rank: Option<u32>,
-    /// Slurm-style fair-share factor in (0, 1]; inner accounts: that of a
-    /// job charged to the account by a non-member.
-    pub fair_share_factor: f64,
-    pub tier: Tier,
-    pub overcommit: bool,
-}
-
-/// `GET /v1/share`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ShareReport {
-    pub at: i64,
-    pub window_secs: i64,
-    pub rows: Vec<ShareRow>,
-}
 
 /// Builds the fair-share table at `at`, rows in ranking (depth-first) order.
 pub fn share(store: &Store, at: i64, scope: &Scope) -> ShareReport {
@@ -132,31 +95,6 @@ pub fn share(store: &Store, at: i64, scope: &Scope) -> ShareReport {
     }
 }
 
-/// One row of `GET /v1/usage`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct UsageRow {
-    pub account: String,
-    /// `null` in `by=account` rows.
-    pub user: Option<String>,
-    /// Weighted GPU-hours charged (by=account: every descendant included).
-    pub usage_gpu_hours: f64,
-    /// Unweighted GPU-hours charged.
-    pub raw_gpu_hours: f64,
-    /// Weighted free-tier GPU-hours (never charged).
-    pub free_gpu_hours: f64,
-    /// Whether the account is in the budget tree (synced jobs may use others).
-    pub in_tree: bool,
-}
-
-/// `GET /v1/usage`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct UsageReport {
-    pub from: i64,
-    pub to: i64,
-    pub by: String,
-    pub rows: Vec<UsageRow>,
-}
-
 /// Usage in `[from, to]` by account (rolled up) or by (account, user).
 pub fn usage(store: &Store, from: i64, to: i64, by_user: bool, scope: &Scope) -> UsageReport {
     let len = (to - from).max(0);
@@ -230,90 +168,9 @@ pub fn usage(store: &Store, from: i64, to: i64, by_user: bool, scope: &Scope) ->
     }
 }
 
-/// One step of a job's rank path.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PathStep {
-    /// Account name, or `account/user` for a user node.
-    pub node: String,
-    pub allocation_gpu_hours: f64,
-    pub usage_gpu_hours: f64,
-    pub ratio: f64,
-    /// Rank among siblings, 1 = lowest ratio.
-    pub rank: u32,
-    pub tier: Tier,
-}
-
-/// Another job the explained job could preempt, or be preempted by.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PreemptPeer {
-    pub job_id: u32,
-    pub run: u32,
-    pub account: String,
-    pub user: String,
-    pub gpus: u32,
-    /// Why policy_core allows it.
-    pub reason: preempt::Allowed,
-}
-
-/// `GET /v1/jobs/{id}/why`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Why {
-    pub at: i64,
-    pub job_id: u32,
-    pub run: u32,
-    pub account: String,
-    pub user: String,
-    pub state: RunState,
-    pub gpus: u32,
-    pub gpu_type: Option<String>,
-    pub free_tier: bool,
-    pub start: Option<i64>,
-    pub end: Option<i64>,
-    pub min_runtime_secs: i64,
-    /// End of the protected window of a running run (`null` for free-tier
-    /// and not-running runs).
-    pub protected_until: Option<i64>,
-    pub protected_now: bool,
-    pub tier: Tier,
-    /// Global rank (1 = best) of the job's leaf; `null` if its account is
-    /// not in the tree.
-    pub rank: Option<u32>,
-    pub num_leaves: u32,
-    pub fair_share_factor: f64,
-    /// Slurm priority as the plugin computes it, and its parts.
-    pub priority: u32,
-    pub priority_parts: PriorityParts,
-    /// From the root down to the job's leaf.
-    pub path: Vec<PathStep>,
-    /// For a pending job: running jobs it could preempt now.
-    pub could_preempt: Vec<PreemptPeer>,
-    /// For a running job: pending jobs that could preempt it now.
-    pub preemptable_by: Vec<PreemptPeer>,
-    /// When: whom a pending job may take and at what instant, who may take a
-    /// running job after its window, a drain's requeue time, and who took the
-    /// previous (or this requeued) run with its GPU-hours.
-    pub preemption: crate::preemptions::WhyPreemption,
-    /// Set when the job holds GPUs idle beyond the idle threshold now
-    /// (DESIGN 3.7; filled by the handler, which knows the staleness limit).
-    #[serde(default)]
-    pub idle: Option<crate::idle::FlaggedJob>,
-}
-
-fn view(r: &RunRecord) -> JobView<'_> {
-    JobView {
-        job_id: r.job_id,
-        account: &r.account,
-        user: &r.user,
-        free_tier: r.free_tier,
-        run_start: r.start.unwrap_or(0),
-        min_runtime: r.min_runtime_secs,
-        gpus: r.gpus,
-    }
-}
-
 /// Explains the latest run of a job at `now` with the given fair share.
 pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> Why {
-    let v = view(job);
+    let v = job.view();
     let tier = preempt::job_tier(Some(fs), &v);
     let place = fs.place(&job.account, &job.user);
     let rank = place.map(|p| p.rank);
@@ -371,14 +228,14 @@ pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> Why {
     match job.state {
         RunState::Pending => {
             for r in &running {
-                if let Ok(reason) = preempt::may_preempt(&ctx, &v, &view(r)) {
+                if let Ok(reason) = preempt::may_preempt(&ctx, &v, &r.view()) {
                     could_preempt.push(peer(r, reason));
                 }
             }
         }
         RunState::Running => {
             for p in store.ledger().in_state(RunState::Pending) {
-                if let Ok(reason) = preempt::may_preempt(&ctx, &view(&p), &v) {
+                if let Ok(reason) = preempt::may_preempt(&ctx, &p.view(), &v) {
                     preemptable_by.push(peer(&p, reason));
                 }
             }

@@ -25,21 +25,13 @@
 use std::collections::BTreeMap;
 
 use budget_protocol::RunState;
+use budget_protocol::reports::LineError;
 use jiff::tz::TimeZone;
-use serde::{Deserialize, Serialize};
 
 use crate::ledger::RunRecord;
 
 /// Marks run numbers of array tasks keyed by the array's job id.
 pub const ARRAY_RUN_BASE: u32 = 1 << 30;
-
-/// A line that could not be imported.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LineError {
-    /// 1-based line number in the file.
-    pub line: usize,
-    pub error: String,
-}
 
 /// The result of parsing a whole file.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -309,10 +301,7 @@ fn finish<'a>(
     match (state, end) {
         (RunState::Running, Some(_)) => return Err("a RUNNING line cannot have an End time".into()),
         (RunState::Ended | RunState::Requeued, None) => {
-            return Err(format!(
-                "State {} needs an End time",
-                crate::ledger::state_str(state)
-            ));
+            return Err(format!("State {} needs an End time", state.as_str()));
         }
         (_, Some(e)) if e < start => {
             return Err(format!(
@@ -392,9 +381,11 @@ pub fn parse_tres(s: &str) -> Result<(u32, Option<String>), String> {
 fn parse_sacct_time(field: &str, s: &str, tz: &TimeZone) -> Result<Option<i64>, String> {
     match s {
         "" | "Unknown" | "None" | "N/A" => Ok(None),
-        _ => crate::timefmt::parse_civil(s, tz).map(Some).ok_or_else(|| {
-            format!("bad {field} {s:?}: expected YYYY-MM-DDTHH:MM:SS, Unknown or None")
-        }),
+        _ => budget_protocol::time::parse_civil(s, tz)
+            .map(Some)
+            .ok_or_else(|| {
+                format!("bad {field} {s:?}: expected YYYY-MM-DDTHH:MM:SS, Unknown or None")
+            }),
     }
 }
 

@@ -88,7 +88,7 @@ impl AppState {
             snapshot: tokio::sync::Mutex::new(None),
             counters: Counters::default(),
             user_names: Mutex::new(HashMap::new()),
-            started_at: crate::timefmt::now(),
+            started_at: crate::clock::now(),
         }))
     }
 
@@ -132,7 +132,7 @@ impl AppState {
                     policy: s.policy().clone(),
                     weights: s.weights().clone(),
                     fair_share: s.fair_share(now),
-                    drains: crate::drain::snapshot_drains(s),
+                    drains: crate::drains::snapshot_drains(s),
                 };
                 let body = Bytes::from(serde_json::to_vec(&snapshot)?);
                 Ok(CachedSnapshot {

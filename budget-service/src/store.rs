@@ -17,75 +17,18 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use budget_protocol::{JobSync, Policy, SyncOutcome};
+use budget_protocol::tree::{
+    AccountPatch, AuditEntry, Coordinator, NewAccount, PolicyPatch, WeightsPatch,
+};
+use budget_protocol::{JobSync, Policy, RunState, SyncOutcome};
 use policy_core::fairshare::UsageByLeaf;
 use policy_core::tree::{ROOT, validate_name};
 use policy_core::{AccountSpec, FairShare, GpuWeights, HOUR, MemberSpec, TreeSpec};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::error::{AppError, AppResult};
-use crate::ledger::{Ledger, Merge, RunRecord, merge, parse_state, state_str};
-use crate::policy::PolicyPatch;
-
-/// `POST /v1/accounts` body.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NewAccount {
-    pub name: String,
-    /// Parent account; absent, null or `"root"`: under the root.
-    #[serde(default)]
-    pub parent: Option<String>,
-    pub allocation_gpu_hours: f64,
-    #[serde(default)]
-    pub overcommit: bool,
-}
-
-/// `PATCH /v1/accounts/{name}` body: fields to change.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AccountPatch {
-    #[serde(default)]
-    pub allocation_gpu_hours: Option<f64>,
-    /// New parent (`"root"` for the top level).
-    #[serde(default)]
-    pub parent: Option<String>,
-    #[serde(default)]
-    pub overcommit: Option<bool>,
-}
-
-/// `POST /v1/coordinators` body.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Coordinator {
-    pub user: String,
-    pub account: String,
-}
-
-/// `PATCH /v1/weights` body.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WeightsPatch {
-    /// New weight for GPUs without a known type.
-    #[serde(default)]
-    pub default: Option<f64>,
-    /// Type -> weight to set.
-    #[serde(default)]
-    pub set: BTreeMap<String, f64>,
-}
-
-/// One row of `GET /v1/audit`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AuditEntry {
-    pub id: i64,
-    pub at: i64,
-    pub actor: String,
-    pub action: String,
-    pub target: String,
-    pub old: Option<serde_json::Value>,
-    pub new: Option<serde_json::Value>,
-}
+use crate::ledger::{Ledger, Merge, RunRecord, merge};
 
 /// The state behind the mutex.
 #[derive(Debug)]
@@ -114,30 +57,47 @@ fn meta_set(tx: &Transaction<'_>, key: &str, value: &str) -> rusqlite::Result<()
     Ok(())
 }
 
-fn bump(tx: &Transaction<'_>, generation: &AtomicU64) -> rusqlite::Result<u64> {
-    let next = generation.load(Ordering::SeqCst) + 1;
-    meta_set(tx, "generation", &next.to_string())?;
-    Ok(next)
+/// The audit row of one change: who did what to which target, from what to what.
+#[derive(Debug)]
+pub(crate) struct Change<'a> {
+    pub actor: &'a str,
+    pub at: i64,
+    pub action: &'a str,
+    pub target: String,
+    pub old: Option<serde_json::Value>,
+    pub new: Option<serde_json::Value>,
 }
 
-fn audit(
-    tx: &Transaction<'_>,
-    now: i64,
-    actor: &str,
-    action: &str,
-    target: &str,
-    old: Option<serde_json::Value>,
-    new: Option<serde_json::Value>,
-) -> rusqlite::Result<()> {
+impl<'a> Change<'a> {
+    pub fn new(
+        actor: &'a str,
+        at: i64,
+        action: &'a str,
+        target: impl Into<String>,
+        old: Option<serde_json::Value>,
+        new: Option<serde_json::Value>,
+    ) -> Change<'a> {
+        Change {
+            actor,
+            at,
+            action,
+            target: target.into(),
+            old,
+            new,
+        }
+    }
+}
+
+fn audit(tx: &Transaction<'_>, c: &Change<'_>) -> rusqlite::Result<()> {
     tx.execute(
         "INSERT INTO audit(at, actor, action, target, old, new) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         params![
-            now,
-            actor,
-            action,
-            target,
-            old.map(|v| v.to_string()),
-            new.map(|v| v.to_string())
+            c.at,
+            c.actor,
+            c.action,
+            c.target,
+            c.old.as_ref().map(|v| v.to_string()),
+            c.new.as_ref().map(|v| v.to_string())
         ],
     )?;
     Ok(())
@@ -254,7 +214,7 @@ impl Store {
                     free_tier: r.get(9)?,
                     min_runtime_secs: r.get(10)?,
                     nodes: r.get(11)?,
-                    state: parse_state(&state)
+                    state: RunState::parse(&state)
                         .ok_or_else(|| anyhow::anyhow!("bad run state {state:?} in db"))?,
                     first_seen: r.get(13)?,
                 });
@@ -352,12 +312,51 @@ impl Store {
             .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))?)
     }
 
+    // ---- the one way to change anything ----
+
+    /// Writes one change as every mutation must (module doc): in one
+    /// transaction `write` the rows, add the audit row (if any) and the bumped
+    /// generation, commit; only after the commit `swap` the in-memory state
+    /// and publish the new generation. If anything fails before the commit,
+    /// the database rolls back and memory is untouched.
+    pub(crate) fn commit<R>(
+        &mut self,
+        change: Option<Change<'_>>,
+        write: impl FnOnce(&Transaction<'_>) -> rusqlite::Result<R>,
+        swap: impl FnOnce(&mut Store),
+    ) -> AppResult<()> {
+        let next = self.generation.load(Ordering::SeqCst) + 1;
+        let tx = self.conn.transaction()?;
+        write(&tx)?;
+        if let Some(c) = &change {
+            audit(&tx, c)?;
+        }
+        meta_set(&tx, "generation", &next.to_string())?;
+        tx.commit()?;
+        swap(self);
+        self.generation.store(next, Ordering::SeqCst);
+        Ok(())
+    }
+
     // ---- tree mutations ----
 
     fn account_or_404(&self, name: &str) -> AppResult<&AccountSpec> {
         self.tree
             .account(name)
             .ok_or_else(|| AppError::NotFound(format!("unknown account {name:?}")))
+    }
+
+    fn member_or_404(&self, account: &str, user: &str) -> AppResult<MemberSpec> {
+        self.tree
+            .members
+            .iter()
+            .find(|m| m.account == account && m.user == user)
+            .cloned()
+            .ok_or_else(|| {
+                AppError::NotFound(format!(
+                    "user {user:?} is not a member of account {account:?}"
+                ))
+            })
     }
 
     /// Creates an account.
@@ -376,25 +375,25 @@ impl Store {
         let mut tree = self.tree.clone();
         tree.accounts.push(spec.clone());
         tree.validate()?;
-        let tx = self.conn.transaction()?;
-        tx.execute(
-            "INSERT INTO accounts(name, parent, allocation, overcommit, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![spec.name, spec.parent, spec.allocation_gpu_hours, spec.overcommit, now],
-        )?;
-        audit(
-            &tx,
-            now,
+        tree.accounts.sort_by(|a, b| a.name.cmp(&b.name));
+        let change = Change::new(
             actor,
+            now,
             "account.create",
             &spec.name,
             None,
             Some(json!(spec)),
+        );
+        self.commit(
+            Some(change),
+            |tx| {
+                tx.execute(
+                    "INSERT INTO accounts(name, parent, allocation, overcommit, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![spec.name, spec.parent, spec.allocation_gpu_hours, spec.overcommit, now],
+                )
+            },
+            |s| s.tree = tree,
         )?;
-        let g = bump(&tx, &self.generation)?;
-        tx.commit()?;
-        tree.accounts.sort_by(|a, b| a.name.cmp(&b.name));
-        self.tree = tree;
-        self.generation.store(g, Ordering::SeqCst);
         Ok(spec)
     }
 
@@ -425,24 +424,24 @@ impl Store {
             *a = new.clone();
         }
         tree.validate()?;
-        let tx = self.conn.transaction()?;
-        tx.execute(
-            "UPDATE accounts SET parent = ?2, allocation = ?3, overcommit = ?4 WHERE name = ?1",
-            params![name, new.parent, new.allocation_gpu_hours, new.overcommit],
-        )?;
-        audit(
-            &tx,
-            now,
+        let change = Change::new(
             actor,
+            now,
             "account.modify",
             name,
             Some(json!(old)),
             Some(json!(new)),
+        );
+        self.commit(
+            Some(change),
+            |tx| {
+                tx.execute(
+                    "UPDATE accounts SET parent = ?2, allocation = ?3, overcommit = ?4 WHERE name = ?1",
+                    params![name, new.parent, new.allocation_gpu_hours, new.overcommit],
+                )
+            },
+            |s| s.tree = tree,
         )?;
-        let g = bump(&tx, &self.generation)?;
-        tx.commit()?;
-        self.tree = tree;
-        self.generation.store(g, Ordering::SeqCst);
         Ok(new)
     }
 
@@ -482,23 +481,15 @@ impl Store {
         tree.accounts.retain(|a| a.name != name);
         tree.members.retain(|m| m.account != name);
         tree.validate()?;
-        let tx = self.conn.transaction()?;
-        tx.execute("DELETE FROM accounts WHERE name = ?1", [name])?;
-        audit(
-            &tx,
-            now,
-            actor,
-            "account.delete",
-            name,
-            Some(old_json),
-            None,
-        )?;
-        let g = bump(&tx, &self.generation)?;
-        tx.commit()?;
-        self.tree = tree;
-        self.coordinators.retain(|c| c.account != name);
-        self.generation.store(g, Ordering::SeqCst);
-        Ok(())
+        let change = Change::new(actor, now, "account.delete", name, Some(old_json), None);
+        self.commit(
+            Some(change),
+            |tx| tx.execute("DELETE FROM accounts WHERE name = ?1", [name]),
+            |s| {
+                s.tree = tree;
+                s.coordinators.retain(|c| c.account != name);
+            },
+        )
     }
 
     /// Adds a user to an account.
@@ -507,24 +498,24 @@ impl Store {
         let mut tree = self.tree.clone();
         tree.members.push(m.clone());
         tree.validate()?;
-        let tx = self.conn.transaction()?;
-        tx.execute(
-            "INSERT INTO members(user, account, allocation) VALUES (?1, ?2, ?3)",
-            params![m.user, m.account, m.allocation_gpu_hours],
-        )?;
-        audit(
-            &tx,
-            now,
+        let change = Change::new(
             actor,
+            now,
             "member.add",
-            &format!("{}/{}", m.account, m.user),
+            format!("{}/{}", m.account, m.user),
             None,
             Some(json!(m)),
+        );
+        self.commit(
+            Some(change),
+            |tx| {
+                tx.execute(
+                    "INSERT INTO members(user, account, allocation) VALUES (?1, ?2, ?3)",
+                    params![m.user, m.account, m.allocation_gpu_hours],
+                )
+            },
+            |s| s.tree = tree,
         )?;
-        let g = bump(&tx, &self.generation)?;
-        tx.commit()?;
-        self.tree = tree;
-        self.generation.store(g, Ordering::SeqCst);
         Ok(m)
     }
 
@@ -537,17 +528,7 @@ impl Store {
         allocation: Option<f64>,
         now: i64,
     ) -> AppResult<MemberSpec> {
-        let Some(old) = self
-            .tree
-            .members
-            .iter()
-            .find(|m| m.account == account && m.user == user)
-            .cloned()
-        else {
-            return Err(AppError::NotFound(format!(
-                "user {user:?} is not a member of account {account:?}"
-            )));
-        };
+        let old = self.member_or_404(account, user)?;
         let new = MemberSpec {
             allocation_gpu_hours: allocation,
             ..old.clone()
@@ -564,24 +545,24 @@ impl Store {
             *m = new.clone();
         }
         tree.validate()?;
-        let tx = self.conn.transaction()?;
-        tx.execute(
-            "UPDATE members SET allocation = ?3 WHERE user = ?1 AND account = ?2",
-            params![user, account, allocation],
-        )?;
-        audit(
-            &tx,
-            now,
+        let change = Change::new(
             actor,
+            now,
             "member.modify",
-            &format!("{account}/{user}"),
+            format!("{account}/{user}"),
             Some(json!(old)),
             Some(json!(new)),
+        );
+        self.commit(
+            Some(change),
+            |tx| {
+                tx.execute(
+                    "UPDATE members SET allocation = ?3 WHERE user = ?1 AND account = ?2",
+                    params![user, account, allocation],
+                )
+            },
+            |s| s.tree = tree,
         )?;
-        let g = bump(&tx, &self.generation)?;
-        tx.commit()?;
-        self.tree = tree;
-        self.generation.store(g, Ordering::SeqCst);
         Ok(new)
     }
 
@@ -593,40 +574,29 @@ impl Store {
         user: &str,
         now: i64,
     ) -> AppResult<()> {
-        let Some(old) = self
-            .tree
-            .members
-            .iter()
-            .find(|m| m.account == account && m.user == user)
-            .cloned()
-        else {
-            return Err(AppError::NotFound(format!(
-                "user {user:?} is not a member of account {account:?}"
-            )));
-        };
+        let old = self.member_or_404(account, user)?;
         let mut tree = self.tree.clone();
         tree.members
             .retain(|m| !(m.account == account && m.user == user));
         tree.validate()?;
-        let tx = self.conn.transaction()?;
-        tx.execute(
-            "DELETE FROM members WHERE user = ?1 AND account = ?2",
-            params![user, account],
-        )?;
-        audit(
-            &tx,
-            now,
+        let change = Change::new(
             actor,
+            now,
             "member.remove",
-            &format!("{account}/{user}"),
+            format!("{account}/{user}"),
             Some(json!(old)),
             None,
-        )?;
-        let g = bump(&tx, &self.generation)?;
-        tx.commit()?;
-        self.tree = tree;
-        self.generation.store(g, Ordering::SeqCst);
-        Ok(())
+        );
+        self.commit(
+            Some(change),
+            |tx| {
+                tx.execute(
+                    "DELETE FROM members WHERE user = ?1 AND account = ?2",
+                    params![user, account],
+                )
+            },
+            |s| s.tree = tree,
+        )
     }
 
     /// Makes a user coordinator of an account.
@@ -644,24 +614,26 @@ impl Store {
                 c.user, c.account
             )));
         }
-        let tx = self.conn.transaction()?;
-        tx.execute(
-            "INSERT INTO coordinators(user, account) VALUES (?1, ?2)",
-            params![c.user, c.account],
-        )?;
-        audit(
-            &tx,
-            now,
+        let change = Change::new(
             actor,
+            now,
             "coordinator.add",
-            &format!("{}/{}", c.account, c.user),
+            format!("{}/{}", c.account, c.user),
             None,
             Some(json!(c)),
+        );
+        self.commit(
+            Some(change),
+            |tx| {
+                tx.execute(
+                    "INSERT INTO coordinators(user, account) VALUES (?1, ?2)",
+                    params![c.user, c.account],
+                )
+            },
+            |s| {
+                s.coordinators.insert(c.clone());
+            },
         )?;
-        let g = bump(&tx, &self.generation)?;
-        tx.commit()?;
-        self.coordinators.insert(c.clone());
-        self.generation.store(g, Ordering::SeqCst);
         Ok(c)
     }
 
@@ -673,25 +645,26 @@ impl Store {
                 c.user, c.account
             )));
         }
-        let tx = self.conn.transaction()?;
-        tx.execute(
-            "DELETE FROM coordinators WHERE user = ?1 AND account = ?2",
-            params![c.user, c.account],
-        )?;
-        audit(
-            &tx,
-            now,
+        let change = Change::new(
             actor,
+            now,
             "coordinator.remove",
-            &format!("{}/{}", c.account, c.user),
+            format!("{}/{}", c.account, c.user),
             Some(json!(c)),
             None,
-        )?;
-        let g = bump(&tx, &self.generation)?;
-        tx.commit()?;
-        self.coordinators.remove(c);
-        self.generation.store(g, Ordering::SeqCst);
-        Ok(())
+        );
+        self.commit(
+            Some(change),
+            |tx| {
+                tx.execute(
+                    "DELETE FROM coordinators WHERE user = ?1 AND account = ?2",
+                    params![c.user, c.account],
+                )
+            },
+            |s| {
+                s.coordinators.remove(c);
+            },
+        )
     }
 
     /// Sets GPU-type weights (and optionally the default weight).
@@ -714,28 +687,30 @@ impl Store {
         if new == self.weights {
             return Ok(new);
         }
-        let tx = self.conn.transaction()?;
-        meta_set(&tx, "default_weight", &new.default.to_string())?;
-        for (t, w) in &new.by_type {
-            tx.execute(
-                "INSERT INTO gpu_weights(gpu_type, weight) VALUES (?1, ?2) \
-                 ON CONFLICT(gpu_type) DO UPDATE SET weight = excluded.weight",
-                params![t, w],
-            )?;
-        }
-        audit(
-            &tx,
-            now,
+        let change = Change::new(
             actor,
+            now,
             "weights.set",
             "weights",
             Some(json!(self.weights)),
             Some(json!(new)),
+        );
+        let stored = new.clone();
+        self.commit(
+            Some(change),
+            |tx| {
+                meta_set(tx, "default_weight", &new.default.to_string())?;
+                for (t, w) in &new.by_type {
+                    tx.execute(
+                        "INSERT INTO gpu_weights(gpu_type, weight) VALUES (?1, ?2) \
+                         ON CONFLICT(gpu_type) DO UPDATE SET weight = excluded.weight",
+                        params![t, w],
+                    )?;
+                }
+                Ok(())
+            },
+            |s| s.weights = stored,
         )?;
-        let g = bump(&tx, &self.generation)?;
-        tx.commit()?;
-        self.weights = new.clone();
-        self.generation.store(g, Ordering::SeqCst);
         Ok(new)
     }
 
@@ -746,21 +721,21 @@ impl Store {
         if new == self.policy {
             return Ok(new);
         }
-        let tx = self.conn.transaction()?;
-        meta_set(&tx, "policy", &serde_json::to_string(&new)?)?;
-        audit(
-            &tx,
-            now,
+        let text = serde_json::to_string(&new)?;
+        let change = Change::new(
             actor,
+            now,
             "policy.set",
             "policy",
             Some(json!(self.policy)),
             Some(json!(new)),
+        );
+        let stored = new.clone();
+        self.commit(
+            Some(change),
+            |tx| meta_set(tx, "policy", &text),
+            |s| s.policy = stored,
         )?;
-        let g = bump(&tx, &self.generation)?;
-        tx.commit()?;
-        self.policy = new.clone();
-        self.generation.store(g, Ordering::SeqCst);
         Ok(new)
     }
 
@@ -807,39 +782,42 @@ impl Store {
         if pending.is_empty() {
             return Ok(out);
         }
-        let tx = self.conn.transaction()?;
-        {
-            let mut st = tx.prepare_cached(UPSERT_RUN)?;
-            for (r, _) in pending.values() {
-                st.execute(params![
-                    r.job_id,
-                    r.run,
-                    r.account,
-                    r.user,
-                    r.partition,
-                    r.gpus,
-                    r.gpu_type,
-                    r.start,
-                    r.end,
-                    r.free_tier,
-                    r.min_runtime_secs,
-                    r.nodes,
-                    state_str(r.state),
-                    r.first_seen,
-                    source
-                ])?;
-            }
-        }
-        let g = bump(&tx, &self.generation)?;
-        tx.commit()?;
-        for (r, _) in pending.values() {
-            self.ledger.put(r);
-        }
-        self.generation.store(g, Ordering::SeqCst);
+        self.commit(
+            None,
+            |tx| {
+                let mut st = tx.prepare_cached(UPSERT_RUN)?;
+                for (r, _) in pending.values() {
+                    st.execute(params![
+                        r.job_id,
+                        r.run,
+                        r.account,
+                        r.user,
+                        r.partition,
+                        r.gpus,
+                        r.gpu_type,
+                        r.start,
+                        r.end,
+                        r.free_tier,
+                        r.min_runtime_secs,
+                        r.nodes,
+                        r.state.as_str(),
+                        r.first_seen,
+                        source
+                    ])?;
+                }
+                Ok(())
+            },
+            |s| {
+                for (r, _) in pending.values() {
+                    s.ledger.put(r);
+                }
+            },
+        )?;
         Ok(out)
     }
 
-    /// Records an import in the audit log (after [`Store::ingest`]).
+    /// Records an import in the audit log (after [`Store::ingest`], which
+    /// already bumped the generation for the rows it wrote).
     pub fn audit_import(
         &mut self,
         actor: &str,
@@ -849,12 +827,14 @@ impl Store {
         let tx = self.conn.transaction()?;
         audit(
             &tx,
-            now,
-            actor,
-            "usage.import",
-            "ledger",
-            None,
-            Some(summary),
+            &Change {
+                actor,
+                at: now,
+                action: "usage.import",
+                target: "ledger".into(),
+                old: None,
+                new: Some(summary),
+            },
         )?;
         tx.commit()?;
         Ok(())
@@ -872,10 +852,11 @@ pub fn hours(secs: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn store() -> (tempfile::TempDir, Store) {
+    /// A store on a fresh database in a temp dir (kept alive by the `TempDir`).
+    pub(crate) fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = Store::open(&dir.path().join("t.db"), &PolicyPatch::default()).expect("open");
         (dir, s)

@@ -1,4 +1,4 @@
-//! The slurm-budget node agent (DESIGN 3.7): samples every GPU of a node and the
+//! The slurm-budget node agent (docs/design.md §8): samples every GPU of a node and the
 //! processes on it through NVML, maps processes to Slurm jobs, tracks how long
 //! each job-held GPU has been idle, and reports to `budgetd`.
 //!

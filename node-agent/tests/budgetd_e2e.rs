@@ -1,100 +1,34 @@
 //! End to end: the real `budget-agent` binary posts to a real budgetd (the
 //! `budget-service` library serving on a temp Unix socket and on TCP, with a
-//! real SQLite file), and budgetd stores the report.
+//! real SQLite file, started by `budgetd-testkit`), and budgetd stores the report.
 //!
 //! Why here and not in budget-service's tests: Cargo builds `budget-agent`
 //! (and sets `CARGO_BIN_EXE_budget-agent`) only for this crate's tests, while
 //! budgetd is a library function any crate can start.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
-use budget_client::{Client, Endpoint};
-use budget_service::{AppState, Config, Listeners, Store, bind_unix, run};
+use budgetd_testkit::Budgetd;
 use serde_json::Value;
 
 const AGENT_TOKEN: &str = "agent-token-e2e-0001";
 
-/// An in-process budgetd; stopped on drop.
-struct Budgetd {
-    dir: tempfile::TempDir,
-    tcp: std::net::SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+/// budgetd with an agent token (`budgetd-testkit`).
+fn budgetd() -> Budgetd {
+    Budgetd::start(&format!(
+        "[[tokens]]\ntoken = \"{AGENT_TOKEN}\"\nuser = \"gpu-nodes\"\nrole = \"agent\"\n"
+    ))
 }
 
-impl Budgetd {
-    fn start() -> Budgetd {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let config = Config::parse(&format!(
-            "[[tokens]]\ntoken = \"{AGENT_TOKEN}\"\nuser = \"gpu-nodes\"\nrole = \"agent\"\n"
-        ))
-        .expect("config");
-        let store = Store::open(&dir.path().join("budget.db"), &config.policy).expect("store");
-        let state = AppState::new(store, config);
-        let sock = dir.path().join("budgetd.sock");
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let unix = bind_unix(&sock).expect("bind unix");
-                let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .expect("bind tcp");
-                addr_tx.send(tcp.local_addr().expect("addr")).expect("send");
-                let listeners = Listeners {
-                    unix: Some(unix),
-                    tcp: Some(tcp),
-                };
-                run(state, listeners, async move {
-                    let _ = stop_rx.await;
-                })
-                .await
-                .expect("serve");
-            });
-        });
-        let tcp = addr_rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("budgetd address");
-        Budgetd {
-            dir,
-            tcp,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        }
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("budgetd.sock")
-    }
-
-    /// `GET /v1/idle` as an admin (this test runs as root, or as budgetd's own uid).
-    fn idle(&self) -> Value {
-        let c = Client::new(Endpoint::parse(&self.socket().display().to_string()).expect("ep"))
-            .with_timeout(Duration::from_secs(10));
-        let r = c
-            .request("GET", "/v1/idle", &[], None)
-            .expect("GET /v1/idle");
-        assert_eq!(r.status, 200);
-        serde_json::from_slice(&r.body).expect("json")
-    }
-}
-
-impl Drop for Budgetd {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+/// `GET /v1/idle` as an admin (this test runs as root, or as budgetd's own uid).
+fn idle_report(d: &Budgetd) -> Value {
+    let r = d
+        .unix()
+        .request("GET", "/v1/idle", &[], None)
+        .expect("GET /v1/idle");
+    assert_eq!(r.status, 200);
+    serde_json::from_slice(&r.body).expect("json")
 }
 
 fn agent(node: &str, endpoint: &str) -> Command {
@@ -124,9 +58,8 @@ fn has_nvml() -> bool {
 
 #[test]
 fn the_real_agent_reports_to_budgetd_over_the_socket_and_with_an_agent_token() {
-    let d = Budgetd::start();
-    let sock = d.socket();
-    let out = agent("e2e-sock", &sock.display().to_string())
+    let d = budgetd();
+    let out = agent("e2e-sock", &d.socket.display().to_string())
         .output()
         .expect("run budget-agent");
     assert!(
@@ -134,7 +67,7 @@ fn the_real_agent_reports_to_budgetd_over_the_socket_and_with_an_agent_token() {
         "agent over the socket failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let idle = d.idle();
+    let idle = idle_report(&d);
     let n = node(&idle, "e2e-sock").unwrap_or_else(|| panic!("report not stored: {idle}"));
     // Without a GPU (CI) the agent runs in no-GPU mode; on a GPU node it reports NVML.
     assert_eq!(n["nvml"], has_nvml(), "{n}");
@@ -144,7 +77,7 @@ fn the_real_agent_reports_to_budgetd_over_the_socket_and_with_an_agent_token() {
     assert!(n["age_secs"].as_i64().is_some_and(|a| a < 60), "{n}");
 
     // From a GPU node: TCP with an agent token.
-    let url = format!("http://{}", d.tcp);
+    let url = format!("http://{}", d.tcp.expect("tcp listener"));
     let out = agent("e2e-tcp", &url)
         .args(["--token", AGENT_TOKEN])
         .output()
@@ -154,7 +87,7 @@ fn the_real_agent_reports_to_budgetd_over_the_socket_and_with_an_agent_token() {
         "agent over TCP failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(node(&d.idle(), "e2e-tcp").is_some());
+    assert!(node(&idle_report(&d), "e2e-tcp").is_some());
 
     // A wrong token is refused, and --once says so in its exit status.
     let out = agent("e2e-bad", &url)
@@ -164,7 +97,7 @@ fn the_real_agent_reports_to_budgetd_over_the_socket_and_with_an_agent_token() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("sending the report"), "stderr: {stderr}");
-    assert!(node(&d.idle(), "e2e-bad").is_none());
+    assert!(node(&idle_report(&d), "e2e-bad").is_none());
 }
 
 #[test]

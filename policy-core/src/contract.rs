@@ -1,5 +1,5 @@
-//! The validated scheduling contract as stored on a job (DESIGN 3.4): its one writer
-//! and its one reader.
+//! The validated scheduling contract as stored on a job (docs/design.md §5.3): its one
+//! writer and its one reader.
 //!
 //! `job_submit/budget` validates `--comment min_runtime=...` once, at submission, and
 //! writes the result with [`format_admin_comment`] into the job's `admin_comment`, which

@@ -1,4 +1,4 @@
-//! Hierarchical fair share (DESIGN 3.3): usage ratios, Fair-Tree ranking and tiers.
+//! Hierarchical fair share (docs/design.md §4): usage ratios, Fair-Tree ranking and tiers.
 //!
 //! Given the declared tree and each (account, user)'s window usage, this
 //! computes for every node of the tree its allocation, usage (descendants
@@ -25,7 +25,7 @@ use crate::tree::{ROOT, TreeSpec};
 /// and far above 1, so such a node is always over budget.
 pub const RATIO_NO_ALLOCATION: f64 = 1e9;
 
-/// The three tiers of DESIGN 3.3, highest first.
+/// The three tiers of docs/design.md §4.3, highest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Tier {

@@ -1,4 +1,4 @@
-//! Who may preempt whom (DESIGN 3.5), and in what order victims are taken.
+//! Who may preempt whom (docs/design.md §6), and in what order victims are taken.
 //!
 //! Slurm's own machinery (`PreemptMode=REQUEUE`) carries preemption out; this
 //! module only decides. A running job R may be preempted by a pending job P
@@ -11,7 +11,7 @@
 //!
 //! A maintenance drain may take any job past its window ([`drain_may_take`]).
 //! When the fair-share snapshot is missing or stale the rule degrades to safe
-//! mode (DESIGN invariant 5): contracts hold, budgeted jobs are never rebalanced,
+//! mode (docs/design.md §9.3): contracts hold, budgeted jobs are never rebalanced,
 //! free-tier jobs stay preemptable.
 //!
 //! The rule is antisymmetric in any one state: see the property tests.

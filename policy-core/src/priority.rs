@@ -1,4 +1,4 @@
-//! The Slurm priority number: tier, then fair-share rank, then age (DESIGN 3.3).
+//! The Slurm priority number: tier, then fair-share rank, then age (docs/design.md §4).
 //!
 //! A `u32` is split into three fields so that `squeue -o %Q` orders jobs
 //! exactly as the policy does and a reader can decode it by eye:

@@ -1,4 +1,4 @@
-//! The scheduling contract's protected window (DESIGN 3.4).
+//! The scheduling contract's protected window (docs/design.md §5).
 //!
 //! A run is protected during `[run_start, run_start + min_runtime)`. Every run
 //! (after a requeue) gets a fresh window because it is counted from the start

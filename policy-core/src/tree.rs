@@ -1,4 +1,4 @@
-//! The account tree as admins declare it (DESIGN 3.1), and its validation.
+//! The account tree as admins declare it (docs/design.md §2), and its validation.
 //!
 //! The tree always has an implicit root named [`ROOT`]; every declared account
 //! hangs below it (an account without a parent is a child of the root).

@@ -1,4 +1,4 @@
-//! GPU-type billing weights (DESIGN 3.1): one hour on a B300 may cost more
+//! GPU-type billing weights (docs/design.md §2): one hour on a B300 may cost more
 //! budget than one hour on an H100. Types are matched case-insensitively;
 //! a job with no type or an unknown type is charged the default weight.
 

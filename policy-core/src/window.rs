@@ -1,4 +1,4 @@
-//! Exact sliding-window usage (DESIGN 3.2).
+//! Exact sliding-window usage (docs/design.md §3).
 //!
 //! usage(t) is the part of every run that overlaps `[t - window, t]`, running
 //! jobs included up to `t`, times GPUs times the GPU type's weight. It is a true

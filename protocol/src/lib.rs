@@ -1,7 +1,9 @@
-//! Wire types between the `slurmctld` plugins and `budgetd` (JSON over HTTP on
-//! a Unix socket).
+//! Wire types of slurm-budget: everything budgetd accepts or answers, shared
+//! by the service (which serves them), the `slurmctld` plugins, the node agent
+//! and `budgetctl` (which read them), so no two of them can disagree about a
+//! field.
 //!
-//! Three exchanges, all started by a plugin's background thread:
+//! The plugins' three exchanges, all started by a plugin's background thread:
 //! - `GET /v1/snapshot` returns a [`PluginSnapshot`]: everything the plugins
 //!   need to decide without I/O. It carries a `version` (also sent as the
 //!   `ETag`); a request with `If-None-Match: <version>` gets `304 Not Modified`
@@ -9,13 +11,29 @@
 //! - `POST /v1/sync/jobs` sends a [`JobSync`]: the runs the controller knows
 //!   (pending, running, recently ended). The service turns them into run
 //!   intervals keyed by `(job_id, run)`, so repeating a sync changes nothing.
-//!
 //! - `POST /v1/preemptions` sends a [`preemption::PreemptionRecord`] (module
-//!   [`preemption`]: the route, the reasons and the record body).
+//!   [`preemption`]: the route, the reasons, the record body, and the record as
+//!   budgetd reports it).
 //!
-//! This crate holds types only: no I/O, no HTTP. Field names are the JSON names.
+//! The node agent's report is [`AgentReport`]. The admin API's bodies live in
+//! one module per subject: [`tree`] (accounts, members, coordinators, weights,
+//! policy, audit), [`reports`] (share, usage, import), [`why`] (a job's
+//! explanation), [`drains`], [`preemption`], [`idle`], and [`service`]
+//! (health, the error body). [`time`] (feature `time`) is the TIME argument
+//! format budgetd and budgetctl share.
+//!
+//! This crate holds types and formats only: no I/O, no HTTP, no policy.
+//! Field names are the JSON names.
 
+pub mod drains;
+pub mod idle;
 pub mod preemption;
+pub mod reports;
+pub mod service;
+#[cfg(feature = "time")]
+pub mod time;
+pub mod tree;
+pub mod why;
 
 use policy_core::{FairShare, GpuWeights};
 use serde::{Deserialize, Serialize};
@@ -37,7 +55,7 @@ pub struct Policy {
     pub max_min_runtime_secs: i64,
     /// Reject jobs that declare no `min_runtime`.
     pub require_min_runtime: bool,
-    /// Ratio gap needed for a budgeted job to preempt another (DESIGN 3.5).
+    /// Ratio gap needed for a budgeted job to preempt another (docs/design.md §6).
     pub hysteresis: f64,
     /// A snapshot older than this puts the plugins in safe mode.
     pub snapshot_max_age_secs: i64,
@@ -59,7 +77,7 @@ impl Default for Policy {
     }
 }
 
-/// A node under a maintenance drain (DESIGN 3.6).
+/// A node under a maintenance drain (docs/design.md §7).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DrainSpec {
     pub node: String,
@@ -91,6 +109,29 @@ pub enum RunState {
     Ended,
     /// Ended by a requeue (preemption, node failure, `scontrol requeue`).
     Requeued,
+}
+
+impl RunState {
+    /// The JSON name (also how budgetd stores it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Pending => "pending",
+            RunState::Running => "running",
+            RunState::Ended => "ended",
+            RunState::Requeued => "requeued",
+        }
+    }
+
+    /// Reads [`RunState::as_str`]'s output.
+    pub fn parse(s: &str) -> Option<RunState> {
+        Some(match s {
+            "pending" => RunState::Pending,
+            "running" => RunState::Running,
+            "ended" => RunState::Ended,
+            "requeued" => RunState::Requeued,
+            _ => return None,
+        })
+    }
 }
 
 /// One run of one job. A job requeued twice reports runs 0, 1 and 2.
@@ -170,7 +211,7 @@ pub struct GpuProcess {
     pub sm_util_pct: Option<u32>,
 }
 
-/// One GPU as the node agent saw it (DESIGN 3.7).
+/// One GPU as the node agent saw it (docs/design.md §8).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GpuSample {

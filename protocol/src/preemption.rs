@@ -1,10 +1,14 @@
 //! The preemption record on the wire: `POST /v1/preemptions` from `preempt/budget`'s
-//! background thread (and the same record written by budgetd's drain worker).
+//! background thread (and the same record written by budgetd's drain worker), and
+//! the record as budgetd reports it (`GET /v1/preemptions`, `budgetctl usage
+//! --preemptions`, `why`).
 //!
 //! Slurm never tells a preempt plugin which candidates it took, so the plugin confirms
 //! a preemption itself and reports it here: which run lost its GPUs, to whom, why, and
 //! the victim's facts (budgetd fills missing ones from its ledger). budgetd keys the
 //! record by `(victim, run)` and keeps the first one, so repeats change nothing.
+
+use std::collections::BTreeMap;
 
 use policy_core::preempt::Allowed;
 use serde::{Deserialize, Serialize};
@@ -103,6 +107,43 @@ pub struct PreemptionRecord {
 pub struct RecordOutcome {
     /// `false` when `(victim, run)` was already recorded (the first record wins).
     pub inserted: bool,
+}
+
+/// One recorded preemption.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Preemption {
+    pub job_id: u32,
+    pub run: u32,
+    pub account: String,
+    pub user: String,
+    pub preemptor: Option<u32>,
+    pub preemptor_account: Option<String>,
+    pub reason: PreemptionReason,
+    pub at: i64,
+    pub gpus: u32,
+    pub run_start: Option<i64>,
+    /// GPU-hours of the lost run (GPUs x its length, unweighted).
+    pub gpu_hours: f64,
+    /// `plugin` or `drain`.
+    pub source: String,
+}
+
+/// Per-account totals.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AccountLoss {
+    pub account: String,
+    pub preemptions: u64,
+    pub gpu_hours_lost: f64,
+    /// Preemptions by reason.
+    pub by_reason: BTreeMap<String, u64>,
+}
+
+/// `GET /v1/preemptions`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreemptionReport {
+    pub since: i64,
+    pub rows: Vec<Preemption>,
+    pub by_account: Vec<AccountLoss>,
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! `/v1/agent/report` and `/v1/idle` (DESIGN 3.7): node agents post their
+//! `/v1/agent/report` and `/v1/idle` (docs/design.md §8): node agents post their
 //! reports (admins over the socket, e.g. the agent as root on the controller
 //! host; `role = "agent"` tokens over TCP from GPU nodes); admins and readers
 //! read every flagged job, coordinators those of their subtrees, users their
@@ -7,14 +7,15 @@
 use axum::Json;
 use axum::extract::State;
 use budget_protocol::AgentReport;
+use budget_protocol::idle::{IdleReport, ReportOutcome};
 use serde::Deserialize;
 
 use super::{ApiJson, ApiQuery, query_time};
 use crate::auth::{Caller, Scope};
+use crate::clock::now;
 use crate::error::{AppError, AppResult};
-use crate::idle::{self, IdleReport, ReportOutcome};
+use crate::idle;
 use crate::state::AppState;
-use crate::timefmt::now;
 
 pub async fn report(
     State(st): State<AppState>,

@@ -7,16 +7,19 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use budget_protocol::reports::{ImportReport, ShareReport, UsageReport};
+use budget_protocol::service::ErrorDetails;
+use budget_protocol::why::Why;
 use budget_protocol::{JobSync, SyncOutcome};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::{ApiJson, ApiQuery, ApiText, query_time};
 use crate::auth::{Caller, Scope};
+use crate::clock::now;
 use crate::error::{AppError, AppResult};
-use crate::report::{self, ShareReport, UsageReport, Why};
-use crate::sacct::{self, LineError};
+use crate::report;
+use crate::sacct;
 use crate::state::AppState;
-use crate::timefmt::now;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -146,18 +149,6 @@ pub struct ImportQuery {
     tz: Option<String>,
 }
 
-/// `POST /v1/usage/import` answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ImportReport {
-    pub lines: usize,
-    pub runs: usize,
-    pub inserted: u64,
-    pub updated: u64,
-    pub unchanged: u64,
-    pub skipped: Vec<LineError>,
-    pub invalid: Vec<LineError>,
-}
-
 pub async fn import(
     State(st): State<AppState>,
     caller: Caller,
@@ -165,7 +156,7 @@ pub async fn import(
     ApiText(text): ApiText,
 ) -> AppResult<Json<ImportReport>> {
     caller.require_admin(&st, "import usage")?;
-    let tz = crate::timefmt::zone(q.tz.as_deref()).map_err(AppError::BadRequest)?;
+    let tz = budget_protocol::time::zone(q.tz.as_deref()).map_err(AppError::BadRequest)?;
     let skip_invalid = q.skip_invalid.unwrap_or(false);
     st.with_store(move |s| {
         let t = now();
@@ -184,7 +175,9 @@ pub async fn import(
                     shown.join("; "),
                     if parsed.invalid.len() > 20 { "; ..." } else { "" }
                 ),
-                details: serde_json::json!({ "invalid": parsed.invalid }),
+                details: ErrorDetails {
+                    invalid: parsed.invalid,
+                },
             });
         }
         let out = s.ingest(&parsed.records, "import")?;

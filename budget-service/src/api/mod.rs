@@ -22,6 +22,8 @@ use axum::http::request::Parts;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
+use budget_protocol::preemption;
+use budget_protocol::service::{ErrorBody, Health};
 use serde::de::DeserializeOwned;
 
 use crate::error::AppError;
@@ -116,8 +118,8 @@ pub fn query_time(value: Option<&str>, name: &str, default: i64) -> Result<i64, 
     match value {
         None => Ok(default),
         Some(v) => {
-            let tz = crate::timefmt::zone(None).map_err(AppError::BadRequest)?;
-            crate::timefmt::parse_time(v, &tz)
+            let tz = budget_protocol::time::zone(None).map_err(AppError::BadRequest)?;
+            budget_protocol::time::parse_time(v, &tz)
                 .map_err(|e| AppError::BadRequest(format!("{name}: {e}")))
         }
     }
@@ -142,19 +144,22 @@ async fn not_found() -> AppError {
 async fn method_not_allowed() -> Response {
     (
         StatusCode::METHOD_NOT_ALLOWED,
-        axum::Json(serde_json::json!({"error": "method not allowed on this route"})),
+        axum::Json(ErrorBody {
+            details: None,
+            error: "method not allowed on this route".into(),
+        }),
     )
         .into_response()
 }
 
-async fn health(State(state): State<AppState>) -> axum::Json<serde_json::Value> {
-    axum::Json(serde_json::json!({
-        "status": "ok",
-        "version": env!("CARGO_PKG_VERSION"),
-        "schema_version": crate::db::SCHEMA_VERSION,
-        "generation": state.generation.load(Ordering::SeqCst),
-        "started_at": state.started_at,
-    }))
+async fn health(State(state): State<AppState>) -> axum::Json<Health> {
+    axum::Json(Health {
+        generation: state.generation.load(Ordering::SeqCst),
+        schema_version: crate::db::SCHEMA_VERSION,
+        started_at: state.started_at,
+        status: "ok".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    })
 }
 
 async fn openapi() -> Response {
@@ -215,7 +220,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/drains", get(drains::list).post(drains::create))
         .route("/v1/drains/{nodes}", delete(drains::remove))
         .route(
-            "/v1/preemptions",
+            preemption::ROUTE,
             get(preemptions::list).post(preemptions::create),
         )
         .route(budget_protocol::AGENT_REPORT_PATH, post(idle::report))

@@ -3,24 +3,25 @@
 
 use axum::Json;
 use axum::extract::State;
+use budget_protocol::preemption::{PreemptionRecord, PreemptionReport, RecordOutcome};
 use serde::Deserialize;
 
 use super::{ApiJson, ApiQuery, query_time};
 use crate::auth::Caller;
 use crate::error::AppResult;
-use crate::preemptions::{self, NewPreemption, PreemptionReport};
+use crate::preemptions;
 use crate::state::AppState;
 
 pub async fn create(
     State(st): State<AppState>,
     caller: Caller,
-    ApiJson(p): ApiJson<NewPreemption>,
-) -> AppResult<Json<serde_json::Value>> {
+    ApiJson(p): ApiJson<PreemptionRecord>,
+) -> AppResult<Json<RecordOutcome>> {
     caller.require_admin(&st, "record preemptions")?;
     let inserted = st
         .with_store(move |s| preemptions::record(s, &p, "plugin"))
         .await?;
-    Ok(Json(serde_json::json!({ "inserted": inserted })))
+    Ok(Json(RecordOutcome { inserted }))
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,33 +1,86 @@
 //! Handlers for the account tree, members, coordinators, weights, policy and
 //! the audit log. Each checks the caller's [`Scope`] against the tree *inside*
-//! the same store lock that performs the change, so a check cannot go stale.
+//! the same store lock that performs the change ([`scoped`]), so a check
+//! cannot go stale.
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use budget_protocol::Policy;
+use budget_protocol::tree::{
+    AccountDetail, AccountPatch, AuditEntry, Coordinator, MemberPatch, NewAccount, NewMember,
+    PolicyPatch, WeightsPatch,
+};
 use policy_core::{AccountSpec, GpuWeights, MemberSpec};
 use serde::Deserialize;
 
 use super::{ApiJson, ApiQuery};
 use crate::auth::{Caller, Scope};
+use crate::clock::now;
 use crate::error::{AppError, AppResult};
-use crate::policy::PolicyPatch;
 use crate::state::AppState;
-use crate::store::{AccountPatch, AuditEntry, Coordinator, NewAccount, WeightsPatch};
-use crate::timefmt::now;
-use budget_protocol::Policy;
+use crate::store::Store;
+
+/// A caller with its scope, computed under the store lock of the request.
+struct Access {
+    caller: Caller,
+    scope: Scope,
+    state: AppState,
+}
+
+impl Access {
+    /// Fails with a logged 403 ("permission denied: USER may not WHAT") unless `allowed`.
+    fn require(&self, allowed: bool, what: &str) -> AppResult<()> {
+        self.caller.require(&self.state, allowed, what)
+    }
+
+    fn actor(&self) -> String {
+        self.caller.actor()
+    }
+}
+
+/// Runs `f` on the store with the caller's [`Access`], both under one lock.
+async fn scoped<T, F>(st: &AppState, caller: Caller, f: F) -> AppResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut Store, &Access) -> AppResult<T> + Send + 'static,
+{
+    let state = st.clone();
+    st.with_store(move |s| {
+        let scope = Scope::of(&caller, s.tree(), s.coordinators());
+        f(
+            s,
+            &Access {
+                caller,
+                scope,
+                state,
+            },
+        )
+    })
+    .await
+}
+
+fn unknown_account(name: &str) -> AppError {
+    AppError::NotFound(format!("unknown account {name:?}"))
+}
+
+fn account_exists(s: &Store, name: &str) -> AppResult<()> {
+    match s.tree().account(name) {
+        Some(_) => Ok(()),
+        None => Err(unknown_account(name)),
+    }
+}
 
 pub async fn list_accounts(
     State(st): State<AppState>,
     caller: Caller,
 ) -> AppResult<Json<Vec<AccountSpec>>> {
-    st.with_store(move |s| {
-        let scope = Scope::of(&caller, s.tree(), s.coordinators());
+    scoped(&st, caller, |s, a| {
         Ok(Json(
             s.tree()
                 .accounts
                 .iter()
-                .filter(|a| scope.can_read(&a.name))
+                .filter(|acc| a.scope.can_read(&acc.name))
                 .cloned()
                 .collect(),
         ))
@@ -40,35 +93,31 @@ pub async fn get_account(
     caller: Caller,
     Path(name): Path<String>,
 ) -> AppResult<Json<serde_json::Value>> {
-    let st2 = st.clone();
-    st.with_store(move |s| {
-        let Some(a) = s.tree().account(&name).cloned() else {
-            return Err(AppError::NotFound(format!("unknown account {name:?}")));
+    scoped(&st, caller, move |s, a| {
+        let Some(account) = s.tree().account(&name).cloned() else {
+            return Err(unknown_account(&name));
         };
-        let scope = Scope::of(&caller, s.tree(), s.coordinators());
-        if !scope.can_read(&name) {
-            return Err(caller.refuse(&st2, &format!("read account {name:?}")));
-        }
-        let members: Vec<&MemberSpec> = s
-            .tree()
-            .members
-            .iter()
-            .filter(|m| m.account == name)
-            .collect();
-        let children: Vec<&str> = s
-            .tree()
-            .children_of(&name)
-            .map(|c| c.name.as_str())
-            .collect();
-        let coordinators: Vec<&str> = s
-            .coordinators()
-            .iter()
-            .filter(|c| c.account == name)
-            .map(|c| c.user.as_str())
-            .collect();
-        Ok(Json(serde_json::json!({
-            "account": a, "children": children, "members": members, "coordinators": coordinators,
-        })))
+        a.require(a.scope.can_read(&name), &format!("read account {name:?}"))?;
+        let tree = s.tree();
+        let detail = AccountDetail {
+            account,
+            children: tree.children_of(&name).map(|c| c.name.clone()).collect(),
+            coordinators: s
+                .coordinators()
+                .iter()
+                .filter(|c| c.account == name)
+                .map(|c| c.user.clone())
+                .collect(),
+            members: tree
+                .members
+                .iter()
+                .filter(|m| m.account == name)
+                .cloned()
+                .collect(),
+        };
+        // Through a JSON value, whose keys are sorted: the nested account keeps
+        // the key order this answer always had.
+        Ok(Json(serde_json::to_value(detail)?))
     })
     .await
 }
@@ -78,19 +127,18 @@ pub async fn create_account(
     caller: Caller,
     ApiJson(req): ApiJson<NewAccount>,
 ) -> AppResult<(StatusCode, Json<AccountSpec>)> {
-    let st2 = st.clone();
-    st.with_store(move |s| {
-        let scope = Scope::of(&caller, s.tree(), s.coordinators());
+    scoped(&st, caller, move |s, a| {
         let parent = req
             .parent
             .clone()
             .unwrap_or_else(|| policy_core::tree::ROOT.to_string());
-        if !scope.can_manage_under(&parent) {
-            return Err(caller.refuse(&st2, &format!("create an account under {parent:?}")));
-        }
-        let a = s.create_account(&caller.actor(), req, now())?;
-        tracing::info!(actor = %caller.actor(), account = %a.name, "account created");
-        Ok((StatusCode::CREATED, Json(a)))
+        a.require(
+            a.scope.can_manage_under(&parent),
+            &format!("create an account under {parent:?}"),
+        )?;
+        let created = s.create_account(&a.actor(), req, now())?;
+        tracing::info!(actor = %a.actor(), account = %created.name, "account created");
+        Ok((StatusCode::CREATED, Json(created)))
     })
     .await
 }
@@ -101,26 +149,19 @@ pub async fn modify_account(
     Path(name): Path<String>,
     ApiJson(patch): ApiJson<AccountPatch>,
 ) -> AppResult<Json<AccountSpec>> {
-    let st2 = st.clone();
-    st.with_store(move |s| {
-        if s.tree().account(&name).is_none() {
-            return Err(AppError::NotFound(format!("unknown account {name:?}")));
+    scoped(&st, caller, move |s, a| {
+        account_exists(s, &name)?;
+        a.require(
+            a.scope.can_modify(&name),
+            &format!("modify account {name:?}"),
+        )?;
+        if let Some(p) = &patch.parent {
+            a.require(
+                a.scope.can_manage_under(p),
+                &format!("move an account under {p:?}"),
+            )?;
         }
-        let scope = Scope::of(&caller, s.tree(), s.coordinators());
-        if !scope.can_modify(&name) {
-            return Err(caller.refuse(&st2, &format!("modify account {name:?}")));
-        }
-        if let Some(p) = &patch.parent
-            && !scope.can_manage_under(p)
-        {
-            return Err(caller.refuse(&st2, &format!("move an account under {p:?}")));
-        }
-        Ok(Json(s.modify_account(
-            &caller.actor(),
-            &name,
-            patch,
-            now(),
-        )?))
+        Ok(Json(s.modify_account(&a.actor(), &name, patch, now())?))
     })
     .await
 }
@@ -130,16 +171,13 @@ pub async fn delete_account(
     caller: Caller,
     Path(name): Path<String>,
 ) -> AppResult<StatusCode> {
-    let st2 = st.clone();
-    st.with_store(move |s| {
-        if s.tree().account(&name).is_none() {
-            return Err(AppError::NotFound(format!("unknown account {name:?}")));
-        }
-        let scope = Scope::of(&caller, s.tree(), s.coordinators());
-        if !scope.can_modify(&name) {
-            return Err(caller.refuse(&st2, &format!("delete account {name:?}")));
-        }
-        s.delete_account(&caller.actor(), &name, now())?;
+    scoped(&st, caller, move |s, a| {
+        account_exists(s, &name)?;
+        a.require(
+            a.scope.can_modify(&name),
+            &format!("delete account {name:?}"),
+        )?;
+        s.delete_account(&a.actor(), &name, now())?;
         Ok(StatusCode::NO_CONTENT)
     })
     .await
@@ -152,35 +190,35 @@ pub struct AccountFilter {
     account: Option<String>,
 }
 
+impl AccountFilter {
+    /// The `items` whose account the caller may read and the filter names
+    /// (all, without `?account=`).
+    fn readable<'i, T: Clone + 'i>(
+        &self,
+        a: &Access,
+        items: impl IntoIterator<Item = &'i T>,
+        account: impl Fn(&T) -> &str,
+    ) -> Vec<T> {
+        items
+            .into_iter()
+            .filter(|i| {
+                let acc = account(i);
+                a.scope.can_read(acc) && self.account.as_deref().is_none_or(|f| f == acc)
+            })
+            .cloned()
+            .collect()
+    }
+}
+
 pub async fn list_members(
     State(st): State<AppState>,
     caller: Caller,
     ApiQuery(q): ApiQuery<AccountFilter>,
 ) -> AppResult<Json<Vec<MemberSpec>>> {
-    st.with_store(move |s| {
-        let scope = Scope::of(&caller, s.tree(), s.coordinators());
-        Ok(Json(
-            s.tree()
-                .members
-                .iter()
-                .filter(|m| {
-                    scope.can_read(&m.account) && q.account.as_ref().is_none_or(|a| *a == m.account)
-                })
-                .cloned()
-                .collect(),
-        ))
+    scoped(&st, caller, move |s, a| {
+        Ok(Json(q.readable(a, &s.tree().members, |m| &m.account)))
     })
     .await
-}
-
-/// `POST /v1/members` body.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NewMember {
-    user: String,
-    account: String,
-    #[serde(default)]
-    allocation_gpu_hours: Option<f64>,
 }
 
 pub async fn add_member(
@@ -188,12 +226,11 @@ pub async fn add_member(
     caller: Caller,
     ApiJson(m): ApiJson<NewMember>,
 ) -> AppResult<(StatusCode, Json<MemberSpec>)> {
-    let st2 = st.clone();
-    st.with_store(move |s| {
-        let scope = Scope::of(&caller, s.tree(), s.coordinators());
-        if !scope.can_manage_under(&m.account) {
-            return Err(caller.refuse(&st2, &format!("add members to {:?}", m.account)));
-        }
+    scoped(&st, caller, move |s, a| {
+        a.require(
+            a.scope.can_manage_under(&m.account),
+            &format!("add members to {:?}", m.account),
+        )?;
         let spec = MemberSpec {
             user: m.user,
             account: m.account,
@@ -201,18 +238,10 @@ pub async fn add_member(
         };
         Ok((
             StatusCode::CREATED,
-            Json(s.add_member(&caller.actor(), spec, now())?),
+            Json(s.add_member(&a.actor(), spec, now())?),
         ))
     })
     .await
-}
-
-/// `PATCH /v1/members/{account}/{user}` body; `null` clears the explicit
-/// allocation (the member then shares the account's rest equally).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MemberPatch {
-    allocation_gpu_hours: Option<f64>,
 }
 
 pub async fn modify_member(
@@ -221,14 +250,13 @@ pub async fn modify_member(
     Path((account, user)): Path<(String, String)>,
     ApiJson(p): ApiJson<MemberPatch>,
 ) -> AppResult<Json<MemberSpec>> {
-    let st2 = st.clone();
-    st.with_store(move |s| {
-        let scope = Scope::of(&caller, s.tree(), s.coordinators());
-        if !scope.can_manage_under(&account) {
-            return Err(caller.refuse(&st2, &format!("change members of {account:?}")));
-        }
+    scoped(&st, caller, move |s, a| {
+        a.require(
+            a.scope.can_manage_under(&account),
+            &format!("change members of {account:?}"),
+        )?;
         Ok(Json(s.modify_member(
-            &caller.actor(),
+            &a.actor(),
             &account,
             &user,
             p.allocation_gpu_hours,
@@ -243,13 +271,12 @@ pub async fn remove_member(
     caller: Caller,
     Path((account, user)): Path<(String, String)>,
 ) -> AppResult<StatusCode> {
-    let st2 = st.clone();
-    st.with_store(move |s| {
-        let scope = Scope::of(&caller, s.tree(), s.coordinators());
-        if !scope.can_manage_under(&account) {
-            return Err(caller.refuse(&st2, &format!("remove members of {account:?}")));
-        }
-        s.remove_member(&caller.actor(), &account, &user, now())?;
+    scoped(&st, caller, move |s, a| {
+        a.require(
+            a.scope.can_manage_under(&account),
+            &format!("remove members of {account:?}"),
+        )?;
+        s.remove_member(&a.actor(), &account, &user, now())?;
         Ok(StatusCode::NO_CONTENT)
     })
     .await
@@ -260,17 +287,8 @@ pub async fn list_coordinators(
     caller: Caller,
     ApiQuery(q): ApiQuery<AccountFilter>,
 ) -> AppResult<Json<Vec<Coordinator>>> {
-    st.with_store(move |s| {
-        let scope = Scope::of(&caller, s.tree(), s.coordinators());
-        Ok(Json(
-            s.coordinators()
-                .iter()
-                .filter(|c| {
-                    scope.can_read(&c.account) && q.account.as_ref().is_none_or(|a| *a == c.account)
-                })
-                .cloned()
-                .collect(),
-        ))
+    scoped(&st, caller, move |s, a| {
+        Ok(Json(q.readable(a, s.coordinators(), |c| &c.account)))
     })
     .await
 }
@@ -280,15 +298,14 @@ pub async fn add_coordinator(
     caller: Caller,
     ApiJson(c): ApiJson<Coordinator>,
 ) -> AppResult<(StatusCode, Json<Coordinator>)> {
-    let st2 = st.clone();
-    st.with_store(move |s| {
-        let scope = Scope::of(&caller, s.tree(), s.coordinators());
-        if !scope.can_modify(&c.account) {
-            return Err(caller.refuse(&st2, &format!("add coordinators of {:?}", c.account)));
-        }
+    scoped(&st, caller, move |s, a| {
+        a.require(
+            a.scope.can_modify(&c.account),
+            &format!("add coordinators of {:?}", c.account),
+        )?;
         Ok((
             StatusCode::CREATED,
-            Json(s.add_coordinator(&caller.actor(), c, now())?),
+            Json(s.add_coordinator(&a.actor(), c, now())?),
         ))
     })
     .await
@@ -299,13 +316,12 @@ pub async fn remove_coordinator(
     caller: Caller,
     Path((account, user)): Path<(String, String)>,
 ) -> AppResult<StatusCode> {
-    let st2 = st.clone();
-    st.with_store(move |s| {
-        let scope = Scope::of(&caller, s.tree(), s.coordinators());
-        if !scope.can_modify(&account) {
-            return Err(caller.refuse(&st2, &format!("remove coordinators of {account:?}")));
-        }
-        s.remove_coordinator(&caller.actor(), &Coordinator { user, account }, now())?;
+    scoped(&st, caller, move |s, a| {
+        a.require(
+            a.scope.can_modify(&account),
+            &format!("remove coordinators of {account:?}"),
+        )?;
+        s.remove_coordinator(&a.actor(), &Coordinator { user, account }, now())?;
         Ok(StatusCode::NO_CONTENT)
     })
     .await

@@ -47,7 +47,7 @@ fn main() -> anyhow::Result<()> {
         .with_context(|| format!("opening {}", args.db.display()))?;
     tracing::info!(db = %args.db.display(), runs = store.ledger().len(), accounts = store.tree().accounts.len(), "store loaded");
     let state = AppState::new(store, config);
-    budget_service::drain::set_tools(budget_service::drain::SlurmTools {
+    budget_service::scontrol::set_tools(budget_service::scontrol::SlurmTools {
         scontrol: args.scontrol.clone(),
         timeout: std::time::Duration::from_secs(10),
     });
@@ -61,8 +61,8 @@ fn main() -> anyhow::Result<()> {
             None => None,
         };
         tracing::info!(socket = %args.socket.display(), tcp = ?tcp.as_ref().and_then(|l| l.local_addr().ok()), "budgetd listening");
-        // Drains (DESIGN 3.6): requeue jobs on drained nodes as their contracts allow.
-        let drainer = budget_service::drain::spawn_worker(state.clone());
+        // Drains (docs/design.md §7): requeue jobs on drained nodes as their contracts allow.
+        let drainer = budget_service::drain_worker::spawn(state.clone());
         run(state, Listeners { unix: Some(unix), tcp }, shutdown_signal()).await?;
         drainer.abort();
         let _ = std::fs::remove_file(&args.socket);

@@ -33,7 +33,7 @@ const ROUTES: &[(&str, &[&str])] = &[
 
 #[test]
 fn openapi_lists_every_route_and_routes_answer() {
-    let s = Server::start();
+    let s = start();
     let c = s.unix();
     let (st, doc) = call(&c, "GET", "/v1/openapi.json", None);
     assert_eq!(st, 200);
@@ -68,11 +68,11 @@ fn openapi_lists_every_route_and_routes_answer() {
 
 #[test]
 fn metrics_report_usage_tiers_and_errors() {
-    let s = Server::start();
+    let s = start();
     let c = s.unix();
     add_account(&c, "teama", None, 10.0);
     add_member(&c, "alice", "teama");
-    let now = budget_service::timefmt::now();
+    let now = budget_service::clock::now();
     let sync = json!({"collected_at": now, "runs": [
         {"job_id": 1, "run": 0, "account": "teama", "user": "alice", "gpus": 4, "state": "running", "start": now - 3600},
         {"job_id": 2, "run": 0, "account": "teama", "user": "alice", "gpus": 1, "state": "pending"},

@@ -7,7 +7,7 @@ use serde_json::json;
 use crate::common::*;
 
 fn setup() -> Server {
-    let s = Server::start();
+    let s = start();
     let c = s.unix();
     add_account(&c, "org", None, 1000.0);
     add_account(&c, "teama", Some("org"), 600.0);

@@ -1,12 +1,9 @@
-//! Test harness: an in-process budgetd on a temp socket and TCP port.
+//! Test harness: an in-process budgetd (`budgetd-testkit`) with one token
+//! per role, and request helpers.
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-use std::time::Duration;
-
-use budget_client::{Client, Endpoint};
-use budget_service::{AppState, Config, Listeners, Store, bind_unix, run};
+use budget_client::Client;
 use serde_json::Value;
 
 pub const ADMIN_TOKEN: &str = "admin-token-0001";
@@ -26,122 +23,13 @@ pub fn config_text() -> String {
     )
 }
 
-/// A running in-process server; stopped on drop.
-pub struct Server {
-    pub dir: tempfile::TempDir,
-    pub socket: PathBuf,
-    pub db: PathBuf,
-    pub tcp: std::net::SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+/// The in-process budgetd of these tests (`budgetd-testkit`).
+pub type Server = budgetd_testkit::Budgetd;
+pub use budgetd_testkit::call;
 
-impl Server {
-    pub fn start() -> Server {
-        Server::start_with(&config_text())
-    }
-
-    pub fn start_with(config: &str) -> Server {
-        let dir = tempfile::tempdir().expect("tempdir");
-        // Let other uids reach the socket (auth tests run budgetctl as nobody).
-        std::fs::set_permissions(
-            dir.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .expect("chmod");
-        let socket = dir.path().join("budgetd.sock");
-        let db = dir.path().join("budget.db");
-        let config = Config::parse(config).expect("config");
-        let store = Store::open(&db, &config.policy).expect("store");
-        let state = AppState::new(store, config);
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let sock = socket.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let unix = bind_unix(&sock).expect("bind unix");
-                let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .expect("bind tcp");
-                addr_tx
-                    .send(tcp.local_addr().expect("addr"))
-                    .expect("send addr");
-                run(
-                    state,
-                    Listeners {
-                        unix: Some(unix),
-                        tcp: Some(tcp),
-                    },
-                    async move {
-                        let _ = stop_rx.await;
-                    },
-                )
-                .await
-                .expect("serve");
-            });
-        });
-        let tcp = addr_rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("server address");
-        Server {
-            dir,
-            socket,
-            db,
-            tcp,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        }
-    }
-
-    /// Client on the Unix socket (the test runs as root: an admin).
-    pub fn unix(&self) -> Client {
-        Client::new(Endpoint::parse(&self.socket.display().to_string()).expect("endpoint"))
-            .with_timeout(Duration::from_secs(30))
-            .with_max_body(256 << 20)
-    }
-
-    /// Client on TCP with a token (or none).
-    pub fn tcp(&self, token: Option<&str>) -> Client {
-        let c = Client::new(Endpoint::parse(&format!("http://{}", self.tcp)).expect("endpoint"))
-            .with_timeout(Duration::from_secs(30));
-        match token {
-            Some(t) => c.with_token(t),
-            None => c,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Sends a request; returns status and JSON body (Null when empty or not JSON).
-pub fn call(c: &Client, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    let bytes = body.map(|b| serde_json::to_vec(b).expect("encode"));
-    let headers: &[(&str, &str)] = if bytes.is_some() {
-        &[("Content-Type", "application/json")]
-    } else {
-        &[]
-    };
-    let r = c
-        .request(method, path, headers, bytes.as_deref())
-        .expect("request");
-    (
-        r.status,
-        serde_json::from_slice(&r.body).unwrap_or(Value::Null),
-    )
+/// budgetd with one token per role ([`config_text`]).
+pub fn start() -> Server {
+    Server::start(&config_text())
 }
 
 /// Sends raw bytes.

@@ -1,7 +1,8 @@
-//! kill -9 of the real budgetd during a stream of sync requests: after a
-//! restart on the same database the ledger holds exactly the acknowledged
-//! requests' effects — nothing lost, nothing twice. The one request whose
-//! answer never arrived may have been applied or not, but only atomically.
+//! The real budgetd binary's life: kill -9 during a stream of sync requests
+//! (after a restart on the same database the ledger holds exactly the
+//! acknowledged requests' effects — nothing lost, nothing twice; the one
+//! request whose answer never arrived may have been applied or not, but only
+//! atomically), and a clean stop on SIGTERM.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,8 +35,8 @@ fn ledger_equals_the_acknowledged_requests_after_kill_9() {
     let db = dir.path().join("b.db");
     let sock = dir.path().join("s.sock");
     let mut d = Daemon::start(&db, &sock);
-    ctl_ok(&sock, &["account", "add", "teama", "--allocation", "100"]);
     let client = d.client();
+    crate::common::add_account(&client, "teama", None, 100.0);
     let acked = Arc::new(AtomicUsize::new(0));
     let counter = acked.clone();
     // Sequential stream: requests 0..n acknowledged, then at most one in flight.
@@ -142,4 +143,22 @@ fn ledger_equals_the_acknowledged_requests_after_kill_9() {
         (got - expected_secs as f64).abs() < 1e-6,
         "usage {got} s != {expected_secs} s"
     );
+}
+
+#[test]
+fn sigterm_stops_budgetd_cleanly_and_a_stale_socket_is_replaced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("s.sock");
+    let db = dir.path().join("b.db");
+    let mut d = Daemon::start(&db, &sock);
+    crate::common::add_account(&d.client(), "teama", None, 10.0);
+    let status = d.stop();
+    assert!(status.success(), "budgetd exited with {status}");
+    assert!(!sock.exists(), "socket left behind after SIGTERM");
+    // A stale socket file (nobody listening) does not stop a restart.
+    let stale = std::os::unix::net::UnixListener::bind(&sock).expect("stale socket");
+    drop(stale);
+    let d = Daemon::start(&db, &sock);
+    let (_, accounts) = crate::common::call(&d.client(), "GET", "/v1/accounts", None);
+    assert_eq!(accounts[0]["name"], "teama", "{accounts}");
 }

@@ -1,15 +1,15 @@
-//! The real `budgetd` binary as a child process, and the real `budgetctl`.
+//! The real `budgetd` binary as a child process (budgetctl's own tests run the
+//! real `budgetctl`).
 
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use budget_client::{Client, Endpoint};
 
 pub const BUDGETD: &str = env!("CARGO_BIN_EXE_budgetd");
-pub const BUDGETCTL: &str = env!("CARGO_BIN_EXE_budgetctl");
 
 /// A running budgetd; killed (SIGKILL) on drop if still running.
 pub struct Daemon {
@@ -77,29 +77,4 @@ impl Drop for Daemon {
             self.kill9();
         }
     }
-}
-
-/// Runs the real budgetctl against `socket`.
-pub fn ctl(socket: &Path, args: &[&str]) -> Output {
-    Command::new(BUDGETCTL)
-        .args(args)
-        .env("BUDGET_SOCKET", socket)
-        .env("TZ", "UTC")
-        .env_remove("BUDGET_URL")
-        .env_remove("BUDGET_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run budgetctl")
-}
-
-/// Runs budgetctl and asserts exit 0; returns stdout.
-pub fn ctl_ok(socket: &Path, args: &[&str]) -> String {
-    let out = ctl(socket, args);
-    assert!(
-        out.status.success(),
-        "budgetctl {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }

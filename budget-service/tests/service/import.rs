@@ -28,7 +28,7 @@ fn ledger_usage(c: &budget_client::Client) -> Value {
 }
 
 fn setup() -> Server {
-    let s = Server::start();
+    let s = start();
     add_account(&s.unix(), "teama", None, 600.0);
     add_account(&s.unix(), "teamb", None, 300.0);
     s

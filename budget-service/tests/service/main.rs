@@ -1,6 +1,6 @@
-//! Integration tests of budgetd and budgetctl: a real SQLite file in a temp
-//! dir, a real HTTP server on a temp Unix socket and on 127.0.0.1:0, and (in
-//! `scenario` and `crash`) the real `budgetd` and `budgetctl` binaries.
+//! Integration tests of budgetd: a real SQLite file in a temp dir, a real HTTP
+//! server on a temp Unix socket and on 127.0.0.1:0 (`budgetd-testkit`), and
+//! (in `crash`) the real `budgetd` binary. budgetctl's tests are in its crate.
 
 mod common;
 mod daemon;
@@ -10,6 +10,5 @@ mod auth;
 mod crash;
 mod idle;
 mod import;
-mod scenario;
 mod sync;
 mod tree;

@@ -15,7 +15,7 @@ fn sync(c: &budget_client::Client, runs: Value, at: i64) -> (u16, Value) {
 
 #[test]
 fn sync_is_idempotent_and_exact_across_repeats() {
-    let s = Server::start();
+    let s = start();
     let c = s.unix();
     add_account(&c, "teama", None, 100.0);
     add_member(&c, "alice", "teama");
@@ -83,7 +83,7 @@ fn sync_is_idempotent_and_exact_across_repeats() {
 
 #[test]
 fn snapshot_serves_etag_and_304_until_a_write() {
-    let s = Server::start();
+    let s = start();
     let c = s.unix();
     add_account(&c, "teama", None, 100.0);
     let r1 = c
@@ -130,13 +130,13 @@ fn snapshot_serves_etag_and_304_until_a_write() {
 
 #[test]
 fn why_explains_tier_path_protection_and_preemption() {
-    let s = Server::start();
+    let s = start();
     let c = s.unix();
     add_account(&c, "teama", None, 100.0);
     add_account(&c, "teamb", None, 100.0);
     add_member(&c, "alice", "teama");
     add_member(&c, "bob", "teamb");
-    let now = budget_service::timefmt::now();
+    let now = budget_service::clock::now();
     // teamb is far over budget; its job's protection has ended.
     let runs = json!([
         {"job_id": 1, "run": 0, "account": "teamb", "user": "bob", "gpus": 8, "state": "ended", "start": now - 86_400, "end": now - 3600},

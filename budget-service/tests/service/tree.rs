@@ -7,7 +7,7 @@ use crate::common::*;
 
 #[test]
 fn crud_round_trip_with_audit() {
-    let s = Server::start();
+    let s = start();
     let c = s.unix();
     add_account(&c, "org", None, 1000.0);
     add_account(&c, "teama", Some("org"), 600.0);
@@ -82,7 +82,7 @@ fn refused(
 
 #[test]
 fn every_bad_tree_input_is_refused_and_changes_nothing() {
-    let s = Server::start();
+    let s = start();
     let c = s.unix();
     add_account(&c, "org", None, 1000.0);
     add_account(&c, "teama", Some("org"), 600.0);
@@ -370,7 +370,7 @@ fn every_bad_tree_input_is_refused_and_changes_nothing() {
 
 #[test]
 fn weights_and_policy_round_trip() {
-    let s = Server::start();
+    let s = start();
     let c = s.unix();
     let (st, b) = call(
         &c,

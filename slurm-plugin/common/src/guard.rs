@@ -1,4 +1,4 @@
-//! Panic containment at the FFI boundary (DESIGN invariant 2).
+//! Panic containment at the FFI boundary (docs/design.md §9.2).
 //!
 //! An unwinding panic through an `extern "C"` function aborts `slurmctld` (measured:
 //! SIGABRT and lost state). Every export runs its body in [`ffi_guard`], which turns a

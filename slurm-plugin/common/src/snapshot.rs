@@ -1,5 +1,5 @@
 //! The plugins' in-memory copy of `budgetd`'s [`PluginSnapshot`], the fetcher that
-//! keeps it fresh, and safe mode (DESIGN invariants 1 and 5): one implementation for
+//! keeps it fresh, and safe mode (docs/design.md §9.1, §9.3): one implementation for
 //! all three plugins.
 //!
 //! Plugin callbacks run inside `slurmctld` under its locks and must never do I/O, so

@@ -1,5 +1,5 @@
 //! `job_submit/budget`: the submit side of slurm-budget's scheduling contract
-//! (DESIGN 3.4), loaded by `JobSubmitPlugins=budget`.
+//! (docs/design.md §5), loaded by `JobSubmitPlugins=budget`.
 //!
 //! Owns the exported C symbols (pinned to `slurm_ffi::api::job_submit` types) and the
 //! translation between Slurm's `job_desc_msg_t` and the pure rules of [`validate`]:

@@ -1,4 +1,4 @@
-//! `preempt/budget`: who may preempt whom under slurm-budget (DESIGN 3.5), loaded by
+//! `preempt/budget`: who may preempt whom under slurm-budget (docs/design.md §6), loaded by
 //! `PreemptType=preempt/budget` with `PreemptMode=REQUEUE`.
 //!
 //! Slurm's own machinery does the preempting (candidate search, `select/cons_tres`

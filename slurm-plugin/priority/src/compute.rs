@@ -1,12 +1,12 @@
 //! The priority of one job from the in-memory snapshot: pure, no I/O, no Slurm types.
 //!
-//! Tier, then fair-share rank, then age (DESIGN 3.3), composed by
+//! Tier, then fair-share rank, then age (docs/design.md §4), composed by
 //! `policy_core::priority::job_priority`. Everything Slurm-specific (reading the job
 //! record) is in `job.rs`; this module only decides, so it is unit-tested directly.
 //!
 //! Without any snapshot (budgetd never reached since the plugin loaded) every
 //! non-free job is treated as budgeted with equal rank: the queue degrades to FIFO by
-//! age, free-tier jobs still last (safe mode, DESIGN invariant 5). With a stale snapshot
+//! age, free-tier jobs still last (safe mode, docs/design.md §9.3). With a stale snapshot
 //! the last known ranking is kept.
 
 use budget_protocol::PluginSnapshot;

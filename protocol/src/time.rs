@@ -1,9 +1,12 @@
-//! Reading and printing instants for the API and `budgetctl`.
+//! The TIME format of query values and `budgetctl` arguments.
 //!
 //! Accepted everywhere a TIME is asked for: Unix seconds (`1767225600`),
 //! RFC 3339 (`2026-01-01T00:00:00Z`, `2026-01-01T01:00:00+01:00`) and a civil
 //! `YYYY-MM-DDTHH:MM:SS` (also with a space) read in a given time zone —
 //! the system's unless one is named. The API always answers in Unix seconds.
+//! One parser for budgetd (query values, read in the service's zone) and
+//! budgetctl (arguments, read in the caller's zone and sent as Unix seconds),
+//! so the two never disagree about what a TIME means.
 
 use jiff::Timestamp;
 use jiff::civil::DateTime;
@@ -50,11 +53,6 @@ pub fn format_local(secs: i64, tz: &TimeZone) -> String {
             .to_string(),
         Err(_) => secs.to_string(),
     }
-}
-
-/// Now in Unix seconds.
-pub fn now() -> i64 {
-    Timestamp::now().as_second()
 }
 
 #[cfg(test)]

@@ -1,12 +1,12 @@
-//! The acceptance scenario: a real budgetd, a sacct import with runs across
-//! both window edges, and `budgetctl share --at T --json` compared with a
-//! window computed by hand.
+//! The acceptance scenario: budgetd, a sacct import with runs across both
+//! window edges, and `budgetctl share --at T --json` compared with a window
+//! computed by hand; then errors, exit codes and callers identified by uid.
 
 use std::os::unix::process::CommandExt;
 
 use serde_json::Value;
 
-use crate::daemon::*;
+use crate::support::*;
 
 const SACCT: &str = "\
 JobID|Account|User|Partition|AllocTRES|Start|End|State
@@ -31,9 +31,8 @@ fn row<'a>(rows: &'a [Value], account: &str, user: Option<&str>) -> &'a Value {
 
 #[test]
 fn share_at_t_matches_a_hand_computed_window() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sock = dir.path().join("s.sock");
-    let _d = Daemon::start(&dir.path().join("b.db"), &sock);
+    let d = budgetd();
+    let (dir, sock) = (d.dir(), d.socket.as_path());
     for args in [
         &["account", "add", "teama", "--allocation", "600"][..],
         &["account", "add", "teamb", "--allocation", "300"],
@@ -44,39 +43,28 @@ fn share_at_t_matches_a_hand_computed_window() {
         &["weights", "set", "h100=1", "b300=2.5"],
         &["budget", "set", "teama", "600"],
     ] {
-        ctl_ok(&sock, args);
+        ctl_ok(sock, args);
     }
-    let file = dir.path().join("sacct.txt");
+    let file = dir.join("sacct.txt");
     std::fs::write(&file, SACCT).expect("write");
-    let out = ctl_ok(
-        &sock,
-        &[
-            "usage",
-            "import",
-            file.to_str().expect("path"),
-            "--tz",
-            "UTC",
-        ],
-    );
+    let import = [
+        "usage",
+        "import",
+        file.to_str().expect("path"),
+        "--tz",
+        "UTC",
+    ];
+    let out = ctl_ok(sock, &import);
     assert!(
         out.contains("8 lines, 7 runs: 7 new") && out.contains("1 skipped"),
         "{out}"
     );
     // Re-importing changes nothing.
-    let out = ctl_ok(
-        &sock,
-        &[
-            "usage",
-            "import",
-            file.to_str().expect("path"),
-            "--tz",
-            "UTC",
-        ],
-    );
+    let out = ctl_ok(sock, &import);
     assert!(out.contains("0 new, 0 updated, 7 unchanged"), "{out}");
 
     let json: Value =
-        serde_json::from_str(&ctl_ok(&sock, &["share", "--at", T, "--json"])).expect("json");
+        serde_json::from_str(&ctl_ok(sock, &["share", "--at", T, "--json"])).expect("json");
     let rows = json.as_array().expect("a list of objects");
     // By hand, in weighted GPU-hours inside [Jan 1 00:00, Jan 8 00:00]:
     //  teama: 1001 8 GPUs x 12 h (left edge) + 1002 4 x 24 h              = 192
@@ -135,7 +123,7 @@ fn share_at_t_matches_a_hand_computed_window() {
     );
 
     // The human table shows the same.
-    let table = ctl_ok(&sock, &["share", "--at", T]);
+    let table = ctl_ok(sock, &["share", "--at", T]);
     assert!(
         table.contains("teamc") && table.contains("over_budget") && table.contains("1.16"),
         "{table}"
@@ -143,7 +131,7 @@ fn share_at_t_matches_a_hand_computed_window() {
     // One day later the window is [Jan 2, Jan 9]: 1001 drops out, 1005 run 1
     // now counts in full (2 x 54 h) and run 0 (from Jan 2 00:00) still does.
     let later: Value = serde_json::from_str(&ctl_ok(
-        &sock,
+        sock,
         &["share", "--at", "2026-01-09T00:00:00Z", "--json"],
     ))
     .expect("json");
@@ -166,7 +154,7 @@ fn share_at_t_matches_a_hand_computed_window() {
     );
     // usage --by user --json agrees with share.
     let u: Value = serde_json::from_str(&ctl_ok(
-        &sock,
+        sock,
         &["usage", "--by", "user", "--at", T, "--json"],
     ))
     .expect("json");
@@ -182,11 +170,10 @@ fn share_at_t_matches_a_hand_computed_window() {
 
 #[test]
 fn budgetctl_reports_errors_with_exit_codes_and_changes_nothing() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sock = dir.path().join("s.sock");
-    let _d = Daemon::start(&dir.path().join("b.db"), &sock);
-    ctl_ok(&sock, &["account", "add", "teama", "--allocation", "600"]);
-    let audit_before = ctl_ok(&sock, &["audit", "--json"]);
+    let d = budgetd();
+    let (dir, sock) = (d.dir(), d.socket.as_path());
+    ctl_ok(sock, &["account", "add", "teama", "--allocation", "600"]);
+    let audit_before = ctl_ok(sock, &["audit", "--json"]);
     let cases: &[(&[&str], i32, &str)] = &[
         (
             &[
@@ -247,7 +234,7 @@ fn budgetctl_reports_errors_with_exit_codes_and_changes_nothing() {
         ),
     ];
     for (args, code, needle) in cases {
-        let out = ctl(&sock, args);
+        let out = ctl(sock, args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(*code), "{args:?}: {stderr}");
         assert!(
@@ -259,7 +246,7 @@ fn budgetctl_reports_errors_with_exit_codes_and_changes_nothing() {
         }
     }
     // Import: bad lines listed with numbers, nothing imported; --skip-invalid imports the rest.
-    let file = dir.path().join("bad.txt");
+    let file = dir.join("bad.txt");
     std::fs::write(
         &file,
         "JobID|Account|User|Partition|AllocTRES|Start|End|State\n\
@@ -269,7 +256,7 @@ fn budgetctl_reports_errors_with_exit_codes_and_changes_nothing() {
     )
     .expect("write");
     let f = file.to_str().expect("path");
-    let out = ctl(&sock, &["usage", "import", f, "--tz", "UTC"]);
+    let out = ctl(sock, &["usage", "import", f, "--tz", "UTC"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -278,12 +265,12 @@ fn budgetctl_reports_errors_with_exit_codes_and_changes_nothing() {
         "{stderr}"
     );
     assert_eq!(
-        ctl_ok(&sock, &["audit", "--json"]),
+        ctl_ok(sock, &["audit", "--json"]),
         audit_before,
         "failed commands changed the audit log"
     );
     let out = ctl_ok(
-        &sock,
+        sock,
         &["usage", "import", f, "--tz", "UTC", "--skip-invalid"],
     );
     assert!(
@@ -299,24 +286,19 @@ fn unix_socket_callers_are_identified_by_uid() {
         eprintln!("skipped: running budgetctl as uid 65534 needs root");
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
-    let sock = dir.path().join("s.sock");
-    let _d = Daemon::start(&dir.path().join("b.db"), &sock);
-    ctl_ok(&sock, &["account", "add", "teama", "--allocation", "600"]);
-    ctl_ok(&sock, &["account", "add", "teamb", "--allocation", "300"]);
-    ctl_ok(&sock, &["user", "add", "nobody", "--account", "teamb"]);
+    // The testkit's temp dir is world-readable and its socket world-connectable.
+    let d = budgetd();
+    let (dir, sock) = (d.dir(), d.socket.as_path());
+    ctl_ok(sock, &["account", "add", "teama", "--allocation", "600"]);
+    ctl_ok(sock, &["account", "add", "teamb", "--allocation", "300"]);
+    ctl_ok(sock, &["user", "add", "nobody", "--account", "teamb"]);
     // A copy of budgetctl that uid 65534 can surely execute.
-    let exe = dir.path().join("budgetctl");
+    let exe = dir.join("budgetctl");
     std::fs::copy(BUDGETCTL, &exe).expect("copy");
     let as_nobody = |args: &[&str]| {
         std::process::Command::new(&exe)
             .args(args)
-            .env("BUDGET_SOCKET", &sock)
+            .env("BUDGET_SOCKET", sock)
             .uid(65534)
             .gid(65534)
             .output()
@@ -336,23 +318,6 @@ fn unix_socket_callers_are_identified_by_uid() {
     );
     let add = as_nobody(&["account", "add", "x", "--allocation", "1"]);
     assert!(String::from_utf8_lossy(&add.stderr).contains("permission denied"));
-    let names = ctl_ok(&sock, &["account", "show", "--json"]);
+    let names = ctl_ok(sock, &["account", "show", "--json"]);
     assert!(!names.contains("\"x\""));
-}
-
-#[test]
-fn sigterm_stops_budgetd_cleanly_and_a_stale_socket_is_replaced() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let sock = dir.path().join("s.sock");
-    let db = dir.path().join("b.db");
-    let mut d = Daemon::start(&db, &sock);
-    ctl_ok(&sock, &["account", "add", "teama", "--allocation", "10"]);
-    let status = d.stop();
-    assert!(status.success(), "budgetd exited with {status}");
-    assert!(!sock.exists(), "socket left behind after SIGTERM");
-    // A stale socket file (nobody listening) does not stop a restart.
-    let stale = std::os::unix::net::UnixListener::bind(&sock).expect("stale socket");
-    drop(stale);
-    let _d = Daemon::start(&db, &sock);
-    assert!(ctl_ok(&sock, &["account", "show"]).contains("teama"));
 }

@@ -1,0 +1,117 @@
+//! The drain worker (docs/design.md §7): one pass per second while budgetd
+//! runs, keeping Slurm's DRAIN on every drained node and requeueing each job
+//! there the first second its contract lets go (see [`crate::drains`]).
+//!
+//! It reads running jobs fresh from Slurm each tick (not from the plugin's last
+//! sync, which can be seconds old), so a requeue lands within one tick of the
+//! window end; it re-applies DRAIN when Slurm lost it (a `slurmctld` restarted
+//! with clean state, a manual resume). Each requeue it issues is recorded as a
+//! `drain` preemption.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use budget_protocol::preemption::{PreemptionReason, PreemptionRecord};
+use policy_core::preempt::{JobView, drain_may_take};
+use policy_core::protection::window_end;
+
+use crate::drains::{contract, on_drained_node};
+use crate::error::AppResult;
+use crate::scontrol;
+use crate::state::AppState;
+
+/// Starts the drain worker: one pass per second while budgetd runs.
+pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut requeued: HashSet<(u32, u32)> = HashSet::new();
+        let mut last_error = String::new();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match pass(&state, &mut requeued).await {
+                Ok(()) => last_error.clear(),
+                Err(e) => {
+                    // Log a failure once, not every second (Slurm may be down for minutes).
+                    let msg = e.to_string();
+                    if msg != last_error {
+                        tracing::warn!(error = %msg, "drain worker: pass failed; retrying every second");
+                        last_error = msg;
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// One pass: keep DRAIN set, requeue every job the contract lets go.
+async fn pass(state: &AppState, requeued: &mut HashSet<(u32, u32)>) -> AppResult<()> {
+    let drains = state.with_store(|s| crate::drains::list(s)).await?;
+    if drains.is_empty() {
+        requeued.clear();
+        return Ok(());
+    }
+    let nodes = scontrol::show_nodes().await?;
+    for d in &drains {
+        match nodes.get(&d.node) {
+            Some(n) if !n.draining() => {
+                // Slurm forgot the drain (slurmctld restarted with clean state, or
+                // someone resumed the node by hand): the persisted drain wins.
+                tracing::info!(node = %d.node, state = %n.state, "drain worker: re-applying DRAIN");
+                scontrol::drain(std::slice::from_ref(&d.node), &d.reason).await?;
+            }
+            Some(_) => {}
+            None => tracing::debug!(node = %d.node, "drain worker: node unknown to Slurm"),
+        }
+    }
+    let jobs = scontrol::show_jobs().await?;
+    let default_min = state
+        .with_store(|s| Ok(s.policy().default_min_runtime_secs))
+        .await?;
+    let drained: Vec<&str> = drains.iter().map(|d| d.node.as_str()).collect();
+    let now = crate::clock::now();
+    for j in &jobs {
+        if !on_drained_node(j, &drained) || requeued.contains(&(j.job_id, j.run)) {
+            continue;
+        }
+        let (free, min) = contract(j, default_min);
+        let view = JobView {
+            job_id: j.job_id,
+            account: &j.account,
+            user: &j.user,
+            free_tier: free,
+            run_start: j.start.unwrap_or(0),
+            min_runtime: min,
+            gpus: j.gpus,
+        };
+        if !drain_may_take(&view, now) {
+            continue;
+        }
+        scontrol::requeue(j.job_id).await?;
+        requeued.insert((j.job_id, j.run));
+        let due = window_end(free, min, j.start, now);
+        tracing::info!(
+            job = j.job_id,
+            run = j.run,
+            nodes = %j.nodelist,
+            free_tier = free,
+            lag_secs = now - due,
+            "drain worker: requeued"
+        );
+        let rec = PreemptionRecord {
+            victim: j.job_id,
+            run: j.run,
+            preemptor: None,
+            reason: PreemptionReason::Drain,
+            at: now,
+            account: Some(j.account.clone()),
+            user: Some(j.user.clone()),
+            gpus: Some(j.gpus),
+            start: j.start,
+        };
+        state
+            .with_store(move |s| crate::preemptions::record(s, &rec, "drain"))
+            .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,218 @@
+//! Maintenance drains that respect the scheduling contract (docs/design.md §7):
+//! the `drains` table and what a drain means for the jobs on its nodes.
+//!
+//! Mechanism (ARCHITECTURE.md, "Drains", with the measurement behind it): budgetd
+//! persists each drained node here (so a drain survives a restart of budgetd),
+//! sets Slurm's own `state=DRAIN reason="budget: TEXT"` so no new job lands
+//! there ([`crate::scontrol::drain`]), and the drain worker
+//! ([`crate::drain_worker`]) requeues every job on a drained node the first
+//! second [`policy_core::preempt::drain_may_take`] allows it: free-tier jobs at
+//! once, others when their protected window ends. Undrain is `state=resume`
+//! plus deleting the row. Drains also go into the plugin snapshot (`drains`),
+//! where `preempt/budget` lets any non-free pending job take a drained node's
+//! job once its window is over.
+//!
+//! This module is the table and the pure rules over it (no Slurm call, no
+//! worker): [`status`] says per node which jobs hold it and when each will be
+//! requeued, from what the caller read from Slurm.
+
+use std::collections::BTreeMap;
+
+use budget_protocol::DrainSpec;
+use budget_protocol::drains::{DrainStatus, HoldingJob};
+use policy_core::contract::{effective_contract, is_free_name};
+use policy_core::hostlist;
+use policy_core::protection::window_end;
+use rusqlite::params;
+use serde_json::json;
+
+use crate::error::AppResult;
+use crate::scontrol::{NodeInfo, SlurmJob};
+use crate::store::{Change, Store};
+
+/// One drained node as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainRow {
+    pub node: String,
+    pub reason: String,
+    pub since: i64,
+    pub actor: String,
+}
+
+/// Every drain, by node.
+pub fn list(store: &Store) -> AppResult<Vec<DrainRow>> {
+    let mut st = store
+        .conn()
+        .prepare("SELECT node, reason, since, actor FROM drains ORDER BY node")?;
+    let rows = st.query_map([], |r| {
+        Ok(DrainRow {
+            node: r.get(0)?,
+            reason: r.get(1)?,
+            since: r.get(2)?,
+            actor: r.get(3)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The snapshot's view of the drains.
+pub fn snapshot_drains(store: &Store) -> Vec<DrainSpec> {
+    list(store)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|d| DrainSpec {
+            node: d.node,
+            reason: d.reason,
+            since: d.since,
+        })
+        .collect()
+}
+
+/// Writes (`Some(reason)`) or deletes (`None`) drains of `nodes` in one transaction
+/// with an audit row, and bumps the generation so the plugins' snapshot changes.
+pub fn write(
+    store: &mut Store,
+    actor: &str,
+    nodes: &[String],
+    reason: Option<&str>,
+    now: i64,
+) -> AppResult<()> {
+    let change = Change {
+        actor,
+        at: now,
+        action: if reason.is_some() { "drain" } else { "undrain" },
+        target: nodes.join(","),
+        old: None,
+        new: reason.map(|r| json!({ "reason": r })),
+    };
+    store.commit(
+        Some(change),
+        |tx| {
+            for n in nodes {
+                match reason {
+                    Some(r) => tx.execute(
+                        "INSERT INTO drains(node, reason, since, actor) VALUES (?1, ?2, ?3, ?4) \
+                         ON CONFLICT(node) DO UPDATE SET reason = excluded.reason, actor = excluded.actor",
+                        params![n, r, now, actor],
+                    )?,
+                    None => tx.execute("DELETE FROM drains WHERE node = ?1", [n])?,
+                };
+            }
+            Ok(())
+        },
+        |_| {},
+    )
+}
+
+/// The job's contract `(free_tier, min_runtime_secs)`: the validated one in
+/// `admin_comment` (written by `job_submit/budget`), else the comment read as the
+/// submit plugin would, with the site default (policy-core's one reader).
+pub fn contract(job: &SlurmJob, default_min: i64) -> (bool, i64) {
+    let c = effective_contract(
+        Some(&job.admin_comment),
+        Some(&job.comment),
+        is_free_name(Some(&job.partition)) || is_free_name(Some(&job.qos)),
+        default_min,
+    );
+    (c.free_tier, c.min_runtime)
+}
+
+/// Whether a running job holds any of the `drained` nodes. (A node list Slurm
+/// printed is valid; one that is not holds no node we could name.)
+pub fn on_drained_node(job: &SlurmJob, drained: &[&str]) -> bool {
+    job.holds_nodes()
+        && hostlist::expand(&job.nodelist)
+            .unwrap_or_default()
+            .iter()
+            .any(|n| drained.contains(&n.as_str()))
+}
+
+/// Drains with their holding jobs at `now` (pure: the caller reads Slurm).
+pub fn status(
+    drains: &[DrainRow],
+    nodes: &BTreeMap<String, NodeInfo>,
+    jobs: &[SlurmJob],
+    default_min: i64,
+    now: i64,
+) -> Vec<DrainStatus> {
+    drains
+        .iter()
+        .map(|d| {
+            let holding: Vec<HoldingJob> = jobs
+                .iter()
+                .filter(|j| on_drained_node(j, &[d.node.as_str()]))
+                .map(|j| {
+                    let (free, min) = contract(j, default_min);
+                    HoldingJob {
+                        job_id: j.job_id,
+                        run: j.run,
+                        account: j.account.clone(),
+                        user: j.user.clone(),
+                        gpus: j.gpus,
+                        free_tier: free,
+                        start: j.start,
+                        requeue_at: window_end(free, min, j.start, now),
+                    }
+                })
+                .collect();
+            DrainStatus {
+                node: d.node.clone(),
+                reason: d.reason.clone(),
+                since: d.since,
+                actor: d.actor.clone(),
+                slurm_state: nodes
+                    .get(&d.node)
+                    .map_or("UNKNOWN".into(), |n| n.state.clone()),
+                empty: holding.is_empty(),
+                empty_at: holding.iter().map(|h| h.requeue_at).max().unwrap_or(now),
+                jobs: holding,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scontrol::tests::JOB;
+    use crate::scontrol::{parse_jobs, parse_nodes};
+
+    #[test]
+    fn contract_from_admin_comment_else_comment() {
+        let j = &parse_jobs(JOB)[0];
+        assert_eq!(contract(j, 5), (false, 60));
+        let free = JOB.replace(
+            "AdminComment=budget:min_runtime=60 ",
+            "AdminComment=budget:min_runtime=0 budget:free",
+        );
+        assert_eq!(contract(&parse_jobs(&free)[0], 5), (true, 0));
+        let none = JOB.replace("AdminComment=budget:min_runtime=60 ", "AdminComment= ");
+        assert_eq!(contract(&parse_jobs(&none)[0], 5), (false, 60));
+    }
+
+    #[test]
+    fn status_gives_per_node_eta() {
+        let jobs = parse_jobs(&format!(
+            "{JOB}\n{}",
+            JOB.replace("JobId=7", "JobId=8")
+                .replace("StartTime=1000", "StartTime=1100")
+                .replace("budget:min_runtime=60", "budget:min_runtime=0 budget:free")
+        ));
+        let nodes = parse_nodes(
+            "NodeName=gpu1 Arch=x86_64 State=MIXED+DRAIN Reason=budget: fan [root@1]\nNodeName=gpu3 State=IDLE",
+        );
+        let d = |n: &str| DrainRow {
+            node: n.into(),
+            reason: "fan".into(),
+            since: 1,
+            actor: "root".into(),
+        };
+        let st = status(&[d("gpu1"), d("gpu3")], &nodes, &jobs, 30, 1030);
+        assert_eq!(st[0].jobs.len(), 2);
+        assert_eq!(st[0].jobs[0].requeue_at, 1060);
+        assert_eq!(st[0].jobs[1].requeue_at, 1030, "free tier: now");
+        assert_eq!(st[0].empty_at, 1060);
+        assert!(st[1].empty && st[1].empty_at == 1030);
+        assert_eq!(st[1].slurm_state, "IDLE");
+    }
+}

@@ -1,0 +1,289 @@
+//! The command line: every verb and flag (clap). Parsing only; each verb is
+//! carried out by the module of its subject.
+
+use budget_client::DEFAULT_SOCKET;
+use clap::{Args, Parser, Subcommand};
+
+/// Admin CLI for slurm-budget: accounts, budgets, usage, fair share.
+#[derive(Debug, Parser)]
+#[command(name = "budgetctl", version)]
+pub struct Cli {
+    /// budgetd's Unix socket (callers are identified by their uid).
+    #[arg(long, global = true, env = "BUDGET_SOCKET", default_value = DEFAULT_SOCKET)]
+    pub socket: String,
+    /// budgetd over TCP instead, e.g. http://host:8700 (needs --token).
+    #[arg(long, global = true, env = "BUDGET_URL")]
+    pub url: Option<String>,
+    /// Bearer token for --url.
+    #[arg(long, global = true, env = "BUDGET_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Request timeout in seconds.
+    #[arg(long, global = true, default_value_t = 30)]
+    pub timeout: u64,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create, change, delete and list accounts.
+    #[command(subcommand)]
+    Account(AccountCmd),
+    /// Add users to accounts and remove them.
+    #[command(subcommand)]
+    User(UserCmd),
+    /// Manage account coordinators.
+    #[command(subcommand)]
+    Coordinator(CoordinatorCmd),
+    /// Set budgets: an account's allocation, or a member's own allocation.
+    #[command(subcommand)]
+    Budget(BudgetCmd),
+    /// GPU-type billing weights.
+    #[command(subcommand)]
+    Weights(WeightsCmd),
+    /// Site policy (window, min_runtime defaults, hysteresis, ...).
+    #[command(subcommand)]
+    Policy(PolicyCmd),
+    /// The fair-share table, like sshare.
+    Share {
+        /// Evaluate the window at this instant (Unix seconds, RFC 3339 or local YYYY-MM-DDTHH:MM:SS).
+        #[arg(long)]
+        at: Option<String>,
+    },
+    /// Usage by account or user; `usage import FILE` loads sacct history.
+    Usage(UsageArgs),
+    /// The audit log of every change.
+    Audit {
+        /// Show at most this many entries (the latest).
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+    },
+    /// Explain a job: tier, rank path, priority, protection, preemption.
+    Why { job_id: u32 },
+    /// Drain nodes for maintenance: no new jobs; each job requeued when its contract allows.
+    Drain {
+        /// Slurm hostlist, e.g. gpu[1-2].
+        nodes: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Drained nodes: state, jobs holding them, when each will be empty.
+    Drains,
+    /// Return drained nodes to service.
+    Undrain { nodes: String },
+    /// Jobs holding GPUs idle beyond the policy's idle threshold, then idle
+    /// GPU-hours per account over the window (from the node agents' reports).
+    Idle {
+        /// Start of the GPU-hours interval (default: one window before --at).
+        #[arg(long)]
+        since: Option<String>,
+        /// End of the interval (default: now).
+        #[arg(long)]
+        at: Option<String>,
+    },
+    /// Replay a job trace through the policy offline (budget-sim); needs no budgetd.
+    Simulate(budget_sim::SimulateArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AccountCmd {
+    /// Create an account (no --parent: under the root).
+    Add {
+        name: String,
+        #[arg(long)]
+        parent: Option<String>,
+        /// Weighted GPU-hours per window.
+        #[arg(long, value_name = "GPUH", allow_negative_numbers = true)]
+        allocation: f64,
+        /// Allow children to sum above this account's allocation.
+        #[arg(long)]
+        overcommit: bool,
+    },
+    /// Change an account.
+    Modify {
+        name: String,
+        #[arg(long, value_name = "GPUH", allow_negative_numbers = true)]
+        allocation: Option<f64>,
+        /// New parent (`root` for the top level).
+        #[arg(long)]
+        parent: Option<String>,
+        #[arg(long, value_name = "true|false")]
+        overcommit: Option<bool>,
+    },
+    /// Delete an account (refused while it has children or running jobs).
+    Delete { name: String },
+    /// List accounts, or show one with its members and coordinators.
+    Show { name: Option<String> },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserCmd {
+    /// Make USER a member of an account.
+    Add {
+        user: String,
+        #[arg(long)]
+        account: String,
+        /// Explicit allocation (default: an equal share of the account's rest).
+        #[arg(long, value_name = "GPUH", allow_negative_numbers = true)]
+        allocation: Option<f64>,
+    },
+    /// Remove USER from an account.
+    Remove {
+        user: String,
+        #[arg(long)]
+        account: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CoordinatorCmd {
+    /// Let USER manage the account's subtree.
+    Add {
+        user: String,
+        #[arg(long)]
+        account: String,
+    },
+    /// Remove a coordinator.
+    Remove {
+        user: String,
+        #[arg(long)]
+        account: String,
+    },
+    /// List coordinators.
+    Show,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BudgetCmd {
+    /// `budget set ACCOUNT GPUH` sets the account's allocation;
+    /// `budget set ACCOUNT GPUH --user U` the member's (`none`: share equally).
+    Set {
+        account: String,
+        #[arg(value_name = "GPUH|none", allow_negative_numbers = true)]
+        gpu_hours: String,
+        #[arg(long)]
+        user: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WeightsCmd {
+    /// Set weights: TYPE=W ... (`default=W` for untyped GPUs).
+    Set {
+        #[arg(required = true, value_name = "TYPE=W")]
+        pairs: Vec<String>,
+    },
+    /// Show weights.
+    Show,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCmd {
+    /// Show the policy.
+    Show,
+    /// Set KEY=VALUE ...: window, default_min_runtime, max_min_runtime,
+    /// snapshot_max_age, idle_threshold (durations: 90m, 4h, 7d, HH:MM:SS),
+    /// require_min_runtime (true|false), hysteresis (number).
+    Set {
+        #[arg(required = true, value_name = "KEY=VALUE")]
+        pairs: Vec<String>,
+    },
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct UsageArgs {
+    /// Group by account (descendants included) or user.
+    #[arg(long, default_value = "account", value_parser = ["account", "user"])]
+    pub by: String,
+    /// Preemptions and GPU-hours lost per account instead (since --since, default: all).
+    #[arg(long)]
+    pub preemptions: bool,
+    /// Start of the interval (default: one window before --at).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// End of the interval (default: now).
+    #[arg(long)]
+    pub at: Option<String>,
+    #[command(subcommand)]
+    pub command: Option<UsageCmd>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UsageCmd {
+    /// Import history from `sacct -X -D -P -o JobID,Account,User,Partition,AllocTRES,Start,End,State`.
+    ///
+    /// GPUs come from gres/gpu:TYPE=N or gres/gpu=N; Start/End are read in
+    /// --tz (default: this machine's zone); requeued runs (-D) are numbered by
+    /// Start; array tasks 123_4 get their own keys; PENDING and never-started
+    /// lines are skipped. Re-importing the same file changes nothing. Bad lines
+    /// are listed with their numbers: nothing is imported unless
+    /// --skip-invalid, which imports the valid lines.
+    Import {
+        file: std::path::PathBuf,
+        #[arg(long)]
+        skip_invalid: bool,
+        /// IANA time zone of the sacct times (e.g. Europe/Berlin, UTC).
+        #[arg(long)]
+        tz: Option<String>,
+    },
+}
+
+/// A usage error (exit 2) as opposed to a failed request (exit 1).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from([
+            "budgetctl",
+            "share",
+            "--at",
+            "2026-01-01T00:00:00Z",
+            "--json",
+        ])
+        .expect("parse");
+        assert!(cli.json);
+        let cli = Cli::try_parse_from(["budgetctl", "usage", "import", "f.txt", "--skip-invalid"])
+            .expect("parse");
+        assert!(matches!(
+            cli.command,
+            Command::Usage(UsageArgs {
+                command: Some(UsageCmd::Import {
+                    skip_invalid: true,
+                    ..
+                }),
+                ..
+            })
+        ));
+        assert!(
+            Cli::try_parse_from(["budgetctl", "account", "add", "x", "--allocation", "-5"]).is_ok()
+        );
+        assert!(
+            Cli::try_parse_from(["budgetctl", "account", "add", "x", "--allocation", "lots"])
+                .is_err()
+        );
+        let cli = Cli::try_parse_from([
+            "budgetctl",
+            "simulate",
+            "--trace",
+            "t.csv",
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "8",
+            "--json",
+        ])
+        .expect("simulate parses");
+        assert!(matches!(cli.command, Command::Simulate(ref a) if a.json && a.nodes == 2));
+    }
+}

@@ -1,0 +1,118 @@
+//! `budgetctl policy show|set`: the site policy (window, min_runtime
+//! defaults, hysteresis, snapshot age, idle threshold).
+
+use anyhow::bail;
+use budget_protocol::Policy;
+use budget_protocol::tree::PolicyPatch;
+
+use crate::api::Api;
+use crate::args::{PolicyCmd, UsageError};
+use crate::output::{Out, num, render};
+
+const KEYS: &str = "window, default_min_runtime, max_min_runtime, require_min_runtime, \
+                    hysteresis, snapshot_max_age, idle_threshold";
+
+/// Reads `KEY=VALUE` pairs (durations as 90m, 4h, 7d, HH:MM:SS) into a patch.
+fn patch(pairs: &[String]) -> anyhow::Result<PolicyPatch> {
+    let mut p = PolicyPatch::default();
+    for pair in pairs {
+        let (k, val) = pair
+            .split_once('=')
+            .ok_or_else(|| UsageError(format!("expected KEY=VALUE, got {pair:?}")))?;
+        let dur = || -> anyhow::Result<Option<i64>> {
+            Ok(Some(
+                policy_core::parse_duration(val).map_err(|e| UsageError(format!("{k}: {e}")))?,
+            ))
+        };
+        match k.trim().trim_end_matches("_secs") {
+            "window" => p.window_secs = dur()?,
+            "default_min_runtime" => p.default_min_runtime_secs = dur()?,
+            "max_min_runtime" => p.max_min_runtime_secs = dur()?,
+            "snapshot_max_age" => p.snapshot_max_age_secs = dur()?,
+            "idle_threshold" => p.idle_threshold_secs = dur()?,
+            "require_min_runtime" => {
+                p.require_min_runtime =
+                    Some(val.parse::<bool>().map_err(|_| {
+                        UsageError(format!("{k}: expected true or false, got {val:?}"))
+                    })?)
+            }
+            "hysteresis" => {
+                p.hysteresis = Some(
+                    val.parse::<f64>()
+                        .map_err(|_| UsageError(format!("{k}: expected a number, got {val:?}")))?,
+                )
+            }
+            _ => bail!(UsageError(format!(
+                "unknown policy key {k:?}; keys: {KEYS}"
+            ))),
+        }
+    }
+    Ok(p)
+}
+
+/// The policy as a KEY/VALUE table, keys in name order, durations readable.
+fn table(p: &Policy) -> String {
+    // Every field by name (no `..`): a new policy field must be shown here.
+    let Policy {
+        window_secs,
+        default_min_runtime_secs,
+        max_min_runtime_secs,
+        require_min_runtime,
+        hysteresis,
+        snapshot_max_age_secs,
+        idle_threshold_secs,
+    } = p;
+    let d = |secs: &i64| policy_core::format_duration(*secs);
+    let rows = [
+        ("default_min_runtime", d(default_min_runtime_secs)),
+        ("hysteresis", num(*hysteresis, 3)),
+        ("idle_threshold", d(idle_threshold_secs)),
+        ("max_min_runtime", d(max_min_runtime_secs)),
+        ("require_min_runtime", require_min_runtime.to_string()),
+        ("snapshot_max_age", d(snapshot_max_age_secs)),
+        ("window", d(window_secs)),
+    ]
+    .map(|(k, v)| vec![k.to_string(), v]);
+    render(&["KEY", "VALUE"], &rows)
+}
+
+pub fn run(api: &Api, out: Out, c: &PolicyCmd) -> anyhow::Result<()> {
+    let p: Policy = match c {
+        PolicyCmd::Show => api.get("/v1/policy")?,
+        PolicyCmd::Set { pairs } => api.send_json("PATCH", "/v1/policy", &patch(pairs)?)?,
+    };
+    out.print(&p, table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_values_are_checked_before_sending() {
+        let p = patch(&["window=14d".into(), "hysteresis=0.2".into()]).expect("patch");
+        assert_eq!(p.window_secs, Some(14 * 86_400));
+        assert_eq!(p.hysteresis, Some(0.2));
+        assert_eq!(
+            patch(&["idle_threshold_secs=30m".into()])
+                .expect("suffix")
+                .idle_threshold_secs,
+            Some(1800)
+        );
+        for bad in ["window=forever", "hysteresis=lots", "colour=blue", "window"] {
+            assert!(
+                patch(&[bad.into()])
+                    .unwrap_err()
+                    .downcast_ref::<UsageError>()
+                    .is_some(),
+                "{bad}"
+            );
+        }
+        let t = table(&Policy::default());
+        let line = |k: &str| t.lines().find(|l| l.starts_with(k)).unwrap_or_default();
+        assert!(line("window").ends_with(" 7d"), "{t}");
+        assert!(line("hysteresis").ends_with(" 0.1"), "{t}");
+        assert!(line("require_min_runtime").ends_with(" false"), "{t}");
+        assert_eq!(t.lines().count(), 8, "{t}");
+    }
+}

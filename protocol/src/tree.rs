@@ -1,0 +1,151 @@
+//! Request and response bodies of the account tree, members, coordinators,
+//! GPU weights, policy and the audit log (`/v1/accounts`, `/v1/members`,
+//! `/v1/coordinators`, `/v1/weights`, `/v1/policy`, `/v1/audit`).
+//!
+//! Accounts, members and weights themselves are `policy_core`'s
+//! [`AccountSpec`](policy_core::AccountSpec), [`MemberSpec`](policy_core::MemberSpec)
+//! and [`GpuWeights`](policy_core::GpuWeights): the tree the service stores
+//! is the tree the policy ranks.
+
+use std::collections::BTreeMap;
+
+use policy_core::{AccountSpec, MemberSpec};
+use serde::{Deserialize, Serialize};
+
+use crate::Policy;
+
+/// `POST /v1/accounts` body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewAccount {
+    pub name: String,
+    /// Parent account; absent, null or `"root"`: under the root.
+    #[serde(default)]
+    pub parent: Option<String>,
+    pub allocation_gpu_hours: f64,
+    #[serde(default)]
+    pub overcommit: bool,
+}
+
+/// `PATCH /v1/accounts/{name}` body: fields to change.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountPatch {
+    #[serde(default)]
+    pub allocation_gpu_hours: Option<f64>,
+    /// New parent (`"root"` for the top level).
+    #[serde(default)]
+    pub parent: Option<String>,
+    #[serde(default)]
+    pub overcommit: Option<bool>,
+}
+
+/// `GET /v1/accounts/{name}`: one account with its neighbourhood.
+/// (Fields in alphabetical order: the JSON keys keep the order they always had.)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccountDetail {
+    pub account: AccountSpec,
+    /// Names of the child accounts.
+    pub children: Vec<String>,
+    /// Users coordinating this account.
+    pub coordinators: Vec<String>,
+    pub members: Vec<MemberSpec>,
+}
+
+/// `POST /v1/members` body.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewMember {
+    pub user: String,
+    pub account: String,
+    #[serde(default)]
+    pub allocation_gpu_hours: Option<f64>,
+}
+
+/// `PATCH /v1/members/{account}/{user}` body; `null` clears the explicit
+/// allocation (the member then shares the account's rest equally).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberPatch {
+    pub allocation_gpu_hours: Option<f64>,
+}
+
+/// `POST /v1/coordinators` body, and one coordinator as listed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Coordinator {
+    pub user: String,
+    pub account: String,
+}
+
+/// `PATCH /v1/weights` body.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightsPatch {
+    /// New weight for GPUs without a known type.
+    #[serde(default)]
+    pub default: Option<f64>,
+    /// Type -> weight to set.
+    #[serde(default)]
+    pub set: BTreeMap<String, f64>,
+}
+
+/// A partial policy: every field optional. The body of `PATCH /v1/policy`,
+/// and the `[policy]` table of budgetd's config file (defaults for a fresh
+/// database).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyPatch {
+    #[serde(default)]
+    pub window_secs: Option<i64>,
+    #[serde(default)]
+    pub default_min_runtime_secs: Option<i64>,
+    #[serde(default)]
+    pub max_min_runtime_secs: Option<i64>,
+    #[serde(default)]
+    pub require_min_runtime: Option<bool>,
+    #[serde(default)]
+    pub hysteresis: Option<f64>,
+    #[serde(default)]
+    pub snapshot_max_age_secs: Option<i64>,
+    #[serde(default)]
+    pub idle_threshold_secs: Option<i64>,
+}
+
+impl PolicyPatch {
+    /// `base` with every field this patch sets replaced.
+    pub fn apply(&self, base: &Policy) -> Policy {
+        Policy {
+            window_secs: self.window_secs.unwrap_or(base.window_secs),
+            default_min_runtime_secs: self
+                .default_min_runtime_secs
+                .unwrap_or(base.default_min_runtime_secs),
+            max_min_runtime_secs: self
+                .max_min_runtime_secs
+                .unwrap_or(base.max_min_runtime_secs),
+            require_min_runtime: self.require_min_runtime.unwrap_or(base.require_min_runtime),
+            hysteresis: self.hysteresis.unwrap_or(base.hysteresis),
+            snapshot_max_age_secs: self
+                .snapshot_max_age_secs
+                .unwrap_or(base.snapshot_max_age_secs),
+            idle_threshold_secs: self.idle_threshold_secs.unwrap_or(base.idle_threshold_secs),
+        }
+    }
+
+    /// Whether the patch sets nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == PolicyPatch::default()
+    }
+}
+
+/// One row of `GET /v1/audit`: who changed what, when, from what to what.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    pub id: i64,
+    pub at: i64,
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+    pub old: Option<serde_json::Value>,
+    pub new: Option<serde_json::Value>,
+}
