@@ -199,15 +199,43 @@ fn both_running(s: &Slurm, a: JobId, b: JobId) -> Result<bool> {
     Ok(s.all_in_state("RUNNING", &[a, b])?)
 }
 
-/// Polls every 0.5 s until `deadline` (Unix s) or until `until` says stop.
-fn poll_until(deadline: i64, mut until: impl FnMut(i64) -> Result<bool>) -> Result<()> {
+/// Polls every 0.5 s until `job` runs or `deadline` (Unix s) has passed: its start
+/// (0 when it did not start). `watch(now)` runs on every poll while it waits.
+fn wait_start(
+    s: &Slurm,
+    job: JobId,
+    deadline: i64,
+    mut watch: impl FnMut(i64) -> Result<()>,
+) -> Result<i64> {
     while now() < deadline {
-        if until(now())? {
-            return Ok(());
+        if s.state(job)? == "RUNNING" {
+            return start_of(s, job);
         }
+        watch(now())?;
         sleep_secs(0.5);
     }
-    Ok(())
+    Ok(0)
+}
+
+/// Waits (until `deadline`) for `preemptor` to start while both `victims` run; its
+/// start (0 if it did not start), and whether a victim stopped running before
+/// `window_end` (a second of polling slack).
+fn wait_preemption(
+    s: &Slurm,
+    preemptor: JobId,
+    victims: [JobId; 2],
+    window_end: i64,
+    deadline: i64,
+) -> Result<(i64, bool)> {
+    let mut early = false;
+    let start = wait_start(s, preemptor, deadline, |t| {
+        // Never before the windows end: both victims still running while protected.
+        if t < window_end - 1 && !both_running(s, victims[0], victims[1])? {
+            early = true;
+        }
+        Ok(())
+    })?;
+    Ok((start, early))
 }
 
 /// budgetd holds the preemption of `victim` by `preemptor` for `reason`, reported by
@@ -384,19 +412,8 @@ fn section_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
         "--wrap",
         "sleep 15",
     ])?;
-    let mut early = false;
-    let mut pstart = 0;
-    poll_until(now() + WINDOW + 3 * CYCLE + 20, |t| {
-        if s.state(p)? == "RUNNING" {
-            pstart = start_of(s, p)?;
-            return Ok(true);
-        }
-        // Never before the windows end: both victims still running while protected.
-        if t < s1.min(s2) + WINDOW - 1 && !both_running(s, v1, v2)? {
-            early = true;
-        }
-        Ok(false)
-    })?;
+    let deadline = now() + WINDOW + 3 * CYCLE + 20;
+    let (pstart, early) = wait_preemption(s, p, [v1, v2], s1.min(s2) + WINDOW, deadline)?;
     let mut victim = None;
     for v in [v1, v2] {
         if job(s, v)?.restarts >= 1 {
@@ -475,14 +492,7 @@ fn section_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
         "--wrap",
         "sleep 5",
     ])?;
-    let mut p2start = 0;
-    poll_until(now() + WINDOW + 3 * CYCLE + 10, |_| {
-        if s.state(p2)? == "RUNNING" {
-            p2start = start_of(s, p2)?;
-            return Ok(true);
-        }
-        Ok(false)
-    })?;
+    let p2start = wait_start(s, p2, now() + WINDOW + 3 * CYCLE + 10, |_| Ok(()))?;
     let lag2 = p2start - (r2 + WINDOW);
     c.record(
         "2 second run protected afresh: preemptor starts within a cycle of the new window end",
@@ -538,14 +548,7 @@ fn section_3(c: &mut Checks, tb: &Testbed) -> Result<()> {
         "sleep 600",
     ])?;
     let t0 = now();
-    let mut bstart = 0;
-    poll_until(t0 + CYCLE + SLACK + 5, |_| {
-        if s.state(b)? == "RUNNING" {
-            bstart = start_of(s, b)?;
-            return Ok(true);
-        }
-        Ok(false)
-    })?;
+    let bstart = wait_start(s, b, t0 + CYCLE + SLACK + 5, |_| Ok(()))?;
     c.record(
         "3 budgeted job starts within a cycle by preempting a free job",
         Check::that(bstart > 0 && bstart - t0 <= CYCLE + SLACK)
@@ -651,18 +654,8 @@ fn section_4(c: &mut Checks, tb: &Testbed) -> Result<()> {
             })
             .jobs(&[x, y1, y2]),
     );
-    let mut xstart = 0;
-    let mut early = false;
-    poll_until(now() + SHORT + 3 * CYCLE + 10, |t| {
-        if s.state(x)? == "RUNNING" {
-            xstart = start_of(s, x)?;
-            return Ok(true);
-        }
-        if t < ys1.min(ys2) + SHORT - 1 && !both_running(s, y1, y2)? {
-            early = true;
-        }
-        Ok(false)
-    })?;
+    let deadline = now() + SHORT + 3 * CYCLE + 10;
+    let (xstart, early) = wait_preemption(s, x, [y1, y2], ys1.min(ys2) + SHORT, deadline)?;
     let mut victims = Vec::new();
     let mut other = 0;
     for y in [y1, y2] {
@@ -705,13 +698,13 @@ fn section_4(c: &mut Checks, tb: &Testbed) -> Result<()> {
     // nothing of labx was requeued, and the other laby job was not taken either (laby
     // now holds exactly its entitled half of lab).
     let mut eligible = None;
-    poll_until(xstart + XWIN + 2 * CYCLE + 1, |_| {
+    while now() < xstart + XWIN + 2 * CYCLE + 1 {
         let v = job(s, victim)?;
         if v.state == "PENDING" && v.reason != "BeginTime" {
             eligible = Some(v.reason);
         }
-        Ok(false)
-    })?;
+        sleep_secs(0.5);
+    }
     let v = job(s, victim)?;
     c.record(
         "4 laby's requeued job eligible and pending past labx's window",
@@ -863,13 +856,9 @@ fn section_5(c: &mut Checks, tb: &Testbed) -> Result<()> {
         "--wrap",
         "sleep 600",
     ])?;
-    let mut gps = 0;
     let mut in_grace_ok = true;
-    poll_until(gvs + GRACE_WINDOW + CYCLE + GRACE + KILLWAIT + 25, |t| {
-        if s.state(gp)? == "RUNNING" {
-            gps = start_of(s, gp)?;
-            return Ok(true);
-        }
+    let deadline = gvs + GRACE_WINDOW + CYCLE + GRACE + KILLWAIT + 25;
+    let gps = wait_start(s, gp, deadline, |t| {
         // Inside the grace the victim keeps running and is not yet requeued.
         if let Some(ckpt) = mark_time(&marks(), "checkpoint") {
             let v = job(s, gv)?;
@@ -877,7 +866,7 @@ fn section_5(c: &mut Checks, tb: &Testbed) -> Result<()> {
                 in_grace_ok = false;
             }
         }
-        Ok(false)
+        Ok(())
     })?;
     let all_marks = marks();
     let t_ckpt = mark_time(&all_marks, "checkpoint");

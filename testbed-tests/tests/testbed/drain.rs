@@ -400,40 +400,33 @@ fn section_4(c: &mut Checks, tb: &Testbed, secs: i64) -> Result<()> {
         .map(|r| (r.job_id, r.run))
         .collect();
     let t_end = now() + secs;
+    // One-GPU jobs, protected for 10 s, that run `secs` seconds.
+    let submit = |team: &str, secs: i64| {
+        let cmd = format!("sleep {secs}");
+        sub(
+            s,
+            &[
+                "-A",
+                team,
+                "--gres=gpu:1",
+                "--comment",
+                "min_runtime=10s",
+                "--wrap",
+                &cmd,
+            ],
+        )
+    };
     let mut jobs = Vec::new();
     for k in 0..6 {
         for team in ["teama", "teamb"] {
-            let cmd = format!("sleep {}", 20 + 5 * k);
-            jobs.push(sub(
-                s,
-                &[
-                    "-A",
-                    team,
-                    "--gres=gpu:1",
-                    "--comment",
-                    "min_runtime=10s",
-                    "--wrap",
-                    &cmd,
-                ],
-            )?);
+            jobs.push(submit(team, 20 + 5 * k)?);
         }
     }
     while now() < t_end {
         // Keep both queues non-empty so every GPU is always wanted by both teams.
         for team in ["teama", "teamb"] {
             if s.queue(&["-t", "PD", "-A", team])?.len() < 3 {
-                jobs.push(sub(
-                    s,
-                    &[
-                        "-A",
-                        team,
-                        "--gres=gpu:1",
-                        "--comment",
-                        "min_runtime=10s",
-                        "--wrap",
-                        "sleep 25",
-                    ],
-                )?);
+                jobs.push(submit(team, 25)?);
             }
         }
         sleep_secs(2.0);
