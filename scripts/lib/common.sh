@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared shell helpers for scripts/setup, scripts/testbed and scripts/test-slurm.
+# Shared shell helpers for scripts/setup, scripts/testbed, scripts/demo and scripts/test.
 # Owns: logging helpers, repo-root discovery, the Slurm source cache location, and
 # the small env file that setup writes (SLURM_SRC_DIR) so other scripts can source it.
 

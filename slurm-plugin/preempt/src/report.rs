@@ -14,8 +14,8 @@
 //! (and every pending job that cannot start asks about it meanwhile, hence several
 //! preemptors per victim), and the preemptor starts only once the victim's processes
 //! are gone (KillWait for a job that traps SIGTERM) and a scheduling cycle later —
-//! measured: 7-8 s after the requeue with GraceTime=10, KillWait=5 (`scripts/test-contract`
-//! section 5). So a requeued victim stays watched while a remembered preemptor is still
+//! measured: 7-8 s after the requeue with GraceTime=10, KillWait=5 (the contract suite of
+//! `testbed-tests`, section 5). So a requeued victim stays watched while a remembered preemptor is still
 //! pending. A candidate that was allowed but not taken, or a victim requeued for another
 //! reason (drain, node failure, `scontrol requeue`) whose preemptors never start, does not
 //! match and is dropped. Posts happen after the lock is released, with the client's hard

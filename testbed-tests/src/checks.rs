@@ -1,0 +1,342 @@
+//! Named checks and their report.
+//!
+//! A suite is one scenario on one testbed: its checks are steps that build on each
+//! other, so a failed check is recorded and the scenario goes on (like the shell
+//! suites did), and the suite's test fails at the end. Each check prints one line
+//! (`ok` / `FAIL` and its name, with the measured value); a failed one adds what was
+//! expected, what was seen, and the log lines about the jobs it names. Each suite ends
+//! with `<suite>: N passed, M failed`, the line `scripts/test` adds up.
+//!
+//! The lines go straight to the process's standard output, not through `println!`,
+//! which libtest captures until a test ends: a suite runs for minutes and its
+//! progress must show while it runs.
+
+use std::fmt::Display;
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::logs::LogFile;
+use crate::slurm::JobId;
+
+/// Poll interval of [`wait_until`].
+pub const POLL: Duration = Duration::from_millis(200);
+
+/// Log lines printed per log file under a failed check.
+const CONTEXT_LINES: usize = 12;
+
+/// Writes one line to the process's standard output at once.
+pub fn say(line: impl Display) {
+    // This crate's own unit tests record checks too: their lines stay captured, so a
+    // test's "x: 1 passed, 1 failed" never reaches the totals scripts/test adds up.
+    if cfg!(test) {
+        println!("{line}");
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// The outcome of one check, with what it saw.
+#[derive(Debug, Clone, Default)]
+#[must_use = "record it with Checks::record"]
+pub struct Check {
+    ok: bool,
+    expected: Option<String>,
+    actual: Option<String>,
+    jobs: Vec<JobId>,
+    needles: Vec<String>,
+}
+
+impl Check {
+    /// Passes when `ok`.
+    pub fn that(ok: bool) -> Check {
+        Check {
+            ok,
+            ..Check::default()
+        }
+    }
+
+    /// Passes when `expected == actual`.
+    pub fn eq<T: PartialEq + std::fmt::Debug>(expected: T, actual: T) -> Check {
+        Check::that(expected == actual)
+            .expected(format!("{expected:?}"))
+            .actual(format!("{actual:?}"))
+    }
+
+    /// Passes when `lo <= value <= hi`.
+    pub fn within(value: i64, lo: i64, hi: i64) -> Check {
+        Check::that(lo <= value && value <= hi)
+            .expected(format!("{lo}..={hi}"))
+            .actual(value)
+    }
+
+    /// What the check wanted (printed when it fails).
+    pub fn expected(mut self, e: impl Display) -> Check {
+        self.expected = Some(e.to_string());
+        self
+    }
+
+    /// What it saw (printed always).
+    pub fn actual(mut self, a: impl Display) -> Check {
+        self.actual = Some(a.to_string());
+        self
+    }
+
+    /// Jobs whose log lines a failure prints.
+    pub fn jobs(mut self, jobs: &[JobId]) -> Check {
+        self.jobs.extend_from_slice(jobs);
+        self
+    }
+
+    /// A text whose log lines a failure prints.
+    pub fn log(mut self, needle: impl Into<String>) -> Check {
+        self.needles.push(needle.into());
+        self
+    }
+
+    /// Whether it passed.
+    pub fn passed(&self) -> bool {
+        self.ok
+    }
+}
+
+/// The checks of one suite.
+#[derive(Debug)]
+pub struct Checks {
+    suite: String,
+    passed: usize,
+    failed: Vec<String>,
+    logs: Vec<LogFile>,
+}
+
+impl Checks {
+    /// No checks yet for `suite`.
+    pub fn new(suite: &str) -> Checks {
+        Checks {
+            suite: suite.to_string(),
+            passed: 0,
+            failed: Vec::new(),
+            logs: Vec::new(),
+        }
+    }
+
+    /// Logs whose lines about a failed check's jobs are printed under it.
+    pub fn watch_logs(&mut self, logs: Vec<LogFile>) {
+        self.logs = logs;
+    }
+
+    /// Records check `name`; true when it passed.
+    pub fn record(&mut self, name: impl Display, check: Check) -> bool {
+        let name = name.to_string();
+        if check.ok {
+            self.passed += 1;
+            match &check.actual {
+                Some(a) => say(format_args!("  ok    {name}: {a}")),
+                None => say(format_args!("  ok    {name}")),
+            }
+            return true;
+        }
+        say(format_args!("  FAIL  {name}"));
+        if let Some(e) = &check.expected {
+            say(format_args!("          expected: {e}"));
+        }
+        if let Some(a) = &check.actual {
+            say(format_args!("          actual:   {a}"));
+        }
+        for log in &self.logs {
+            let lines = log.context(&check.jobs, &check.needles, CONTEXT_LINES);
+            if lines.is_empty() {
+                continue;
+            }
+            say(format_args!("          {}:", log.path().display()));
+            for l in lines {
+                say(format_args!("            {l}"));
+            }
+        }
+        self.failed.push(name);
+        false
+    }
+
+    /// Records an error that ended the scenario early.
+    pub fn abort(&mut self, error: impl Display) {
+        let _ = self.record(
+            "scenario ran to its end",
+            Check::that(false).actual(format!("stopped by an error: {error}")),
+        );
+    }
+
+    /// Checks passed so far.
+    pub fn passed(&self) -> usize {
+        self.passed
+    }
+
+    /// Names of the failed checks.
+    pub fn failed(&self) -> &[String] {
+        &self.failed
+    }
+
+    /// The summary line `scripts/test` adds up.
+    pub fn summary(&self) -> String {
+        format!(
+            "{}: {} passed, {} failed",
+            self.suite,
+            self.passed,
+            self.failed.len()
+        )
+    }
+}
+
+/// The outcome of [`wait_until`].
+#[derive(Debug, Clone)]
+pub struct Waited {
+    /// The condition held before the deadline.
+    pub ok: bool,
+    /// How long it took (or the whole wait).
+    pub after: Duration,
+    /// The last error of the condition, if its last poll failed.
+    pub last_error: Option<String>,
+}
+
+impl Waited {
+    /// `ok after 1.2 s`, or why not.
+    pub fn describe(&self) -> String {
+        match (&self.ok, &self.last_error) {
+            (true, _) => format!("after {:.1} s", self.after.as_secs_f64()),
+            (false, Some(e)) => format!(
+                "not within {:.0} s (last error: {e})",
+                self.after.as_secs_f64()
+            ),
+            (false, None) => format!("not within {:.0} s", self.after.as_secs_f64()),
+        }
+    }
+}
+
+/// Polls `cond` every [`POLL`] until it returns `Ok(true)` or `timeout` has passed.
+/// An error counts as "not yet" (a daemon may be restarting); the last one is kept.
+pub fn wait_until<E: Display>(
+    timeout: Duration,
+    mut cond: impl FnMut() -> Result<bool, E>,
+) -> Waited {
+    let t0 = Instant::now();
+    loop {
+        let last_error = match cond() {
+            Ok(true) => {
+                return Waited {
+                    ok: true,
+                    after: t0.elapsed(),
+                    last_error: None,
+                };
+            }
+            Ok(false) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        if t0.elapsed() >= timeout {
+            return Waited {
+                ok: false,
+                after: t0.elapsed(),
+                last_error,
+            };
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// [`wait_until`] with a timeout in seconds.
+pub fn wait_secs<E: Display>(secs: u64, cond: impl FnMut() -> Result<bool, E>) -> Waited {
+    wait_until(Duration::from_secs(secs), cond)
+}
+
+/// Sleeps `secs` seconds.
+pub fn sleep_secs(secs: f64) {
+    std::thread::sleep(Duration::from_secs_f64(secs));
+}
+
+/// One suite at a time: every suite starts its own testbed, and the machine has room
+/// for one (libtest runs tests on parallel threads unless told otherwise).
+static ONE_SUITE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Runs scenario `body` as suite `suite`: its checks, the summary line, its wall
+/// time; panics (fails the test) when a check failed or the scenario stopped early.
+pub fn run_suite<E: Display>(suite: &str, body: impl FnOnce(&mut Checks) -> Result<(), E>) {
+    let _one = ONE_SUITE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let t0 = Instant::now();
+    say(format_args!("== suite {suite}"));
+    let mut checks = Checks::new(suite);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut checks)));
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => checks.abort(format_args!("{e:#}")),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            checks.abort(format_args!("panic: {msg}"));
+        }
+    }
+    say("");
+    say(format_args!(
+        "{suite}: ran in {:.0} s",
+        t0.elapsed().as_secs_f64()
+    ));
+    say(checks.summary());
+    if !checks.failed().is_empty() {
+        panic!(
+            "{suite}: {} check(s) failed: {}",
+            checks.failed().len(),
+            checks.failed().join("; ")
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_summary() {
+        let mut c = Checks::new("testbed-x");
+        assert!(c.record("a", Check::that(true)));
+        assert!(c.record("b", Check::within(3, 0, 5)));
+        assert!(!c.record("c", Check::eq(1, 2)));
+        assert!(!c.record("d", Check::within(6, 0, 5)));
+        assert_eq!(c.summary(), "testbed-x: 2 passed, 2 failed");
+        assert_eq!(c.failed(), ["c", "d"]);
+    }
+
+    #[test]
+    fn waits() {
+        let mut n = 0;
+        let w = wait_until(Duration::from_secs(5), || -> Result<bool, String> {
+            n += 1;
+            Ok(n >= 2)
+        });
+        assert!(w.ok && n == 2);
+        let w = wait_until(Duration::from_millis(10), || -> Result<bool, String> {
+            Err("down".into())
+        });
+        assert!(!w.ok);
+        assert_eq!(w.last_error.as_deref(), Some("down"));
+        assert!(w.describe().contains("down"));
+    }
+
+    #[test]
+    fn a_failing_suite_fails_its_test() {
+        let r = std::panic::catch_unwind(|| {
+            run_suite("testbed-y", |c| -> Result<(), String> {
+                c.record("fine", Check::that(true));
+                Err("testbed did not come up".into())
+            })
+        });
+        assert!(r.is_err());
+        let r = std::panic::catch_unwind(|| {
+            run_suite("testbed-z", |_| -> Result<(), String> { Ok(()) })
+        });
+        assert!(r.is_ok());
+    }
+}

@@ -1,0 +1,621 @@
+//! One testbed's life: settings ([`TestbedConfig`]), `scripts/testbed up`, the
+//! environment its clients need ([`TestbedEnv`], from `scripts/testbed env`), the
+//! fault injections the suites use (stop/start slurmctld, signal or restart budgetd),
+//! and `scripts/testbed down` when the [`Testbed`] guard drops, also when a check
+//! panicked.
+//!
+//! The testbed itself stays `scripts/testbed`'s business: this module only sets the
+//! `TESTBED_*` variables a suite chooses and passes every other one (`TESTBED_SLURM`,
+//! `TESTBED_GPU_TYPE`, `TESTBED_UP_TIMEOUT`, ...) through untouched.
+//!
+//! `KEEP_TESTBED=1` leaves the testbed up for inspection; otherwise it is stopped,
+//! and its folder purged when every check passed (kept, with its logs, when one
+//! failed).
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::api::Budgetd;
+use crate::checks::{Checks, say};
+use crate::command;
+use crate::error::{Error, Result};
+use crate::logs::LogFile;
+use crate::slurm::Slurm;
+use crate::{release_dir, repo_root};
+
+/// The plugins the testbed loads: `(cargo lib name, Slurm plugin file)`, like
+/// `SB_PLUGINS` in `scripts/lib/common.sh`.
+const PLUGINS: [(&str, &str); 3] = [
+    ("priority_budget", "priority_budget.so"),
+    ("job_submit_budget", "job_submit_budget.so"),
+    ("preempt_budget", "preempt_budget.so"),
+];
+
+/// Environment variable that leaves the testbed up after a suite.
+pub const KEEP_VAR: &str = "KEEP_TESTBED";
+
+/// The environment a testbed's clients need: what `eval "$(scripts/testbed env)"`
+/// changes in a shell's exported variables (set or removed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TestbedEnv {
+    vars: Vec<(OsString, Option<OsString>)>,
+}
+
+impl TestbedEnv {
+    /// Applies the changes to `cmd`.
+    pub fn apply(&self, cmd: &mut Command) {
+        for (k, v) in &self.vars {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+    }
+
+    /// The value set for `name`, if the testbed sets it.
+    pub fn get(&self, name: &str) -> Option<&OsStr> {
+        self.vars
+            .iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.as_deref())
+    }
+
+    /// Names of the variables set or removed (for messages).
+    pub fn names(&self) -> Vec<String> {
+        self.vars
+            .iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// From `env -0` before, an empty record, and `env -0` after the `eval`.
+    pub fn from_dumps(out: &[u8]) -> Result<TestbedEnv> {
+        // Every record ends with a NUL: drop the last one, and the separator is the
+        // first empty record.
+        let out = out.strip_suffix(&[0]).unwrap_or(out);
+        let records: Vec<&[u8]> = out.split(|b| *b == 0).collect();
+        let sep = records.iter().position(|r| r.is_empty()).ok_or_else(|| {
+            Error::parse(
+                "scripts/testbed env",
+                "no separator between the two env dumps",
+            )
+        })?;
+        let parse = |rs: &[&[u8]]| -> Vec<(OsString, OsString)> {
+            use std::os::unix::ffi::OsStrExt;
+            rs.iter()
+                .filter(|r| !r.is_empty())
+                .filter_map(|r| {
+                    let eq = r.iter().position(|b| *b == b'=')?;
+                    Some((
+                        OsStr::from_bytes(&r[..eq]).to_os_string(),
+                        OsStr::from_bytes(&r[eq + 1..]).to_os_string(),
+                    ))
+                })
+                .collect()
+        };
+        let before = parse(&records[..sep]);
+        let after = parse(&records[sep + 1..]);
+        let mut vars: Vec<(OsString, Option<OsString>)> = after
+            .iter()
+            .filter(|(k, v)| !before.iter().any(|(bk, bv)| bk == k && bv == v))
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect();
+        vars.extend(
+            before
+                .iter()
+                .filter(|(k, _)| !after.iter().any(|(ak, _)| ak == k))
+                .map(|(k, _)| (k.clone(), None)),
+        );
+        Ok(TestbedEnv { vars })
+    }
+}
+
+/// A suite's testbed settings: the `TESTBED_*` variables it sets for `scripts/testbed`.
+#[derive(Debug, Clone)]
+pub struct TestbedConfig {
+    /// `TESTBED_DIR`.
+    pub dir: PathBuf,
+    /// `TESTBED_PORT_BASE`.
+    pub port_base: u16,
+    /// `TESTBED_NODES`.
+    pub nodes: u32,
+    /// `TESTBED_GPUS` (per node).
+    pub gpus: u32,
+    /// `TESTBED_PRIORITY`; `None` leaves the caller's (or the default, budget).
+    pub priority: Option<String>,
+    /// `TESTBED_BUDGET_PERIOD` in seconds.
+    pub budget_period: u32,
+    /// `TESTBED_EXTRA_CONF`; `None` leaves the caller's unless listed in `unset`.
+    pub extra_conf: Option<String>,
+    /// Variables removed from the testbed's environment.
+    pub unset: Vec<&'static str>,
+}
+
+impl TestbedConfig {
+    /// Settings with the folder from `$dir_var` (else `default_dir`) and the port base
+    /// from `$port_var` (else `default_port`): each suite's overrides.
+    pub fn from_env(
+        dir_var: &str,
+        default_dir: &str,
+        port_var: &str,
+        default_port: u16,
+    ) -> Result<TestbedConfig> {
+        Self::from_vars(
+            |name| std::env::var(name).ok(),
+            dir_var,
+            default_dir,
+            port_var,
+            default_port,
+        )
+    }
+
+    /// [`TestbedConfig::from_env`] reading variables through `var`.
+    pub fn from_vars(
+        var: impl Fn(&str) -> Option<String>,
+        dir_var: &str,
+        default_dir: &str,
+        port_var: &str,
+        default_port: u16,
+    ) -> Result<TestbedConfig> {
+        let dir = PathBuf::from(
+            var(dir_var)
+                .filter(|d| !d.is_empty())
+                .unwrap_or_else(|| default_dir.to_string()),
+        );
+        if !dir.is_absolute() || dir == Path::new("/") {
+            return Err(Error::Setting {
+                name: dir_var.into(),
+                value: dir.display().to_string(),
+                detail: "must be an absolute folder other than /".into(),
+            });
+        }
+        let port_base = match var(port_var) {
+            Some(p) if !p.is_empty() => p.parse::<u16>().map_err(|_| Error::Setting {
+                name: port_var.into(),
+                value: p.clone(),
+                detail: "must be a port number".into(),
+            })?,
+            _ => default_port,
+        };
+        Ok(TestbedConfig {
+            dir,
+            port_base,
+            nodes: 4,
+            gpus: 8,
+            priority: None,
+            budget_period: 5,
+            extra_conf: None,
+            unset: Vec::new(),
+        })
+    }
+
+    /// `scripts/testbed` with these settings (and the caller's other variables).
+    fn script(&self) -> Command {
+        let mut cmd = Command::new(repo_root().join("scripts").join("testbed"));
+        cmd.current_dir(repo_root())
+            .env("TESTBED_DIR", &self.dir)
+            .env("TESTBED_PORT_BASE", self.port_base.to_string())
+            .env("TESTBED_NODES", self.nodes.to_string())
+            .env("TESTBED_GPUS", self.gpus.to_string())
+            .env("TESTBED_BUDGET_PERIOD", self.budget_period.to_string());
+        for v in &self.unset {
+            cmd.env_remove(v);
+        }
+        if let Some(p) = &self.priority {
+            cmd.env("TESTBED_PRIORITY", p);
+        }
+        if let Some(c) = &self.extra_conf {
+            cmd.env("TESTBED_EXTRA_CONF", c);
+        }
+        cmd
+    }
+}
+
+/// A running testbed; stopped when dropped (see the module doc).
+#[derive(Debug)]
+pub struct Testbed {
+    config: TestbedConfig,
+    env: TestbedEnv,
+    slurm: Slurm,
+    budgetd: Budgetd,
+    user: String,
+    keep: bool,
+    passed: bool,
+}
+
+impl Testbed {
+    /// Checks the build outputs, starts a fresh testbed (`down --purge`, the plugins
+    /// copied into its plugin folder, `up`), and reads its client environment.
+    pub fn up(config: TestbedConfig) -> Result<Testbed> {
+        let release = release_dir();
+        for (lib, _) in PLUGINS {
+            require(&release.join(format!("lib{lib}.so")))?;
+        }
+        for bin in ["budgetd", "budgetctl"] {
+            require(&release.join(bin))?;
+        }
+        // A fresh testbed, budgetd's database included. Quiet: there may be none.
+        let _ = command::output(config.script().arg("down").arg("--purge"));
+        let plugins = config.dir.join("plugins");
+        std::fs::create_dir_all(&plugins).map_err(|e| Error::file(&plugins, e))?;
+        for (lib, file) in PLUGINS {
+            let from = release.join(format!("lib{lib}.so"));
+            std::fs::copy(&from, plugins.join(file)).map_err(|e| Error::file(&from, e))?;
+        }
+        let mut up = config.script();
+        up.arg("up")
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit());
+        let status = up.status().map_err(|source| Error::Spawn {
+            command: command::describe(&up),
+            source,
+        })?;
+        // From here on the guard stops what `up` started, even if `up` failed halfway.
+        let mut tb = Testbed {
+            env: TestbedEnv::default(),
+            slurm: Slurm::new(TestbedEnv::default(), config.dir.clone()),
+            budgetd: Budgetd::new(&config.dir.join("budgetd.sock")),
+            user: String::new(),
+            keep: std::env::var(KEEP_VAR).is_ok_and(|v| !v.is_empty() && v != "0"),
+            passed: false,
+            config,
+        };
+        if !status.success() {
+            return Err(Error::Failed {
+                command: command::describe(&up),
+                status: status.to_string(),
+                stderr: "see its output above".into(),
+            });
+        }
+        tb.env = tb.capture_env()?;
+        tb.slurm = Slurm::new(tb.env.clone(), tb.config.dir.clone());
+        let socket = tb
+            .env
+            .get("BUDGET_SOCKET")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| tb.config.dir.join("budgetd.sock"));
+        tb.budgetd = Budgetd::new(&socket);
+        tb.user = command::stdout(Command::new("id").arg("-un"))?
+            .trim()
+            .to_string();
+        Ok(tb)
+    }
+
+    /// `eval "$(scripts/testbed env)"` in a shell, and what it changed.
+    fn capture_env(&self) -> Result<TestbedEnv> {
+        let mut cmd = self.config.script();
+        let script = cmd.get_program().to_os_string();
+        let mut sh = Command::new("bash");
+        sh.arg("-c")
+            // `exit 0` last: bash would exec a last `env` in place, lowering SHLVL.
+            .arg(r#"env -0 && printf '\0' && eval "$("$0" env)" && env -0 && exit 0"#)
+            .arg(script)
+            .current_dir(repo_root());
+        // The same variables as `scripts/testbed` itself gets.
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => sh.env(k, v),
+                None => sh.env_remove(k),
+            };
+        }
+        cmd = sh;
+        let out = command::output(&mut cmd)?;
+        if !out.status.success() {
+            return Err(command::failed(&cmd, &out));
+        }
+        TestbedEnv::from_dumps(&out.stdout)
+    }
+
+    /// The settings it was started with.
+    pub fn config(&self) -> &TestbedConfig {
+        &self.config
+    }
+
+    /// Its folder (`TESTBED_DIR`).
+    pub fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+
+    /// The client environment `scripts/testbed env` exported.
+    pub fn env(&self) -> &TestbedEnv {
+        &self.env
+    }
+
+    /// Slurm's client commands for this testbed.
+    pub fn slurm(&self) -> &Slurm {
+        &self.slurm
+    }
+
+    /// budgetd's API.
+    pub fn budgetd(&self) -> &Budgetd {
+        &self.budgetd
+    }
+
+    /// The user the suite runs (and submits) as.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// `slurmctld.log`.
+    pub fn ctld_log(&self) -> LogFile {
+        LogFile::new(self.config.dir.join("log").join("slurmctld.log"))
+    }
+
+    /// `budgetd.log`.
+    pub fn budgetd_log(&self) -> LogFile {
+        LogFile::new(self.config.dir.join("log").join("budgetd.log"))
+    }
+
+    /// budgetd's SQLite file.
+    pub fn database(&self) -> PathBuf {
+        self.config.dir.join("budget.sqlite")
+    }
+
+    /// The built `budgetctl` with `args`, talking to this testbed's budgetd.
+    pub fn budgetctl(&self, args: &[&str]) -> Command {
+        self.budgetctl_via(&[], args)
+    }
+
+    /// `budgetctl args` run through `wrapper` (e.g. `setpriv --reuid=...`).
+    pub fn budgetctl_via(&self, wrapper: &[&str], args: &[&str]) -> Command {
+        let ctl = release_dir().join("budgetctl");
+        let mut cmd = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(&ctl);
+                c
+            }
+            None => Command::new(&ctl),
+        };
+        cmd.args(args);
+        self.env.apply(&mut cmd);
+        cmd.env("BUDGET_SOCKET", self.budgetd.socket())
+            .env_remove("BUDGET_URL")
+            .env_remove("BUDGET_TOKEN");
+        cmd
+    }
+
+    /// Runs `budgetctl args`: whether it succeeded, and its output (stdout + stderr).
+    pub fn run_budgetctl(&self, wrapper: &[&str], args: &[&str]) -> Result<(bool, String)> {
+        let out = command::output(&mut self.budgetctl_via(wrapper, args))?;
+        Ok((out.status.success(), command::combined(&out)))
+    }
+
+    /// Cancels the suite user's jobs and waits (up to 20 s) until none is left.
+    pub fn clear_jobs(&self) -> Result<()> {
+        self.slurm.cancel_user(&self.user)?;
+        crate::checks::wait_until(Duration::from_secs(20), || {
+            Ok::<_, Error>(self.slurm.queue(&["-u", &self.user])?.is_empty())
+        });
+        Ok(())
+    }
+
+    /// Runs `scripts/testbed args` quietly; an error quotes its output.
+    pub fn script(&self, args: &[&str]) -> Result<()> {
+        command::stdout(self.config.script().args(args)).map(|_| ())
+    }
+
+    /// `scripts/testbed stop-ctld` (SIGTERM, or SIGKILL with `kill`).
+    pub fn stop_ctld(&self, kill: bool) -> Result<()> {
+        if kill {
+            self.script(&["stop-ctld", "--kill"])
+        } else {
+            self.script(&["stop-ctld"])
+        }
+    }
+
+    /// `scripts/testbed start-ctld`: slurmctld again with its saved state.
+    pub fn start_ctld(&self) -> Result<()> {
+        self.script(&["start-ctld"])
+    }
+
+    /// `scripts/testbed restart-ctld`.
+    pub fn restart_ctld(&self) -> Result<()> {
+        self.script(&["restart-ctld"])
+    }
+
+    /// `scripts/testbed start-budgetd`: budgetd again, same database and socket.
+    pub fn start_budgetd(&self) -> Result<()> {
+        self.script(&["start-budgetd"])
+    }
+
+    /// `scripts/testbed status` succeeds: every daemon it started still runs.
+    pub fn all_daemons_up(&self) -> bool {
+        command::output(self.config.script().arg("status")).is_ok_and(|o| o.status.success())
+    }
+
+    /// budgetd's pid, checked to still run the binary the testbed started (a recycled
+    /// pid is never signalled).
+    pub fn budgetd_pid(&self) -> Result<u32> {
+        let file = self.config.dir.join("pids").join("budgetd.pid");
+        let text = std::fs::read_to_string(&file).map_err(|e| Error::file(&file, e))?;
+        let mut words = text.split_whitespace();
+        let pid: u32 = words
+            .next()
+            .and_then(|p| p.parse().ok())
+            .ok_or_else(|| Error::parse(file.display(), format!("no pid in {text:?}")))?;
+        let exe = words.next().unwrap_or("");
+        let running = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|p| {
+                p.to_string_lossy()
+                    .trim_end_matches(" (deleted)")
+                    .to_string()
+            })
+            .unwrap_or_default();
+        let recorded = std::fs::canonicalize(exe)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| exe.to_string());
+        if running != recorded {
+            return Err(Error::file(
+                &file,
+                format!("pid {pid} runs {running:?}, not budgetd ({recorded:?})"),
+            ));
+        }
+        Ok(pid)
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `KILL`, `TERM`) to budgetd; its pid.
+    pub fn signal_budgetd(&self, signal: &str) -> Result<u32> {
+        let pid = self.budgetd_pid()?;
+        command::stdout(
+            Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(pid.to_string()),
+        )?;
+        Ok(pid)
+    }
+
+    /// Waits (up to `timeout`) until process `pid` is gone.
+    pub fn wait_gone(pid: u32, timeout: Duration) -> bool {
+        crate::checks::wait_until(timeout, || {
+            Ok::<_, Error>(!Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .ok
+    }
+
+    /// Marks the suite as passed: the guard purges the folder instead of keeping logs.
+    pub fn set_passed(&mut self, passed: bool) {
+        self.passed = passed;
+    }
+
+    /// Whether the guard will leave the testbed up.
+    pub fn keep(&self) -> bool {
+        self.keep
+    }
+
+    /// How to reach this testbed from a shell (for messages).
+    pub fn shell_hint(&self) -> String {
+        format!(
+            "TESTBED_DIR={} TESTBED_PORT_BASE={}",
+            self.config.dir.display(),
+            self.config.port_base
+        )
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        if self.keep {
+            say(format_args!(
+                "[testbed] left up ({KEEP_VAR}): {hint} scripts/testbed env | down",
+                hint = self.shell_hint()
+            ));
+            return;
+        }
+        // No job may outlive the testbed: slurmd's SIGTERM leaves slurmstepd and the
+        // job's processes running. Cancel them and give KillWait time to end them.
+        if !self.user.is_empty() && self.slurm.ping() {
+            let _ = self.slurm.cancel_user(&self.user);
+            let _ = crate::checks::wait_until(Duration::from_secs(15), || {
+                Ok::<_, Error>(self.slurm.queue(&["-u", &self.user])?.is_empty())
+            });
+        }
+        let mut down = self.config.script();
+        down.arg("down");
+        if self.passed {
+            down.arg("--purge");
+        }
+        match command::output(&mut down) {
+            Ok(o) if o.status.success() => {
+                if !self.passed {
+                    say(format_args!(
+                        "[testbed] stopped; logs kept in {}",
+                        self.config.dir.join("log").display()
+                    ));
+                }
+            }
+            Ok(o) => say(format_args!("[testbed] {}", command::failed(&down, &o))),
+            Err(e) => say(format_args!("[testbed] {e}")),
+        }
+    }
+}
+
+/// Starts a testbed with `config`, runs `scenario` on it, and stops it: its folder
+/// is purged when the scenario ran through with every check passed, else kept with
+/// its logs (see [`KEEP_VAR`] to leave it up).
+pub fn with_testbed<E: From<Error>>(
+    checks: &mut Checks,
+    config: TestbedConfig,
+    scenario: impl FnOnce(&mut Checks, &Testbed) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let mut tb = Testbed::up(config)?;
+    checks.watch_logs(vec![tb.ctld_log(), tb.budgetd_log()]);
+    say(format_args!(
+        "[testbed] up: {} (client environment: {})",
+        tb.shell_hint(),
+        tb.env.names().join(" ")
+    ));
+    let outcome = scenario(checks, &tb);
+    tb.set_passed(outcome.is_ok() && checks.failed().is_empty());
+    outcome
+}
+
+fn require(path: &Path) -> Result<()> {
+    if path.exists() {
+        Ok(())
+    } else {
+        Err(Error::file(
+            path,
+            "missing: build first (scripts/setup, or cargo build --release --workspace)",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_diff_from_dumps() {
+        let mut dump = Vec::new();
+        for r in ["PATH=/usr/bin", "HOME=/root", "GONE=1", "SAME=x=y"] {
+            dump.extend_from_slice(r.as_bytes());
+            dump.push(0);
+        }
+        dump.push(0);
+        for r in [
+            "PATH=/tb/bin:/usr/bin",
+            "HOME=/root",
+            "SAME=x=y",
+            "SLURM_CONF=/tb/etc/slurm.conf",
+            "EMPTY=",
+        ] {
+            dump.extend_from_slice(r.as_bytes());
+            dump.push(0);
+        }
+        let env = TestbedEnv::from_dumps(&dump).unwrap();
+        assert_eq!(env.get("PATH"), Some(OsStr::new("/tb/bin:/usr/bin")));
+        assert_eq!(
+            env.get("SLURM_CONF"),
+            Some(OsStr::new("/tb/etc/slurm.conf"))
+        );
+        assert_eq!(env.get("EMPTY"), Some(OsStr::new("")));
+        assert_eq!(env.get("HOME"), None);
+        assert_eq!(env.names(), vec!["PATH", "SLURM_CONF", "EMPTY", "GONE"]);
+        let mut cmd = Command::new("true");
+        env.apply(&mut cmd);
+        let envs: Vec<_> = cmd.get_envs().collect();
+        assert!(envs.contains(&(OsStr::new("GONE"), None)));
+        assert!(TestbedEnv::from_dumps(b"A=1\0").is_err());
+    }
+
+    #[test]
+    fn settings_from_env() {
+        let vars = |port: &'static str| {
+            move |name: &str| match name {
+                "D" => Some("/tmp/x".to_string()),
+                "P" => Some(port.to_string()),
+                _ => None,
+            }
+        };
+        let c = TestbedConfig::from_vars(vars("18299"), "D", "/tmp/d", "P", 1).unwrap();
+        assert_eq!((c.dir, c.port_base), (PathBuf::from("/tmp/x"), 18299));
+        let c = TestbedConfig::from_vars(vars("1"), "ND", "/tmp/d", "NP", 19).unwrap();
+        assert_eq!((c.dir, c.port_base), (PathBuf::from("/tmp/d"), 19));
+        assert!(TestbedConfig::from_vars(vars("99999"), "D", "/tmp/d", "P", 1).is_err());
+        assert!(TestbedConfig::from_vars(vars("1"), "ND", "rel", "NP", 1).is_err());
+        assert!(TestbedConfig::from_vars(vars("1"), "ND", "/", "NP", 1).is_err());
+    }
+}
