@@ -18,6 +18,7 @@ pub mod fairshare;
 pub mod preempt;
 pub mod priority;
 pub mod protection;
+pub mod rebalance;
 pub mod tree;
 pub mod weights;
 pub mod window;
