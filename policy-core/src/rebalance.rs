@@ -99,6 +99,9 @@ pub struct RebalancePolicy {
     pub site_max_preemptions: Option<u32>,
     /// Site cap: at most this many GPU-hours lost to rebalancing per window.
     pub site_max_lost_gpu_hours: Option<f64>,
+    /// Priority: within a tier, jobs of sides below their entitled GPUs rank
+    /// before the others ([`PreemptState::priority_place`]).
+    pub entitled_first: bool,
 }
 
 impl Default for RebalancePolicy {
@@ -112,6 +115,7 @@ impl Default for RebalancePolicy {
             reverse_lock: true,
             site_max_preemptions: None,
             site_max_lost_gpu_hours: None,
+            entitled_first: true,
         }
     }
 }
@@ -120,7 +124,7 @@ impl Default for RebalancePolicy {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
     #[error(
-        "unknown rebalancing setting {0:?}; known: hysteresis, shortfall_tolerance, lost_budget, max_requeues, over_budget_band, reverse_lock, site_max_preemptions, site_max_lost_gpu_hours"
+        "unknown rebalancing setting {0:?}; known: hysteresis, shortfall_tolerance, lost_budget, max_requeues, over_budget_band, reverse_lock, site_max_preemptions, site_max_lost_gpu_hours, entitled_first"
     )]
     UnknownKey(String),
     #[error("{key}: {msg}, got {value:?}")]
@@ -171,11 +175,16 @@ impl RebalancePolicy {
                     self.site_max_preemptions = n;
                 }
             }
-            "reverse_lock" => {
-                self.reverse_lock = match v {
+            "reverse_lock" | "entitled_first" => {
+                let on = match v {
                     "on" | "true" | "yes" | "1" => true,
                     "off" | "false" | "no" | "0" => false,
                     _ => return Err(bad("expected on or off")),
+                };
+                if key.trim() == "reverse_lock" {
+                    self.reverse_lock = on;
+                } else {
+                    self.entitled_first = on;
                 }
             }
             other => return Err(PolicyError::UnknownKey(other.to_string())),
@@ -297,6 +306,8 @@ pub struct PreemptState {
     took_from: HashMap<(usize, usize), i64>,
     site_preemptions: u32,
     site_lost_gpu_secs: f64,
+    /// Per node: leaf rank with entitlement first (inner nodes: their worst leaf).
+    order_rank: Vec<u32>,
 }
 
 /// Preemptors granted victims since the state was computed, so that several
@@ -507,6 +518,7 @@ impl PreemptState {
             took_from: HashMap::new(),
             site_preemptions: 0,
             site_lost_gpu_secs: 0.0,
+            order_rank: Vec::new(),
         };
         let Some(fs) = fs else { return st };
         let window = fs.window_secs.max(1);
@@ -567,6 +579,7 @@ impl PreemptState {
             };
         }
         st.forecast(fs, &runs, &placer.paths, now);
+        st.entitled_order(fs);
         // History: reverse locks, spent budgets, site totals.
         for h in history {
             if h.at <= now - window || h.at > now {
@@ -687,6 +700,68 @@ impl PreemptState {
                 self.releases.insert(c, got[k].clone());
             }
         }
+    }
+
+    /// Leaf ranks with entitlement first: a depth-first walk like Fair-Tree's,
+    /// but siblings below their entitled GPUs come before the others (then by
+    /// ratio, as Fair-Tree orders them).
+    fn entitled_order(&mut self, fs: &FairShare) {
+        let n = fs.nodes.len();
+        self.order_rank = vec![0; n];
+        let Some(root) = fs.nodes.iter().position(|x| x.parent.is_none()) else {
+            return;
+        };
+        let under = |i: usize| f64::from(self.nodes[i].held) < self.nodes[i].entitled;
+        let mut next = 0u32;
+        // (node, children visited): post-order gives inner nodes their worst leaf.
+        let mut stack = vec![(root, false)];
+        while let Some((i, done)) = stack.pop() {
+            let kids = &fs.nodes[i].children;
+            if kids.is_empty() {
+                self.order_rank[i] = next;
+                next += 1;
+                continue;
+            }
+            if done {
+                self.order_rank[i] = kids.iter().map(|&c| self.order_rank[c]).max().unwrap_or(0);
+                continue;
+            }
+            stack.push((i, true));
+            let mut sorted: Vec<usize> = kids.clone();
+            sorted.sort_by_key(|&c| (!under(c), fs.nodes[c].sibling_rank, c));
+            for &c in sorted.iter().rev() {
+                stack.push((c, false));
+            }
+        }
+    }
+
+    /// Where a pending job of `(account, user)` ranks, as `(tier, rank)` for
+    /// [`crate::priority::job_priority`]: its tier as [`FairShare::place`] says,
+    /// and with `entitled_first` a rank from a Fair-Tree walk in which siblings
+    /// holding fewer GPUs than their entitlement come before the others (then
+    /// by ratio, as Fair-Tree orders them). Without `entitled_first`, or with a
+    /// state from another snapshot: exactly [`FairShare::place`].
+    ///
+    /// Why: ordering by window ratio alone hands every released GPU to the side
+    /// with the lowest ratio until the ratios cross, a feedback delayed by the
+    /// window that swings whole clusters between teams under sustained
+    /// overload; serving sides below their entitled GPUs first is what makes
+    /// turnover deliver entitlements, which this rule's forecast counts on.
+    /// The tier is kept: an over-budget team (it already received its
+    /// allocation in the window) still gets only what budgeted teams leave
+    /// (docs/simulator-results.md measures the variant that promoted it).
+    pub fn priority_place(&self, fs: &FairShare, account: &str, user: &str) -> Option<(Tier, u32)> {
+        let place = fs.place(account, user)?;
+        if !self.policy.entitled_first || !self.matches(fs) {
+            return Some((place.tier, place.rank));
+        }
+        Some((
+            place.tier,
+            self.order_rank
+                .get(place.node)
+                .copied()
+                .unwrap_or(place.rank),
+        ))
     }
 
     /// What the state knows about a node.
@@ -1425,6 +1500,47 @@ mod tests {
     }
 
     #[test]
+    fn teams_below_their_entitlement_rank_first() {
+        // b used more of its window (ranks second by ratio) and holds 4 of 8
+        // entitled; a holds 12: b's jobs rank first and are budgeted even
+        // though b is over budget by its window ratio.
+        let fs = two(8.0, 100.0, 2000.0);
+        let running = [
+            run(1, "a", "ua", 12, 0, 48 * H),
+            run(2, "b", "ub", 4, 0, 48 * H),
+        ];
+        let st = PreemptState::compute(
+            Some(&fs),
+            running,
+            [pend(3, "b", "ub", 4)],
+            [],
+            Some(16.0),
+            RebalancePolicy::default(),
+            H,
+        );
+        let (a, b) = (fs.place("a", "ua").unwrap(), fs.place("b", "ub").unwrap());
+        assert_eq!((a.rank, b.rank, b.tier), (0, 1, Tier::OverBudget));
+        assert_eq!(st.priority_place(&fs, "b", "ub"), Some((Tier::Budgeted, 0)));
+        assert_eq!(st.priority_place(&fs, "a", "ua"), Some((Tier::Budgeted, 1)));
+        // Non-members rank at their account's worst leaf.
+        assert_eq!(
+            st.priority_place(&fs, "b", "stranger"),
+            Some((Tier::Budgeted, 0))
+        );
+        // Off: Fair-Tree's own order.
+        let off = RebalancePolicy {
+            entitled_first: false,
+            ..RebalancePolicy::default()
+        };
+        let st = PreemptState::compute(Some(&fs), running, [], [], Some(16.0), off, H);
+        assert_eq!(
+            st.priority_place(&fs, "b", "ub"),
+            Some((Tier::OverBudget, 1))
+        );
+        assert_eq!(st.priority_place(&fs, "nobody", "x"), None);
+    }
+
+    #[test]
     fn shortfall_integrates_steps() {
         let rel = [
             Release {
@@ -1534,6 +1650,12 @@ mod tests {
                 now,
             );
             let safe = PreemptState::compute(None, [], [], [], None, policy, now);
+            // Entitlement-first ranks are a permutation of Fair-Tree's leaf ranks.
+            let mut ranks: Vec<u32> = fs.nodes.iter().enumerate()
+                .filter(|(_, n)| n.leaf_rank.is_some())
+                .map(|(i, _)| st.order_rank[i]).collect();
+            ranks.sort_unstable();
+            prop_assert_eq!(ranks, (0..fs.num_leaves).collect::<Vec<_>>());
             let none = InFlight::default();
             for a in 0..jobs.len() {
                 for b in 0..jobs.len() {
