@@ -66,7 +66,9 @@
 //! or R over budget while P is budgeted), never takes a protected job, and in safe
 //! mode (no snapshot) only takes free-tier jobs: property tests below.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -213,6 +215,10 @@ pub struct RunningJob<'a> {
     pub grace: i64,
     /// Times the job was requeued before this run (Slurm's `restart_cnt`).
     pub requeues: u32,
+    /// Its place in the snapshot (`FairShare::place(account, user).node`) when
+    /// the caller already knows it from the same snapshot (a per-pass memo);
+    /// `None`: placed by name here.
+    pub leaf: Option<usize>,
 }
 
 impl RunningJob<'_> {
@@ -233,6 +239,8 @@ pub struct PendingJob<'a> {
     pub user: &'a str,
     pub free_tier: bool,
     pub gpus: u32,
+    /// As [`RunningJob::leaf`].
+    pub leaf: Option<usize>,
 }
 
 /// A rebalancing preemption that happened (from the preemption record).
@@ -279,7 +287,8 @@ pub struct SideState {
     pub entitled: f64,
     /// `min(entitled, demand) - held`, floored at 0.
     pub deficit: f64,
-    /// Part of the deficit that the forecast says must be preempted for.
+    /// Part of the deficit that the forecast says must be preempted for
+    /// (filled by [`PreemptState::side`]).
     pub uncovered: f64,
     /// GPU-seconds the forecast says the side will still miss if nothing is
     /// preempted (over the next window).
@@ -300,14 +309,29 @@ pub struct PreemptState {
     fair_share_at: Option<i64>,
     window: i64,
     nodes: Vec<SideState>,
-    /// Releases that cover each deficit side, in time order.
-    releases: HashMap<usize, Vec<Release>>,
+    /// Running non-free jobs: (end at time limit, job, GPUs, index into `paths`).
+    runs: Vec<(i64, u32, u32, usize)>,
+    /// Root-first paths of the leaves seen, and which path each node has.
+    paths: Vec<Vec<usize>>,
+    path_of: Vec<Option<usize>>,
+    /// The turnover forecast, computed on first need: most decisions are
+    /// refused by cheaper checks first.
+    forecast: OnceLock<Forecast>,
     /// `(a, b)`: a job under side `a` preempted one under its sibling `b` in the window.
     took_from: HashMap<(usize, usize), i64>,
     site_preemptions: u32,
     site_lost_gpu_secs: f64,
     /// Per node: leaf rank with entitlement first (inner nodes: their worst leaf).
     order_rank: Vec<u32>,
+}
+
+/// What the turnover forecast found, per node.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Forecast {
+    uncovered: Vec<f64>,
+    shortfall: Vec<f64>,
+    /// Releases that cover each deficit side, in time order.
+    releases: HashMap<usize, Vec<Release>>,
 }
 
 /// Preemptors granted victims since the state was computed, so that several
@@ -460,6 +484,8 @@ pub fn node_name(fs: &FairShare, node: usize) -> String {
 struct Placer<'f> {
     fs: &'f FairShare,
     index: HashMap<String, HashMap<String, Option<usize>>>,
+    /// Path index by leaf node, for callers that placed their jobs already.
+    by_node: Vec<Option<usize>>,
     paths: Vec<Vec<usize>>,
 }
 
@@ -468,7 +494,23 @@ impl<'f> Placer<'f> {
         Placer {
             fs,
             index: HashMap::new(),
+            by_node: vec![None; fs.nodes.len()],
             paths: Vec::new(),
+        }
+    }
+
+    /// As [`Placer::place`], with the caller's leaf node when it has one.
+    fn place_hinted(&mut self, leaf: Option<usize>, account: &str, user: &str) -> Option<usize> {
+        match leaf {
+            Some(n) if n < self.by_node.len() => {
+                if let Some(p) = self.by_node[n] {
+                    return Some(p);
+                }
+                self.paths.push(self.fs.path(n));
+                self.by_node[n] = Some(self.paths.len() - 1);
+                self.by_node[n]
+            }
+            _ => self.place(account, user),
         }
     }
 
@@ -477,10 +519,17 @@ impl<'f> Placer<'f> {
         if let Some(hit) = self.index.get(account).and_then(|u| u.get(user)) {
             return *hit;
         }
-        let found = self.fs.place(account, user).map(|p| {
-            self.paths.push(self.fs.path(p.node));
-            self.paths.len() - 1
-        });
+        let found = self
+            .fs
+            .place(account, user)
+            .map(|p| match self.by_node[p.node] {
+                Some(i) => i,
+                None => {
+                    self.paths.push(self.fs.path(p.node));
+                    self.by_node[p.node] = Some(self.paths.len() - 1);
+                    self.paths.len() - 1
+                }
+            });
         self.index
             .entry(account.to_string())
             .or_default()
@@ -514,7 +563,10 @@ impl PreemptState {
             fair_share_at: None,
             window: 0,
             nodes: Vec::new(),
-            releases: HashMap::new(),
+            runs: Vec::new(),
+            paths: Vec::new(),
+            path_of: Vec::new(),
+            forecast: OnceLock::new(),
             took_from: HashMap::new(),
             site_preemptions: 0,
             site_lost_gpu_secs: 0.0,
@@ -530,7 +582,7 @@ impl PreemptState {
         // Holdings, demand, and each running job's path (for the forecast).
         let mut runs: Vec<(i64, u32, u32, usize)> = Vec::new();
         for r in running.into_iter().filter(|r| !r.free_tier) {
-            let Some(path) = placer.place(r.account, r.user) else {
+            let Some(path) = placer.place_hinted(r.leaf, r.account, r.user) else {
                 continue;
             };
             for &i in &placer.paths[path] {
@@ -540,7 +592,7 @@ impl PreemptState {
             runs.push((r.limit_end().max(now), r.job_id, r.gpus, path));
         }
         for p in pending.into_iter().filter(|p| !p.free_tier) {
-            if let Some(path) = placer.place(p.account, p.user) {
+            if let Some(path) = placer.place_hinted(p.leaf, p.account, p.user) {
                 for &i in &placer.paths[path] {
                     st.nodes[i].demand = st.nodes[i].demand.saturating_add(p.gpus);
                 }
@@ -578,7 +630,6 @@ impl PreemptState {
                 None => f64::INFINITY,
             };
         }
-        st.forecast(fs, &runs, &placer.paths, now);
         st.entitled_order(fs);
         // History: reverse locks, spent budgets, site totals.
         for h in history {
@@ -602,20 +653,38 @@ impl PreemptState {
                 *e = (*e).max(h.at);
             }
         }
+        st.runs = runs;
+        st.paths = placer.paths;
+        st.path_of = placer.by_node;
         st
+    }
+
+    /// Root-first path of `node`: kept from the computation when a job was
+    /// placed there, else walked in `fs`.
+    fn path<'s>(&'s self, fs: &FairShare, node: usize) -> Cow<'s, [usize]> {
+        match self.path_of.get(node).copied().flatten() {
+            Some(p) => Cow::Borrowed(&self.paths[p]),
+            None => Cow::Owned(fs.path(node)),
+        }
+    }
+
+    /// The forecast (computed once, on first need; `fs` is the snapshot the
+    /// state was computed from, checked by the callers).
+    fn forecast(&self, fs: &FairShare) -> &Forecast {
+        self.forecast.get_or_init(|| self.compute_forecast(fs))
     }
 
     /// For every parent with a side short of its entitlement: which releases of
     /// siblings above theirs (at time limits, capped at each sibling's excess)
     /// cover it, in sibling rank order, and how much must be preempted for.
-    fn forecast(
-        &mut self,
-        fs: &FairShare,
-        runs: &[(i64, u32, u32, usize)],
-        paths: &[Vec<usize>],
-        now: i64,
-    ) {
-        let window = self.window;
+    fn compute_forecast(&self, fs: &FairShare) -> Forecast {
+        let (window, now) = (self.window, self.at);
+        let (runs, paths) = (&self.runs, &self.paths);
+        let mut out = Forecast {
+            uncovered: vec![0.0; self.nodes.len()],
+            shortfall: vec![0.0; self.nodes.len()],
+            releases: HashMap::new(),
+        };
         // Parents with a deficit child, by depth of the child.
         let mut parents: Vec<(usize, usize)> = Vec::new(); // (parent, depth of its children)
         for (i, node) in fs.nodes.iter().enumerate() {
@@ -626,7 +695,7 @@ impl PreemptState {
         for (parent, d) in parents {
             // Releases by side, from sides above their entitlement, time order.
             let mut by_side: HashMap<usize, Vec<(i64, u32, f64)>> = HashMap::new();
-            for (end, job, gpus, path) in runs {
+            for (end, job, gpus, path) in runs.iter() {
                 let path = &paths[*path];
                 if path.len() > d && path[d - 1] == parent {
                     let side = path[d];
@@ -695,11 +764,12 @@ impl PreemptState {
                         lo = mid + 1;
                     }
                 }
-                self.nodes[c].forecast_shortfall = forecast;
-                self.nodes[c].uncovered = f64::from(lo).min(deficit);
-                self.releases.insert(c, got[k].clone());
+                out.shortfall[c] = forecast;
+                out.uncovered[c] = f64::from(lo).min(deficit);
+                out.releases.insert(c, std::mem::take(&mut got[k]));
             }
         }
+        out
     }
 
     /// Leaf ranks with entitlement first: a depth-first walk like Fair-Tree's,
@@ -764,14 +834,31 @@ impl PreemptState {
         ))
     }
 
-    /// What the state knows about a node.
-    pub fn side(&self, node: usize) -> Option<&SideState> {
-        self.nodes.get(node)
+    /// What the state knows about a node (`fs`: the snapshot it was computed
+    /// from; `None` for another one).
+    pub fn side(&self, fs: &FairShare, node: usize) -> Option<SideState> {
+        if !self.matches(fs) {
+            return None;
+        }
+        let f = self.forecast(fs);
+        self.nodes.get(node).map(|s| SideState {
+            uncovered: f.uncovered[node],
+            forecast_shortfall: f.shortfall[node],
+            ..s.clone()
+        })
     }
 
-    /// Releases expected to cover a side's deficit, in time order.
-    pub fn releases(&self, node: usize) -> &[Release] {
-        self.releases.get(&node).map(Vec::as_slice).unwrap_or(&[])
+    /// Releases expected to cover a side's deficit, in time order (empty for
+    /// another snapshot than the state's).
+    pub fn releases(&self, fs: &FairShare, node: usize) -> &[Release] {
+        if !self.matches(fs) {
+            return &[];
+        }
+        self.forecast(fs)
+            .releases
+            .get(&node)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
     }
 
     /// Rebalancing preemptions and lost GPU-seconds in the last window (site totals).
@@ -841,17 +928,19 @@ pub struct SideVerdict {
     /// The over-budget clause holds for the victim's path.
     over_budget: bool,
     in_flight: u32,
+    deficit: f64,
+    uncovered: f64,
 }
 
-/// Side-level checks for a budgeted preemptor `p` against a non-free victim of
-/// `(v_account, v_user)`.
+/// Side-level checks for a budgeted preemptor `p` against a non-free victim
+/// `v`, reading only the victim's account, user and leaf: the same verdict holds
+/// for every running job of that leaf.
 pub fn judge_sides(
     state: &PreemptState,
     fs: Option<&FairShare>,
     in_flight: &InFlight,
     p: &PendingJob<'_>,
-    v_account: &str,
-    v_user: &str,
+    v: &RunningJob<'_>,
 ) -> Result<SideVerdict, Denied> {
     if p.free_tier {
         return Err(Denied::PreemptorFree);
@@ -866,19 +955,23 @@ pub fn judge_sides(
             Denied::StaleState
         });
     }
-    let unknown = |a: &str| Denied::UnknownAccount {
-        account: a.to_string(),
+    let node_of = |leaf: Option<usize>, account: &str, user: &str| match leaf {
+        Some(n) if n < fs.nodes.len() => Ok(n),
+        _ => fs
+            .place(account, user)
+            .map(|p| p.node)
+            .ok_or_else(|| Denied::UnknownAccount {
+                account: account.to_string(),
+            }),
     };
-    let pp = fs
-        .place(p.account, p.user)
-        .ok_or_else(|| unknown(p.account))?;
-    let vp = fs
-        .place(v_account, v_user)
-        .ok_or_else(|| unknown(v_account))?;
-    if pp.tier != Tier::Budgeted {
-        return Err(Denied::PreemptorNotBudgeted { tier: pp.tier });
+    let pn = node_of(p.leaf, p.account, p.user)?;
+    let vn = node_of(v.leaf, v.account, v.user)?;
+    // A leaf's tier is its node's (members and non-members alike: FairShare::place).
+    let (p_tier, v_tier) = (fs.nodes[pn].tier, fs.nodes[vn].tier);
+    if p_tier != Tier::Budgeted {
+        return Err(Denied::PreemptorNotBudgeted { tier: p_tier });
     }
-    let (p_path, v_path) = (fs.path(pp.node), fs.path(vp.node));
+    let (p_path, v_path) = (state.path(fs, pn), state.path(fs, vn));
     let k = split_at(&p_path, &v_path).ok_or(Denied::SameSide)?;
     let (parent, ps, vs) = (v_path[k - 1], p_path[k], v_path[k]);
     let policy = &state.policy;
@@ -898,7 +991,7 @@ pub fn judge_sides(
         });
     }
     let over_budget = policy.over_budget_band.is_some_and(|band| {
-        vp.tier == Tier::OverBudget
+        v_tier == Tier::OverBudget
             && v_path[k..]
                 .iter()
                 .filter(|&&i| fs.nodes[i].budget_bearing)
@@ -914,12 +1007,17 @@ pub fn judge_sides(
     }
     let pside = &state.nodes[ps];
     let granted = in_flight.gpus_under(ps, p.job_id);
-    if pside.uncovered <= 0.0 || f64::from(granted) >= pside.uncovered {
+    let uncovered = if pside.deficit > 0.0 {
+        state.forecast(fs).uncovered[ps]
+    } else {
+        0.0
+    };
+    if uncovered <= 0.0 || f64::from(granted) >= uncovered {
         return Err(Denied::TurnoverSuffices {
             deficit: pside.deficit,
-            uncovered: pside.uncovered,
+            uncovered,
             in_flight: granted,
-            next_release: state.releases(ps).first().map(|r| r.at),
+            next_release: state.releases(fs, ps).first().map(|r| r.at),
         });
     }
     Ok(SideVerdict {
@@ -930,6 +1028,8 @@ pub fn judge_sides(
         v_ratio,
         over_budget,
         in_flight: granted,
+        deficit: pside.deficit,
+        uncovered,
     })
 }
 
@@ -991,8 +1091,8 @@ pub fn judge_victim(
         victim_side: sides.vs,
         preemptor_ratio: sides.p_ratio,
         victim_ratio: sides.v_ratio,
-        deficit: pside.deficit,
-        uncovered: pside.uncovered,
+        deficit: sides.deficit,
+        uncovered: sides.uncovered,
         in_flight: sides.in_flight,
         victim_side_held: vside.held,
         victim_side_entitled: vside.entitled,
@@ -1020,7 +1120,7 @@ pub fn decide(
     if v.free_tier {
         return Ok(Allowed::VictimFreeTier);
     }
-    let sides = judge_sides(state, fs, in_flight, p, v.account, v.user)?;
+    let sides = judge_sides(state, fs, in_flight, p, v)?;
     judge_victim(state, &sides, v, now)
 }
 
@@ -1127,6 +1227,7 @@ mod tests {
             checkpoint: None,
             grace: 0,
             requeues: 0,
+            leaf: None,
         }
     }
 
@@ -1137,6 +1238,7 @@ mod tests {
             user,
             free_tier: false,
             gpus,
+            leaf: None,
         }
     }
 
@@ -1168,7 +1270,7 @@ mod tests {
         );
         let a = fs.account("a").unwrap();
         let b = fs.account("b").unwrap();
-        let sa = st.side(a).unwrap();
+        let sa = st.side(&fs, a).unwrap();
         assert_eq!((sa.held, sa.demand), (4, 12));
         assert!((sa.entitled - 8.0).abs() < 1e-9);
         assert!((sa.deficit - 4.0).abs() < 1e-9);
@@ -1176,9 +1278,9 @@ mod tests {
         // forecast 4 x 46 h, far above 2.5% x 8 GPUs x 168 h = 33.6 GPU-h: all 4 uncovered.
         assert!((sa.forecast_shortfall - 4.0 * 46.0 * 3600.0).abs() < 1e-6);
         assert!((sa.uncovered - 4.0).abs() < 1e-9);
-        assert_eq!(st.side(b).unwrap().deficit, 0.0);
-        assert_eq!(st.releases(a).len(), 1);
-        assert_eq!(st.releases(a)[0].at, 48 * H);
+        assert_eq!(st.side(&fs, b).unwrap().deficit, 0.0);
+        assert_eq!(st.releases(&fs, a).len(), 1);
+        assert_eq!(st.releases(&fs, a)[0].at, 48 * H);
     }
 
     #[test]
@@ -1457,9 +1559,9 @@ mod tests {
             RebalancePolicy::default(),
             0,
         );
-        assert!((st.side(fs.account("a").unwrap()).unwrap().entitled - 8.0).abs() < 1e-9);
+        assert!((st.side(&fs, fs.account("a").unwrap()).unwrap().entitled - 8.0).abs() < 1e-9);
         let st = PreemptState::compute(Some(&fs), [], [], [], None, RebalancePolicy::default(), 0);
-        assert!((st.side(fs.account("a").unwrap()).unwrap().entitled - 16.0).abs() < 1e-9);
+        assert!((st.side(&fs, fs.account("a").unwrap()).unwrap().entitled - 16.0).abs() < 1e-9);
     }
 
     #[test]
@@ -1502,24 +1604,16 @@ mod tests {
     #[test]
     fn teams_below_their_entitlement_rank_first() {
         // b used more of its window (ranks second by ratio) and holds 4 of 8
-        // entitled; a holds 12: b's jobs rank first and are budgeted even
-        // though b is over budget by its window ratio.
-        let fs = two(8.0, 100.0, 2000.0);
+        // entitled; a holds 12: b's jobs rank first, in their own tier.
+        let fs = two(8.0, 100.0, 500.0);
         let running = [
             run(1, "a", "ua", 12, 0, 48 * H),
             run(2, "b", "ub", 4, 0, 48 * H),
         ];
-        let st = PreemptState::compute(
-            Some(&fs),
-            running,
-            [pend(3, "b", "ub", 4)],
-            [],
-            Some(16.0),
-            RebalancePolicy::default(),
-            H,
-        );
+        let policy = RebalancePolicy::default();
+        let st = PreemptState::compute(Some(&fs), running, [], [], Some(16.0), policy, H);
         let (a, b) = (fs.place("a", "ua").unwrap(), fs.place("b", "ub").unwrap());
-        assert_eq!((a.rank, b.rank, b.tier), (0, 1, Tier::OverBudget));
+        assert_eq!((a.rank, b.rank, b.tier), (0, 1, Tier::Budgeted));
         assert_eq!(st.priority_place(&fs, "b", "ub"), Some((Tier::Budgeted, 0)));
         assert_eq!(st.priority_place(&fs, "a", "ua"), Some((Tier::Budgeted, 1)));
         // Non-members rank at their account's worst leaf.
@@ -1527,17 +1621,28 @@ mod tests {
             st.priority_place(&fs, "b", "stranger"),
             Some((Tier::Budgeted, 0))
         );
+        // An over-budget team below its entitlement ranks first but keeps its tier.
+        let over = two(8.0, 100.0, 2000.0);
+        let st_over = PreemptState::compute(Some(&over), running, [], [], Some(16.0), policy, H);
+        assert_eq!(
+            st_over.priority_place(&over, "b", "ub"),
+            Some((Tier::OverBudget, 0))
+        );
         // Off: Fair-Tree's own order.
         let off = RebalancePolicy {
             entitled_first: false,
-            ..RebalancePolicy::default()
+            ..policy
         };
         let st = PreemptState::compute(Some(&fs), running, [], [], Some(16.0), off, H);
-        assert_eq!(
-            st.priority_place(&fs, "b", "ub"),
-            Some((Tier::OverBudget, 1))
-        );
+        assert_eq!(st.priority_place(&fs, "b", "ub"), Some((Tier::Budgeted, 1)));
         assert_eq!(st.priority_place(&fs, "nobody", "x"), None);
+        // A state computed from another snapshot gives Fair-Tree's own order.
+        let other = FairShare::from_nodes(9, W, fs.nodes.clone());
+        let st = PreemptState::compute(Some(&fs), running, [], [], Some(16.0), policy, H);
+        assert_eq!(
+            st.priority_place(&other, "b", "ub"),
+            Some((Tier::Budgeted, 1))
+        );
     }
 
     #[test]
@@ -1633,11 +1738,13 @@ mod tests {
             let as_running = |i: usize| {
                 let j = jobs[i];
                 RunningJob { job_id: i as u32, account: &names[i].0, user: &names[i].1, free_tier: j.2, gpus: j.5,
-                    run_start: j.3, time_limit: Some(j.6), min_runtime: j.4, checkpoint: None, grace: 0, requeues: j.7 }
+                    run_start: j.3, time_limit: Some(j.6), min_runtime: j.4, checkpoint: None, grace: 0, requeues: j.7,
+                    // Half the jobs come placed by the caller: the same state either way.
+                    leaf: i.is_multiple_of(2).then(|| fs.place(&names[i].0, &names[i].1).map(|p| p.node)).flatten() }
             };
             let as_pending = |i: usize| {
                 let j = jobs[i];
-                PendingJob { job_id: i as u32, account: &names[i].0, user: &names[i].1, free_tier: j.2, gpus: j.5 }
+                PendingJob { job_id: i as u32, account: &names[i].0, user: &names[i].1, free_tier: j.2, gpus: j.5, leaf: None }
             };
             let policy = RebalancePolicy { shortfall_tolerance: tol, over_budget_band: band, lost_budget: None, ..RebalancePolicy::default() };
             let st = PreemptState::compute(

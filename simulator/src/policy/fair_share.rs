@@ -164,9 +164,16 @@ impl FairSharePolicy {
         }
     }
 
-    /// What the plugin reads from a running job's record.
-    fn running<'c>(core: &'c Core<'_>, j: u32) -> RunningJob<'c> {
+    /// What the plugin reads from a running job's record, with the leaf node
+    /// placed at the last recalculation (the snapshot the state is built from).
+    fn running<'c>(&self, core: &'c Core<'_>, j: u32) -> RunningJob<'c> {
         let job = &core.jobs[j as usize];
+        let self_leaf = self
+            .leaf_place
+            .get(job.leaf as usize)
+            .copied()
+            .flatten()
+            .map(|p| p.node);
         let (account, user) = &core.leaves[job.leaf as usize];
         RunningJob {
             job_id: j,
@@ -180,6 +187,7 @@ impl FairSharePolicy {
             checkpoint: (job.checkpoint > 0).then_some(job.checkpoint),
             grace: 0,
             requeues: job.run,
+            leaf: self_leaf,
         }
     }
 
@@ -225,7 +233,7 @@ impl FairSharePolicy {
         let running = core
             .running_by_limit
             .iter()
-            .map(|&(_, j)| Self::running(core, j));
+            .map(|&(_, j)| self.running(core, j));
         let pending = core
             .pending_gpus
             .iter()
@@ -237,6 +245,7 @@ impl FairSharePolicy {
                 user: &leaves[leaf].1,
                 free_tier: false,
                 gpus: u32::try_from(g).unwrap_or(u32::MAX),
+                leaf: self.leaf_place.get(leaf).copied().flatten().map(|p| p.node),
             });
         let history = self
             .history
@@ -288,13 +297,19 @@ impl FairSharePolicy {
             user: pu,
             free_tier: pj.free,
             gpus: pj.gpus,
+            leaf: self
+                .leaf_place
+                .get(pj.leaf as usize)
+                .copied()
+                .flatten()
+                .map(|p| p.node),
         };
         let mut out = Vec::new();
         let mut granted = false;
-        for (&(leaf, free), set) in &self.exposed {
+        for (&(_, free), set) in &self.exposed {
             if free {
                 for &v in set {
-                    let rv = Self::running(core, v);
+                    let rv = self.running(core, v);
                     if let Ok(Allowed::VictimFreeTier) =
                         rebalance::decide(state, Some(fs), &self.in_flight, &pview, &rv, now)
                     {
@@ -307,14 +322,19 @@ impl FairSharePolicy {
                 }
                 continue;
             }
-            let (va, vu) = &core.leaves[leaf as usize];
-            let Ok(sides) =
-                rebalance::judge_sides(state, Some(fs), &self.in_flight, &pview, va, vu)
-            else {
+            // Every member shares what the side-level checks read (leaf, not free).
+            let Some(&first) = set.first() else { continue };
+            let Ok(sides) = rebalance::judge_sides(
+                state,
+                Some(fs),
+                &self.in_flight,
+                &pview,
+                &self.running(core, first),
+            ) else {
                 continue;
             };
             for &v in set {
-                let rv = Self::running(core, v);
+                let rv = self.running(core, v);
                 if let Ok(Allowed::Rebalance(r)) = rebalance::judge_victim(state, &sides, &rv, now)
                 {
                     granted = true;
@@ -363,12 +383,17 @@ impl SchedPolicy for FairSharePolicy {
             self.verify(core, &usage);
         }
         let fs = FairShare::compute(&self.tree, &usage, now, self.window);
+        // Places in the new snapshot first: the period state below reads them.
+        for (i, (team, user)) in core.leaves.iter().enumerate() {
+            let place = fs.place(team, user);
+            self.leaf_path[i] = place.map(|p| fs.path(p.node)).unwrap_or_default();
+            self.leaf_place[i] = place;
+        }
         // The cost-aware policy ranks teams below their entitled GPUs first
         // (`PreemptState::priority_place`); the old one by Fair-Tree alone.
         let order = (self.kind == PolicyKind::Budget).then(|| self.period_state(core, &fs));
         for (i, (team, user)) in core.leaves.iter().enumerate() {
-            let place = fs.place(team, user);
-            self.leaf_path[i] = place.map(|p| fs.path(p.node)).unwrap_or_default();
+            let place = self.leaf_place[i];
             let placed = match &order {
                 Some(st) => st.priority_place(&fs, team, user),
                 None => place.map(|p| (p.tier, p.rank)),
@@ -469,7 +494,7 @@ impl SchedPolicy for FairSharePolicy {
     fn on_preempt(&mut self, core: &Core<'_>, p: u32, victims: &[Candidate]) {
         let pl = core.jobs[p as usize].leaf;
         for c in victims.iter().filter(|c| c.reason != 0) {
-            let v = Self::running(core, c.job);
+            let v = self.running(core, c.job);
             let lost = rebalance::expected_lost_gpu_secs(&v, core.now);
             self.history
                 .push_back((core.now, pl, core.jobs[c.job as usize].leaf, lost));
