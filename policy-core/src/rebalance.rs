@@ -23,9 +23,35 @@
 //! - the cluster's GPU count and the time.
 //!
 //! The callback ([`decide`]) reads that state, a small [`InFlight`] list of
-//! preemptors already granted victims since the state was computed (the plugin
-//! keeps it behind a mutex and clears it when a new state is installed), and the
-//! two jobs.
+//! preemptors already granted victims and not yet running, and the two jobs.
+//!
+//! # Wiring in `preempt/budget` (phase 2)
+//! - Background thread, each period (when `last_job_update` or the snapshot
+//!   changed, as `Holdings` today): one walk under the job read lock collecting
+//!   every running job as a [`RunningJob`] (`time_limit` minutes x 60, `None` for
+//!   INFINITE; `run_start`; `restart_cnt`; the contract's min_runtime and declared
+//!   checkpoint; the partition's `grace_time`) and every pending job as a
+//!   [`PendingJob`]; the confirmed preemptions of the last window as
+//!   [`PastPreemption`]s (the plugin's own record, or budgetd's); the cluster's GPU
+//!   count; then [`PreemptState::compute`] outside the lock, swapped in behind an
+//!   `Arc`. The same thread drops [`InFlight`] grants ([`InFlight::retain`]) whose
+//!   preemptor is running, no longer pending, or had no victim requeued for it by
+//!   then (the preemption record in `report.rs` knows): a preemptor whose victims
+//!   are in their GraceTime holds nothing yet, so its grant must outlive one
+//!   state, but one Slurm did not preempt for must not block its side. (The
+//!   simulator starts a preemptor with its victims' exit, so there a grant lives
+//!   for one pass.)
+//! - `preempt_p_preemptable(victim, preemptor)`: build the two views from the job
+//!   records (no walk of `job_list`), [`decide`] with the current state and the
+//!   `InFlight` list, and [`InFlight::grant`] the preemptor when the answer is a
+//!   rebalance; drains stay `drain_may_take` as today.
+//! - `PREEMPT_DATA_PRIO` / `preempt_p_get_prio`: [`victim_priority`].
+//! - `priority/budget`: the same state (its own thread computes one) ranks pending
+//!   jobs with [`PreemptState::priority_place`] instead of `FairShare::place`.
+//! - `budgetctl why`: [`Denied::TurnoverSuffices`] carries the first release
+//!   ([`PreemptState::releases`] lists them with job ids), [`Rebalance`] the
+//!   victim's lost work; [`describe`] words an allowed one. Knobs:
+//!   [`RebalancePolicy::set`] takes the `key=value` pairs `budgetctl policy set` will.
 //!
 //! # The rule
 //! Entitled GPUs of a tree node: its allocation as a GPU rate (allocation per
@@ -334,10 +360,12 @@ struct Forecast {
     releases: HashMap<usize, Vec<Release>>,
 }
 
-/// Preemptors granted victims since the state was computed, so that several
-/// preemptors of one side in one scheduling pass do not each claim its whole
-/// deficit. The plugin records a preemptor the first time the callback allows it
-/// a victim (it cannot know which candidates Slurm takes): conservative.
+/// Preemptors granted victims and not running yet, so that several preemptors
+/// of one side (in one scheduling pass, or while victims finish their GraceTime)
+/// do not each claim its whole deficit. The plugin records a preemptor the first
+/// time the callback allows it a victim (it cannot know which candidates Slurm
+/// takes): conservative. The simulator starts a preemptor at once, so its list
+/// lives for one pass.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InFlight {
     grants: Vec<(u32, Vec<usize>, u32)>,
@@ -365,6 +393,12 @@ impl InFlight {
 
     pub fn is_empty(&self) -> bool {
         self.grants.is_empty()
+    }
+
+    /// Keeps the grants whose preemptor `keep` says is still waiting (pending, not
+    /// running): once it runs, its GPUs are in the state's holdings.
+    pub fn retain(&mut self, mut keep: impl FnMut(u32) -> bool) {
+        self.grants.retain(|g| keep(g.0));
     }
 }
 
@@ -1398,6 +1432,10 @@ mod tests {
         // ... but its own grant does not count against itself.
         inflight.grant(&p, &fs);
         assert_eq!(inflight.gpus_under(fs.account("a").unwrap(), 11), 4);
+        // Once preemptor 11 runs, its GPUs are holdings, no longer a grant.
+        inflight.retain(|job| job != 11);
+        assert_eq!(inflight.gpus_under(fs.account("a").unwrap(), 9), 0);
+        assert!(decide(&st, Some(&fs), &inflight, &p, &running[1], now).is_ok());
         // Safe mode.
         assert_eq!(
             decide(&st, None, &none, &p, &running[1], now),

@@ -56,9 +56,10 @@ pub fn policy_kinds(args: &[PolicyArg]) -> Vec<PolicyKind> {
 }
 
 /// `--rule key=value,...`: settings of the cost-aware rule
-/// ([`RebalancePolicy::set`]), applied over the defaults.
+/// ([`RebalancePolicy::set`]), applied over the defaults. Boxed: `budgetctl`'s
+/// command enum holds these arguments inline.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RuleArg(pub RebalancePolicy);
+pub struct RuleArg(pub Box<RebalancePolicy>);
 
 fn parse_rule(s: &str) -> Result<RuleArg, String> {
     let mut p = RebalancePolicy::default();
@@ -68,7 +69,7 @@ fn parse_rule(s: &str) -> Result<RuleArg, String> {
             .ok_or_else(|| format!("{part:?}: expected KEY=VALUE"))?;
         p.set(k, v).map_err(|e| e.to_string())?;
     }
-    Ok(RuleArg(p))
+    Ok(RuleArg(Box::new(p)))
 }
 
 /// Team allocations in GPUs, from `TEAM=GPUS,...`.
@@ -275,7 +276,7 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
         args.time_limits.describe(),
         policy_core::format_duration(args.max_time_limit),
     )];
-    let rule = args.rule.as_ref().map(|r| r.0).unwrap_or_default();
+    let rule = args.rule.as_ref().map(|r| *r.0).unwrap_or_default();
     if rule != RebalancePolicy::default() {
         notes.push(format!("cost-aware rule settings: {rule:?}"));
     }
