@@ -1735,30 +1735,8 @@ mod tests {
     }
 
     fn build(accts: &[AccountGen]) -> TreeSpec {
-        // a0, a1 top-level; a2 under a0; a3 under a1; users u0..u2 in every account.
-        let parents = [None, None, Some("a0"), Some("a1")];
-        TreeSpec {
-            root_allocation_gpu_hours: None,
-            accounts: accts
-                .iter()
-                .enumerate()
-                .map(|(i, &(alloc, _))| AccountSpec {
-                    name: format!("a{i}"),
-                    parent: parents[i].map(Into::into),
-                    allocation_gpu_hours: f64::from(alloc),
-                    overcommit: true,
-                })
-                .collect(),
-            members: (0..4)
-                .flat_map(|a| {
-                    (0..3).map(move |u| MemberSpec {
-                        user: format!("u{u}"),
-                        account: format!("a{a}"),
-                        allocation_gpu_hours: None,
-                    })
-                })
-                .collect(),
-        }
+        let with_unused: Vec<(u32, u32, u32)> = accts.iter().map(|&(a, u)| (a, u, 0)).collect();
+        crate::preempt::tests::build(&with_unused)
     }
 
     proptest! {
