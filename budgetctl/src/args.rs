@@ -284,6 +284,6 @@ mod tests {
             "--json",
         ])
         .expect("simulate parses");
-        assert!(matches!(cli.command, Command::Simulate(ref a) if a.json && a.nodes == 2));
+        assert!(matches!(cli.command, Command::Simulate(ref a) if a.json && a.nodes == Some(2)));
     }
 }

@@ -25,6 +25,7 @@ pub mod hostlist;
 pub mod preempt;
 pub mod priority;
 pub mod protection;
+pub mod rebalance;
 pub mod tree;
 pub mod tres;
 pub mod weights;

@@ -257,7 +257,7 @@ pub fn victim_order(fs: Option<&FairShare>, victim: &JobView<'_>, now: i64) -> u
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::fairshare::UsageByLeaf;
     use crate::tree::{AccountSpec, MemberSpec, TreeSpec};
@@ -438,8 +438,9 @@ mod tests {
         )
     }
 
-    fn build(accts: &[(u32, u32, u32)]) -> TreeSpec {
-        // a0, a1 top-level; a2 under a0; a3 under a1; users u0..u2 in every account.
+    /// a0, a1 top-level; a2 under a0; a3 under a1 (overcommit allowed); users
+    /// u0..u2 in every account. Shared with `rebalance`'s property tests.
+    pub(crate) fn build(accts: &[(u32, u32, u32)]) -> TreeSpec {
         let parents = [None, None, Some("a0"), Some("a1")];
         TreeSpec {
             root_allocation_gpu_hours: None,

@@ -5,7 +5,8 @@
 //! quotas (Helios: vcvGl 160, vcvlY 16 GPUs); for Philly `philly_vc_quota.csv`
 //! beside the trace (nodes x GPUs per node); else the cluster split equally.
 //! Philly has no teams: each job gets one drawn by the seed in proportion to
-//! the quotas, and every output says so.
+//! the quotas, and every output says so. `--scenario` replaces the trace by a
+//! generated workload ([`crate::scenario`]) with its own cluster and allocations.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -13,16 +14,24 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
+use policy_core::rebalance::RebalancePolicy;
+
 use crate::engine::{MinRuntimeRule, Outcome, PolicyKind, SimConfig, simulate};
+use crate::limits::TimeLimitModel;
 use crate::metrics::{PolicyReport, report};
+use crate::scenario::ScenarioName;
 use crate::trace::{self, Format, JobSpec};
 
 /// Which policies to replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum PolicyArg {
+    /// The product, cost-aware preemption rule.
     Budget,
+    /// The product with the old rule (preempt as soon as allowed).
+    BudgetV1,
     Static,
     Decay,
+    /// All four.
     All,
 }
 
@@ -30,11 +39,37 @@ impl PolicyArg {
     pub fn kinds(self) -> Vec<PolicyKind> {
         match self {
             PolicyArg::Budget => vec![PolicyKind::Budget],
+            PolicyArg::BudgetV1 => vec![PolicyKind::BudgetV1],
             PolicyArg::Static => vec![PolicyKind::Static],
             PolicyArg::Decay => vec![PolicyKind::Decay],
             PolicyArg::All => PolicyKind::ALL.to_vec(),
         }
     }
+}
+
+/// The policies named by a list of `--policy` values, each once, in canonical order.
+pub fn policy_kinds(args: &[PolicyArg]) -> Vec<PolicyKind> {
+    let mut v: Vec<PolicyKind> = args.iter().flat_map(|a| a.kinds()).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// `--rule key=value,...`: settings of the cost-aware rule
+/// ([`RebalancePolicy::set`]), applied over the defaults. Boxed: `budgetctl`'s
+/// command enum holds these arguments inline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleArg(pub Box<RebalancePolicy>);
+
+fn parse_rule(s: &str) -> Result<RuleArg, String> {
+    let mut p = RebalancePolicy::default();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?}: expected KEY=VALUE"))?;
+        p.set(k, v).map_err(|e| e.to_string())?;
+    }
+    Ok(RuleArg(Box::new(p)))
 }
 
 /// Team allocations in GPUs, from `TEAM=GPUS,...`.
@@ -83,20 +118,24 @@ fn parse_positive_secs(s: &str) -> Result<i64, String> {
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
     /// Job trace to replay.
-    #[arg(long)]
-    pub trace: PathBuf,
+    #[arg(long, required_unless_present = "scenario")]
+    pub trace: Option<PathBuf>,
+    /// A generated workload instead of a trace (drawn from --seed; brings its
+    /// own cluster and allocations, which --nodes, --gpus-per-node, --shares override).
+    #[arg(long, value_enum, conflicts_with_all = ["trace", "format", "quota_file"])]
+    pub scenario: Option<ScenarioName>,
     /// Trace format; default: guessed from the file name (helios, philly, else csv).
     #[arg(long, value_enum)]
     pub format: Option<Format>,
     /// Nodes in the simulated cluster.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub nodes: u32,
+    #[arg(long, required_unless_present = "scenario", value_parser = clap::value_parser!(u32).range(1..))]
+    pub nodes: Option<u32>,
     /// GPUs per node.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
-    pub gpus_per_node: u32,
-    /// Policy to replay, or all three side by side.
-    #[arg(long, value_enum, default_value = "all")]
-    pub policy: PolicyArg,
+    #[arg(long, required_unless_present = "scenario", value_parser = clap::value_parser!(u32).range(1..))]
+    pub gpus_per_node: Option<u32>,
+    /// Policies to replay (comma separated), or all four side by side.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    pub policy: Vec<PolicyArg>,
     /// Team allocations as GPU counts (allocation = GPUs x window), e.g. `a=96,b=32`.
     #[arg(long, value_parser = parse_shares)]
     pub shares: Option<Shares>,
@@ -110,17 +149,37 @@ pub struct SimulateArgs {
     /// (min(duration, 2h)), `frac:0.25` (a quarter of the duration), `none`.
     #[arg(long, default_value = "2h", value_parser = MinRuntimeRule::parse)]
     pub min_runtime_rule: MinRuntimeRule,
-    /// Checkpoint interval: a preempted job loses only the work since its last
-    /// checkpoint (`0`: no checkpoints, the whole run is lost).
+    /// Checkpoint interval that jobs whose trace has none keep and declare
+    /// (`checkpoint=` in their comment): a preempted job loses only the work
+    /// since its last checkpoint (`0`: no checkpoints, the whole run is lost).
     #[arg(long, default_value = "0", value_parser = parse_secs)]
     pub checkpoint_interval: i64,
+    /// Users' requested time limits: `exact` (each run's limit = its remaining
+    /// work: perfect knowledge), `moderate` (duration x 1-3, rounded up to a
+    /// wall-time class), `sloppy` (x 1-10, 40% ask for the maximum), or
+    /// `overrequest:LO-HI[,max:P]`. Backfill and the preemption rule see only limits.
+    #[arg(long, default_value = "moderate", value_parser = TimeLimitModel::parse)]
+    pub time_limits: TimeLimitModel,
+    /// The partition's maximum time limit.
+    #[arg(long, default_value = "7d", value_parser = parse_positive_secs)]
+    pub max_time_limit: i64,
+    /// Settings of the cost-aware rule (`budget`), e.g.
+    /// `shortfall_tolerance=0.05,lost_budget=none,max_requeues=2,reverse_lock=off,
+    /// over_budget_band=off,site_max_preemptions=20,site_max_lost_gpu_hours=500,hysteresis=0.1`.
+    #[arg(long, value_parser = parse_rule)]
+    pub rule: Option<RuleArg>,
     /// Write `share_<policy>.svg` charts into this directory.
     #[arg(long)]
     pub svg_dir: Option<PathBuf>,
+    /// Write `timeline_<policy>.csv` into this directory: per hour and team, GPUs
+    /// held and GPUs entitled-and-asked-for (where a shortfall comes from).
+    #[arg(long)]
+    pub timeline_dir: Option<PathBuf>,
     /// Sliding usage window.
     #[arg(long, default_value = "7d", value_parser = parse_positive_secs)]
     pub window: i64,
-    /// Preemption hysteresis between budgeted sides (usage-ratio gap).
+    /// Preemption hysteresis between budgeted sides (usage-ratio gap) of the
+    /// old rule (`budget-v1`); the cost-aware rule's is `--rule hysteresis=`.
     #[arg(long, default_value_t = 0.1)]
     pub hysteresis: f64,
     /// Replay only the first N jobs (by submit time).
@@ -154,7 +213,7 @@ pub struct Prepared {
     pub notes: Vec<String>,
 }
 
-/// Reads the trace and resolves teams, allocations and settings.
+/// Reads the trace (or generates the scenario) and resolves teams, allocations and settings.
 pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
     if !(0.0..=1.0).contains(&args.free_fraction) {
         anyhow::bail!("--free-fraction must be in [0, 1]");
@@ -162,24 +221,50 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
     if !(args.hysteresis.is_finite() && args.hysteresis >= 0.0) {
         anyhow::bail!("--hysteresis must be a number >= 0");
     }
-    let format = args.format.unwrap_or_else(|| Format::guess(&args.trace));
-    let mut tr = trace::load(&args.trace, format)?;
+    let (mut tr, format, source, nodes, gpus_per_node) = match (&args.scenario, &args.trace) {
+        (Some(name), _) => {
+            let sc = name.generate(args.seed);
+            let tr = trace::Trace {
+                jobs: sc.jobs,
+                notes: vec![sc.description],
+                default_shares: Some(sc.shares),
+            };
+            (
+                tr,
+                None,
+                format!("scenario {}", name.name()),
+                args.nodes.unwrap_or(sc.nodes),
+                args.gpus_per_node.unwrap_or(sc.gpus_per_node),
+            )
+        }
+        (None, Some(path)) => {
+            let format = args.format.unwrap_or_else(|| Format::guess(path));
+            let (Some(nodes), Some(gpn)) = (args.nodes, args.gpus_per_node) else {
+                anyhow::bail!("--nodes and --gpus-per-node are required with --trace");
+            };
+            (
+                trace::load(path, format)?,
+                Some(format),
+                format!("trace {} ({format:?})", path.display()),
+                nodes,
+                gpn,
+            )
+        }
+        (None, None) => anyhow::bail!("give --trace PATH or --scenario NAME"),
+    };
     let quota_file = args.quota_file.clone().or_else(|| {
-        (format == Format::Philly)
-            .then(|| args.trace.with_file_name("philly_vc_quota.csv"))
+        let path = args.trace.as_ref()?;
+        (format == Some(Format::Philly))
+            .then(|| path.with_file_name("philly_vc_quota.csv"))
             .filter(|p| p.exists())
     });
     let file_quotas = match &quota_file {
-        Some(p) => Some(trace::load_quotas(p, args.gpus_per_node)?),
+        Some(p) => Some(trace::load_quotas(p, gpus_per_node)?),
         None => None,
     };
-    let capacity = f64::from(args.nodes) * f64::from(args.gpus_per_node);
+    let capacity = f64::from(nodes) * f64::from(gpus_per_node);
     let mut notes = vec![format!(
-        "trace {} ({:?}), cluster {} nodes x {} GPUs, seed {}, window {}, min runtime {}, checkpoint {}",
-        args.trace.display(),
-        format,
-        args.nodes,
-        args.gpus_per_node,
+        "{source}, cluster {nodes} nodes x {gpus_per_node} GPUs, seed {}, window {}, min runtime {}, checkpoint {}, time limits {} (max {})",
         args.seed,
         policy_core::format_duration(args.window),
         args.min_runtime_rule.describe(),
@@ -188,7 +273,13 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
         } else {
             "none".into()
         },
+        args.time_limits.describe(),
+        policy_core::format_duration(args.max_time_limit),
     )];
+    let rule = args.rule.as_ref().map(|r| *r.0).unwrap_or_default();
+    if rule != RebalancePolicy::default() {
+        notes.push(format!("cost-aware rule settings: {rule:?}"));
+    }
     let shares: BTreeMap<String, f64> = if let Some(s) = &args.shares {
         notes.push("allocations from --shares".into());
         s.0.clone()
@@ -202,7 +293,11 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
         ));
         q.clone()
     } else if let Some(d) = &tr.default_shares {
-        notes.push("allocations from the trace's documented quotas (SOURCES.md)".into());
+        notes.push(if args.scenario.is_some() {
+            "allocations from the scenario".into()
+        } else {
+            "allocations from the trace's documented quotas (SOURCES.md)".into()
+        });
         d.clone()
     } else {
         BTreeMap::new()
@@ -227,7 +322,12 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
     let sum: f64 = shares.values().sum();
     if (sum - capacity).abs() > 1e-9 {
         notes.push(format!(
-            "allocations sum to {sum} GPUs, the cluster has {capacity}"
+            "allocations sum to {sum} GPUs, the cluster has {capacity}{}",
+            if sum > capacity {
+                ": entitlements are scaled down in proportion"
+            } else {
+                ""
+            }
         ));
     }
     let unknown: std::collections::BTreeSet<&str> = tr
@@ -274,13 +374,16 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
         .saturating_add(30 * 86_400);
     let cfg = SimConfig {
         horizon,
-        nodes: args.nodes,
-        gpus_per_node: args.gpus_per_node,
+        nodes,
+        gpus_per_node,
         window: args.window,
         recalc: args.recalc_interval,
         hysteresis: args.hysteresis,
+        rule,
         checkpoint: args.checkpoint_interval,
         min_runtime: args.min_runtime_rule,
+        time_limits: args.time_limits,
+        max_time_limit: args.max_time_limit,
         backfill_depth: args.backfill_depth.max(1),
         seed: args.seed,
         free_fraction: args.free_fraction,
@@ -291,7 +394,7 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
         jobs: tr.jobs,
         shares,
         cfg,
-        policies: args.policy.kinds(),
+        policies: policy_kinds(&args.policy),
         notes,
     })
 }
@@ -337,7 +440,7 @@ pub fn to_table(reports: &[PolicyReport]) -> String {
         let _ = writeln!(s, "\n== {} == {}", r.policy, r.description);
         let _ = writeln!(
             s,
-            "jobs {}  makespan {:.2} d  utilisation {:.3}  Jain {:.4}  preemptions {} ({:.5}/GPU-day)  GPU-h lost {:.1}  contract breaks {}  invariant violations {}",
+            "jobs {}  makespan {:.2} d  utilisation {:.3}  Jain {:.4}  preemptions {} ({:.5}/GPU-day)  GPU-h lost {:.1} ({:.2}% of {:.0} work)  entitlement shortfall {:.4}  reversals {}  contract breaks {}  invariant violations {}",
             r.jobs,
             r.makespan_days,
             r.utilization,
@@ -345,6 +448,10 @@ pub fn to_table(reports: &[PolicyReport]) -> String {
             r.preemptions,
             r.preemptions_per_gpu_day,
             r.gpu_hours_lost,
+            r.lost_fraction_of_work * 100.0,
+            r.work_gpu_hours,
+            r.entitlement_shortfall,
+            r.reversals,
             r.contract_breaks,
             r.invariant_violations
         );
@@ -365,7 +472,7 @@ pub fn to_table(reports: &[PolicyReport]) -> String {
         }
         let _ = writeln!(
             s,
-            "{:<12} {:>9} {:>9} {:>10} {:>10} {:>10} {:>7} {:>11}",
+            "{:<12} {:>9} {:>9} {:>10} {:>10} {:>10} {:>7} {:>11} {:>10} {:>10}",
             "team",
             "alloc GPU",
             "alloc sh",
@@ -373,12 +480,14 @@ pub fn to_table(reports: &[PolicyReport]) -> String {
             "mean|dev|",
             "max|dev|",
             "jobs",
-            "GPU-hours"
+            "GPU-hours",
+            "short mean",
+            "short max"
         );
         for t in &r.teams {
             let _ = writeln!(
                 s,
-                "{:<12} {:>9.1} {:>9.4} {:>10.4} {:>10.4} {:>10.4} {:>7} {:>11.1}",
+                "{:<12} {:>9.1} {:>9.4} {:>10.4} {:>10.4} {:>10.4} {:>7} {:>11.1} {:>10.4} {:>10.4}",
                 t.team,
                 t.allocation_gpus,
                 t.allocation_share,
@@ -386,7 +495,9 @@ pub fn to_table(reports: &[PolicyReport]) -> String {
                 t.mean_abs_deviation,
                 t.max_deviation,
                 t.jobs,
-                t.gpu_hours
+                t.gpu_hours,
+                t.entitlement_shortfall_mean,
+                t.entitlement_shortfall_worst
             );
         }
         let _ = writeln!(s, "({} sliding windows, one ending each day)", r.windows);
@@ -407,21 +518,39 @@ pub fn to_table(reports: &[PolicyReport]) -> String {
         let _ = writeln!(s, "\n== side by side ==");
         let _ = writeln!(
             s,
-            "{:<8} {:>7} {:>8} {:>10} {:>12} {:>8} {:>9}",
-            "policy", "Jain", "util", "preempt/GPU-d", "GPU-h lost", "breaks", "max|dev|"
+            "{:<10} {:>7} {:>8} {:>13} {:>12} {:>7} {:>9} {:>10} {:>9} {:>8} {:>9}",
+            "policy",
+            "Jain",
+            "util",
+            "preempt/GPU-d",
+            "GPU-h lost",
+            "lost %",
+            "makespan",
+            "shortfall",
+            "worst",
+            "breaks",
+            "reversals"
         );
         for r in reports {
-            let maxdev = r.teams.iter().map(|t| t.max_deviation).fold(0.0, f64::max);
+            let worst = r
+                .teams
+                .iter()
+                .map(|t| t.entitlement_shortfall_worst)
+                .fold(0.0, f64::max);
             let _ = writeln!(
                 s,
-                "{:<8} {:>7.4} {:>8.3} {:>13.5} {:>12.1} {:>8} {:>9.4}",
+                "{:<10} {:>7.4} {:>8.3} {:>13.5} {:>12.1} {:>7.2} {:>9.2} {:>10.4} {:>9.4} {:>8} {:>9}",
                 r.policy,
                 r.jain_index,
                 r.utilization,
                 r.preemptions_per_gpu_day,
                 r.gpu_hours_lost,
+                r.lost_fraction_of_work * 100.0,
+                r.makespan_days,
+                r.entitlement_shortfall,
+                worst,
                 r.contract_breaks,
-                maxdev
+                r.reversals
             );
         }
     }
@@ -437,6 +566,14 @@ pub fn run_cli(args: &SimulateArgs) -> anyhow::Result<()> {
         for (o, _) in &results {
             crate::svg::share_chart(o, prepared.cfg.window, dir)
                 .with_context(|| format!("chart for {}", o.policy.name()))?;
+        }
+    }
+    if let Some(dir) = &args.timeline_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for (o, _) in &results {
+            let path = dir.join(format!("timeline_{}.csv", o.policy.name()));
+            std::fs::write(&path, crate::metrics::timeline_csv(o))
+                .with_context(|| format!("writing {}", path.display()))?;
         }
     }
     let reports: Vec<PolicyReport> = results.into_iter().map(|(_, r)| r).collect();
@@ -462,6 +599,19 @@ pub fn run_cli(args: &SimulateArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rule_settings_parse() {
+        let r = parse_rule("shortfall_tolerance=0, lost_budget=none").unwrap();
+        assert_eq!(r.0.shortfall_tolerance, 0.0);
+        assert_eq!(r.0.lost_budget, None);
+        assert!(parse_rule("nonsense").is_err());
+        assert!(parse_rule("max_requeues=x").is_err());
+        assert_eq!(
+            policy_kinds(&[PolicyArg::Decay, PolicyArg::All, PolicyArg::Budget]),
+            PolicyKind::ALL.to_vec()
+        );
+    }
 
     #[test]
     fn shares_and_durations_parse() {

@@ -1,4 +1,7 @@
-//! The discrete-event replay.
+//! The discrete-event replay: events, placement, backfill and the mechanics of
+//! preemption, identical for every policy; what differs between policies
+//! (priorities, and who may be preempted) lives behind
+//! [`crate::policy::SchedPolicy`], each policy with its own state.
 //!
 //! # Events and time
 //! Submissions come from the sorted trace; run ends, protection ends,
@@ -8,101 +11,59 @@
 //! then the tick and the sample, and then runs **one** scheduling pass: the
 //! same instant never depends on heap internals or hash order.
 //!
-//! # Priorities (all three policies)
+//! # Priorities
 //! Like Slurm's `PriorityCalcPeriod`, priorities are recomputed at every tick
-//! (`--recalc-interval`, default 5 min) and stay fixed in between; a job
-//! submitted between ticks gets its class's current priority. Pending jobs
+//! (`--recalc-interval`, default 5 min) and stay fixed in between. Pending jobs
 //! live in *classes* whose members differ only by age, each a FIFO by
 //! `(submit, job)`; a pass walks the classes merged by
-//! `(class priority desc, submit, job)`. For the budget policy a class is a
-//! fair-share leaf (team, user) plus the free-tier flag and its priority is
-//! `policy_core::priority::job_priority(tier, rank, leaves, 0)`: because the
-//! rank field dominates the age field, this order *is* the order of the full
-//! `job_priority(.., age)` (a test checks it), at O(log classes) per job.
-//! - `budget`: tier + Fair-Tree rank from `policy_core::FairShare::compute`
-//!   on the exact sliding-window usage, then age; preemption by
-//!   `policy_core::preempt::may_preempt`, victims by `victim_order`.
-//! - `static`: FIFO by a user-declared level (high/normal/low). Traces carry
-//!   none, so each job draws one from the seed: 80% high, 15% normal, 5% low
-//!   (priority inflation made nearly everything HIGH). Free-tier jobs are low.
-//!   No preemption.
-//! - `decay`: Slurm's classic fair share at team level: usage decayed with a
-//!   7-day half-life, factor `2^(-U/S)` (U: team's share of decayed usage, S:
-//!   its share of allocations), then age. No preemption (as Slurm's
-//!   `priority/multifactor` with `PreemptType=preempt/none`).
+//! `(class priority desc, submit, job)`. The policy says which class a job is
+//! in and what each class's priority is ([`crate::policy`]).
+//!
+//! # Time limits
+//! Each job has a requested time limit drawn from its duration by
+//! `--time-limits` ([`crate::limits`]); only the *limit* is visible to backfill
+//! and to the preemption rule, never the true duration, as in Slurm. With
+//! `exact` each run's limit is the work it has left (perfect limits).
 //!
 //! # Placement and backfill (identical for all policies)
 //! First fit ([`crate::cluster`]). A pass walks pending jobs in priority
-//! order and starts each one that fits. The first job that does not fit (and,
-//! for `budget`, cannot preempt) gets a reservation: its *shadow time* is the
-//! earliest end of running jobs at which enough GPUs are free (counted in GPUs,
-//! whole nodes for multi-node jobs; ends are known exactly because traces give
-//! real durations, as if users set perfect time limits). Later jobs are started
-//! only if they fit now and either end before the shadow time or use no more
-//! than the GPUs left over at the shadow time (EASY backfill on GPU counts,
-//! ignoring node fragmentation at the shadow time). The walk stops after
-//! `--backfill-depth` jobs (Slurm's `bf_max_job_test`), or as soon as no GPU is
-//! free and no preemption is possible.
+//! order and starts each one that fits. The first job that does not fit (and
+//! cannot preempt) gets a reservation: its *shadow time* is the earliest
+//! time-limit end of running jobs at which enough GPUs are free (counted in
+//! GPUs, whole nodes for multi-node jobs). Later jobs are started only if they
+//! fit now and either their limit ends before the shadow time or they use no
+//! more than the GPUs left over at the shadow time (EASY backfill on GPU
+//! counts, ignoring node fragmentation at the shadow time). The walk stops
+//! after `--backfill-depth` jobs (Slurm's `bf_max_job_test`), or as soon as no
+//! GPU is free and no preemption is possible.
 //!
-//! # Preemption (budget only)
-//! A pending non-free job that does not fit collects every running job that
-//! is past its protected window (or free tier) and that `may_preempt` allows,
-//! sorts them by `victim_order` (then job index), removes them in that order
-//! until the job fits (trial first-fit), then puts back those not needed
-//! (least preferred first), as Slurm's `cons_tres` will-run test does. If the
-//! job still does not fit, nobody is preempted. Victims are requeued with
-//! their original submit time; work since the last checkpoint (or since the
-//! run start) is lost; the next run gets a fresh protected window.
-//! Holdings (`held`, GPUs per fair-share node) count non-free running jobs.
+//! # Preemption (Slurm's mechanics; the policy only answers)
+//! For a pending job that does not fit, Slurm asks the preempt plugin about
+//! every running candidate, sorts the allowed ones by the plugin's priority
+//! (victim order), removes them in that order until the job fits (trial
+//! first-fit), puts back those not needed (least preferred first), and
+//! preempts nothing unless the job can then start. The engine does exactly
+//! that with the candidates and order the policy gives
+//! ([`crate::policy::SchedPolicy::candidates`]). Victims are requeued with their
+//! original submit time; work since their last checkpoint (or since the run
+//! start) is lost; the next run gets a fresh protected window. At most
+//! `preempt_attempts` jobs try to preempt per pass; a class none of whose
+//! members found a candidate is skipped for the rest of the pass.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::ops::Bound::{Excluded, Unbounded};
 
-use policy_core::fairshare::{FairShare, LeafKey, Tier, UsageByLeaf};
-use policy_core::preempt::{self, Context, JobView, PreemptPolicy};
-use policy_core::priority::job_priority;
-use policy_core::tree::{AccountSpec, MemberSpec, TreeSpec};
+use policy_core::rebalance::RebalancePolicy;
 
 use crate::checker::{self, CheckReport, JobFacts, RunRecord};
 use crate::cluster::{Alloc, Cluster, plan};
+use crate::limits::TimeLimitModel;
+pub use crate::policy::PolicyKind;
+use crate::policy::{Candidate, SchedPolicy};
 use crate::rng::{Purpose, unit};
 use crate::trace::JobSpec;
 use crate::usage::SlidingUsage;
-
-/// The policies the simulator compares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum PolicyKind {
-    Budget,
-    Static,
-    Decay,
-}
-
-impl PolicyKind {
-    pub const ALL: [PolicyKind; 3] = [PolicyKind::Budget, PolicyKind::Static, PolicyKind::Decay];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            PolicyKind::Budget => "budget",
-            PolicyKind::Static => "static",
-            PolicyKind::Decay => "decay",
-        }
-    }
-
-    pub fn describe(self) -> &'static str {
-        match self {
-            PolicyKind::Budget => {
-                "tiers + Fair-Tree rank on the 7-day sliding window + age; preemption by the product rule"
-            }
-            PolicyKind::Static => {
-                "FIFO by user-declared priority (seeded: 80% high, 15% normal, 5% low); no preemption"
-            }
-            PolicyKind::Decay => {
-                "Slurm classic fair share 2^(-U/S), usage half-life 7 days, then age; no preemption"
-            }
-        }
-    }
-}
 
 /// How a job's minimum runtime is chosen when the trace does not declare one.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -163,10 +124,18 @@ pub struct SimConfig {
     pub window: i64,
     /// Priority / fair-share recalculation period (seconds).
     pub recalc: i64,
+    /// Ratio hysteresis of the old rule (`budget-v1`).
     pub hysteresis: f64,
-    /// Checkpoint interval in seconds; 0: no checkpoints (a preempted run loses all its work).
+    /// Knobs of the cost-aware rule (`budget`).
+    pub rule: RebalancePolicy,
+    /// Checkpoint interval in seconds for jobs whose trace declares none; 0: no
+    /// checkpoints (a preempted run loses all its work). Jobs declare what they keep.
     pub checkpoint: i64,
     pub min_runtime: MinRuntimeRule,
+    /// Requested time limits.
+    pub time_limits: TimeLimitModel,
+    /// The partition's maximum time limit (seconds).
+    pub max_time_limit: i64,
     /// Pending jobs examined per scheduling pass.
     pub backfill_depth: usize,
     /// Preemption attempts per scheduling pass.
@@ -194,9 +163,12 @@ impl Default for SimConfig {
             gpus_per_node: 8,
             window: policy_core::DEFAULT_WINDOW_SECS,
             recalc: 300,
-            hysteresis: PreemptPolicy::default().hysteresis,
+            hysteresis: policy_core::preempt::PreemptPolicy::default().hysteresis,
+            rule: RebalancePolicy::default(),
             checkpoint: 0,
             min_runtime: MinRuntimeRule::Cap(2 * 3600),
+            time_limits: TimeLimitModel::Exact,
+            max_time_limit: 7 * 86_400,
             backfill_depth: 200,
             preempt_attempts: 16,
             sample_every: 3600,
@@ -231,12 +203,25 @@ pub struct JobResult {
     pub preemptions: u32,
 }
 
+/// One preemption, for the oscillation count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreemptionEvent {
+    pub at: i64,
+    pub preemptor_team: u32,
+    pub victim_team: u32,
+    /// The victim was free tier (yields by design; not a rebalancing).
+    pub victim_free: bool,
+}
+
 /// Everything a replay produced; metrics are computed from it.
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub policy: PolicyKind,
     pub teams: Vec<TeamInfo>,
     pub capacity_gpus: u64,
+    /// Each team's entitled GPUs: its allocation, scaled down proportionally
+    /// when allocations sum above the cluster.
+    pub entitled_gpus: Vec<f64>,
     /// End of the last job (seconds since the first submission).
     pub makespan: i64,
     pub jobs: Vec<JobResult>,
@@ -245,11 +230,14 @@ pub struct Outcome {
     /// Preemptions by the clause of the rule that allowed them:
     /// victim free tier, victim over budget, rebalance between budgeted sides.
     pub preemptions_by_reason: [u64; 3],
+    pub preemption_log: Vec<PreemptionEvent>,
     pub lost_gpu_secs: i64,
     pub busy_gpu_secs: i64,
     pub sample_every: i64,
     /// `samples[k][team]`: cumulative charged GPU-seconds of each team at `k x sample_every`.
     pub samples: Vec<Vec<i64>>,
+    /// `entitled[k][team]`: cumulative `min(entitled GPUs, demand)` GPU-seconds at `k x sample_every`.
+    pub entitled: Vec<Vec<f64>>,
     pub check: CheckReport,
     /// Jobs not finished when the replay stopped at the horizon.
     pub unfinished_jobs: u64,
@@ -265,34 +253,50 @@ const EV_PROTECT: u8 = 1;
 const EV_TICK: u8 = 2;
 const EV_SAMPLE: u8 = 3;
 
+/// A job as the engine tracks it.
 #[derive(Debug, Clone)]
-struct JobState {
-    leaf: u32,
-    team: u32,
-    class: u32,
-    submit: i64,
-    gpus: u32,
-    duration: i64,
-    min_runtime: i64,
-    /// Free tier as the budget policy sees it (always false for baselines).
-    free: bool,
-    remaining: i64,
-    run: u32,
-    running: bool,
-    done: bool,
-    run_start: i64,
-    expected_end: i64,
-    alloc: Alloc,
-    first_start: Option<i64>,
-    end: i64,
-    wait_class: &'static str,
-    preemptions: u32,
+pub(crate) struct JobState {
+    pub leaf: u32,
+    pub team: u32,
+    pub class: u32,
+    pub submit: i64,
+    pub gpus: u32,
+    pub duration: i64,
+    pub min_runtime: i64,
+    /// Free tier as the policy sees it (always false for baselines).
+    pub free: bool,
+    /// Checkpoint interval it keeps and declares (0: none).
+    pub checkpoint: i64,
+    /// Requested time limit; `None` with `exact` limits (each run: its remaining work).
+    pub limit: Option<i64>,
+    pub remaining: i64,
+    /// Number of the current (or next) run; also the times it was requeued.
+    pub run: u32,
+    pub running: bool,
+    pub done: bool,
+    pub run_start: i64,
+    /// End of the current run at its time limit.
+    pub limit_end: i64,
+    /// End of the current run when it completes (the engine's knowledge, never the policy's).
+    pub true_end: i64,
+    pub alloc: Alloc,
+    pub first_start: Option<i64>,
+    pub end: i64,
+    pub wait_class: &'static str,
+    pub preemptions: u32,
     /// Index of the open run in `runs`.
-    open_run: usize,
+    pub open_run: usize,
+}
+
+impl JobState {
+    /// Time limit of a run starting now.
+    pub fn run_limit(&self) -> i64 {
+        self.limit.unwrap_or(self.remaining)
+    }
 }
 
 /// Outcome of one preemption attempt.
-enum Attempt {
+pub(crate) enum Attempt {
     Started,
     /// No running job may be preempted by this job's class: skip the class this pass.
     NoVictims,
@@ -326,41 +330,43 @@ impl Merge {
     }
 }
 
-struct Sim<'a> {
-    cfg: &'a SimConfig,
-    policy: PolicyKind,
-    specs: &'a [JobSpec],
-    jobs: Vec<JobState>,
-    leaves: Vec<(String, String)>,
-    leaf_team: Vec<u32>,
-    teams: Vec<TeamInfo>,
-    tree: TreeSpec,
-    cluster: Cluster,
-    usage: SlidingUsage,
-    classes: Vec<BTreeSet<(i64, u32)>>,
-    class_prio: Vec<u64>,
-    running_by_end: BTreeSet<(i64, u32)>,
-    /// Running jobs past their protected window (or free tier), by (leaf, free).
-    exposed: BTreeMap<(u32, bool), BTreeSet<u32>>,
-    exposed_count: usize,
+/// The engine's state that every policy may read: jobs, cluster, usage,
+/// pending classes. Policies keep their own state ([`SchedPolicy`]).
+pub(crate) struct Core<'a> {
+    pub cfg: &'a SimConfig,
+    pub specs: &'a [JobSpec],
+    pub jobs: Vec<JobState>,
+    /// `(team, user)` of each fair-share leaf.
+    pub leaves: Vec<(String, String)>,
+    pub leaf_team: Vec<u32>,
+    pub teams: Vec<TeamInfo>,
+    pub cluster: Cluster,
+    /// Charged (non-free) usage per leaf.
+    pub usage: SlidingUsage,
+    pub classes: Vec<BTreeSet<(i64, u32)>>,
+    pub class_prio: Vec<u64>,
+    /// Running jobs by `(end at time limit, job)`.
+    pub running_by_limit: BTreeSet<(i64, u32)>,
+    /// GPUs of pending non-free jobs per leaf.
+    pub pending_gpus: Vec<u64>,
+    pub now: i64,
     heap: BinaryHeap<Reverse<Event>>,
     seq: u64,
     next_submit: usize,
-    now: i64,
-    fs: Option<FairShare>,
-    leaf_place: Vec<Option<LeafKey>>,
-    leaf_path: Vec<Vec<usize>>,
-    held: Vec<u32>,
-    decay_usage: Vec<f64>,
-    decay_last_cum: Vec<i64>,
-    decay_last_t: i64,
     runs: Vec<RunRecord>,
     preemptions: u64,
     preemptions_by_reason: [u64; 3],
+    preemption_log: Vec<PreemptionEvent>,
     lost_gpu_secs: i64,
     busy_gpu_secs: i64,
     samples: Vec<Vec<i64>>,
-    window_mismatches: u64,
+    /// Entitlement accounting: entitled GPUs, current demand (GPUs of
+    /// submitted, unfinished non-free jobs), cumulative min(entitled, demand).
+    entitled_gpus: Vec<f64>,
+    team_demand: Vec<i64>,
+    entitled_cum: Vec<f64>,
+    entitled_at: i64,
+    entitled_samples: Vec<Vec<f64>>,
     pending: usize,
     running: usize,
     dirty: bool,
@@ -376,18 +382,28 @@ pub fn simulate(
     policy: PolicyKind,
     cfg: &SimConfig,
 ) -> Outcome {
-    let mut sim = Sim::new(jobs, shares, policy, cfg);
-    sim.run();
-    sim.finish()
+    let (mut core, mut pol) = Core::new(jobs, shares, policy, cfg);
+    core.run(pol.as_mut());
+    core.finish(pol.as_ref())
 }
 
-impl<'a> Sim<'a> {
+/// What a policy needs to know about a job to classify it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct JobInit {
+    pub index: u32,
+    pub leaf: u32,
+    pub team: u32,
+    /// The trace's free flag or the seed's free-tier draw.
+    pub free: bool,
+}
+
+impl<'a> Core<'a> {
     fn new(
         specs: &'a [JobSpec],
         shares: &BTreeMap<String, f64>,
-        policy: PolicyKind,
+        kind: PolicyKind,
         cfg: &'a SimConfig,
-    ) -> Sim<'a> {
+    ) -> (Core<'a>, Box<dyn SchedPolicy>) {
         // Teams: those with shares, plus those in the trace; sorted by name.
         let mut team_names: BTreeSet<String> = shares.keys().cloned().collect();
         team_names.extend(specs.iter().map(|j| j.team.clone()));
@@ -414,33 +430,8 @@ impl<'a> Sim<'a> {
             .map(|(i, (t, u))| ((t.as_str(), u.as_str()), i as u32))
             .collect();
         let leaf_team: Vec<u32> = leaves.iter().map(|(t, _)| team_idx[t.as_str()]).collect();
-        let window_hours = cfg.window as f64 / policy_core::HOUR as f64;
-        let tree = TreeSpec {
-            root_allocation_gpu_hours: None,
-            accounts: teams
-                .iter()
-                .map(|t| AccountSpec {
-                    name: t.name.clone(),
-                    parent: None,
-                    allocation_gpu_hours: t.gpus * window_hours,
-                    overcommit: false,
-                })
-                .collect(),
-            members: leaves
-                .iter()
-                .map(|(t, u)| MemberSpec {
-                    user: u.clone(),
-                    account: t.clone(),
-                    allocation_gpu_hours: None,
-                })
-                .collect(),
-        };
-        let (num_classes, class_prio) = match policy {
-            PolicyKind::Budget => (leaves.len() * 2, vec![0; leaves.len() * 2]),
-            PolicyKind::Static => (3, vec![0, 1, 2]),
-            PolicyKind::Decay => (teams.len(), vec![0; teams.len()]),
-        };
-        let jobs = specs
+        let policy = crate::policy::build(kind, cfg, &teams, &leaves);
+        let jobs: Vec<JobState> = specs
             .iter()
             .enumerate()
             .map(|(i, s)| {
@@ -448,45 +439,36 @@ impl<'a> Sim<'a> {
                 let team = leaf_team[leaf as usize];
                 let free_drawn =
                     s.free || unit(cfg.seed, i as u64, Purpose::FreeTier) < cfg.free_fraction;
-                let level = if free_drawn {
-                    0
-                } else {
-                    let x = unit(cfg.seed, i as u64, Purpose::StaticPriority);
-                    if x < 0.80 {
-                        2
-                    } else if x < 0.95 {
-                        1
-                    } else {
-                        0
-                    }
-                };
-                let (class, free, wait_class) = match policy {
-                    PolicyKind::Budget => (leaf * 2 + u32::from(free_drawn), free_drawn, ""),
-                    PolicyKind::Static => (
-                        level,
-                        false,
-                        ["static_low", "static_normal", "static_high"][level as usize],
-                    ),
-                    PolicyKind::Decay => (team, false, "all"),
-                };
+                let (class, free, wait_class) = policy.classify(&JobInit {
+                    index: i as u32,
+                    leaf,
+                    team,
+                    free: free_drawn,
+                });
+                let duration = s.duration.max(0);
                 JobState {
                     leaf,
                     team,
                     class,
                     submit: s.submit,
                     gpus: s.gpus,
-                    duration: s.duration.max(0),
+                    duration,
                     min_runtime: s
                         .min_runtime
-                        .unwrap_or_else(|| cfg.min_runtime.apply(s.duration.max(0)))
+                        .unwrap_or_else(|| cfg.min_runtime.apply(duration))
                         .max(0),
                     free,
-                    remaining: s.duration.max(0),
+                    checkpoint: s.checkpoint.unwrap_or(cfg.checkpoint).max(0),
+                    limit: cfg
+                        .time_limits
+                        .limit(cfg.seed, i as u64, duration, cfg.max_time_limit),
+                    remaining: duration,
                     run: 0,
                     running: false,
                     done: false,
                     run_start: 0,
-                    expected_end: 0,
+                    limit_end: 0,
+                    true_end: 0,
                     alloc: Vec::new(),
                     first_start: None,
                     end: 0,
@@ -498,45 +480,53 @@ impl<'a> Sim<'a> {
             .collect();
         let nteams = teams.len();
         let nleaves = leaves.len();
-        Sim {
+        let capacity = f64::from(cfg.nodes) * f64::from(cfg.gpus_per_node);
+        let total_alloc: f64 = teams.iter().map(|t| t.gpus).sum();
+        let scale = if total_alloc > capacity && total_alloc > 0.0 {
+            capacity / total_alloc
+        } else {
+            1.0
+        };
+        let core = Core {
             cfg,
-            policy,
             specs,
             jobs,
             leaves,
             leaf_team,
+            entitled_gpus: teams.iter().map(|t| t.gpus * scale).collect(),
             teams,
-            tree,
             cluster: Cluster::new(cfg.nodes, cfg.gpus_per_node),
             usage: SlidingUsage::new(nleaves, cfg.window),
-            classes: vec![BTreeSet::new(); num_classes],
-            class_prio,
-            running_by_end: BTreeSet::new(),
-            exposed: BTreeMap::new(),
-            exposed_count: 0,
+            classes: vec![BTreeSet::new(); policy.num_classes()],
+            class_prio: policy.initial_priorities(),
+            running_by_limit: BTreeSet::new(),
+            pending_gpus: vec![0; nleaves],
+            now: 0,
             heap: BinaryHeap::new(),
             seq: 0,
             next_submit: 0,
-            now: 0,
-            fs: None,
-            leaf_place: vec![None; nleaves],
-            leaf_path: vec![Vec::new(); nleaves],
-            held: Vec::new(),
-            decay_usage: vec![0.0; nteams],
-            decay_last_cum: vec![0; nteams],
-            decay_last_t: 0,
             runs: Vec::new(),
             preemptions: 0,
             preemptions_by_reason: [0; 3],
+            preemption_log: Vec::new(),
             lost_gpu_secs: 0,
             busy_gpu_secs: 0,
             samples: Vec::new(),
-            window_mismatches: 0,
+            team_demand: vec![0; nteams],
+            entitled_cum: vec![0.0; nteams],
+            entitled_at: 0,
+            entitled_samples: Vec::new(),
             pending: 0,
             running: 0,
             dirty: false,
             passes: 0,
-        }
+        };
+        (core, policy)
+    }
+
+    /// Every run so far (the open ones without an end).
+    pub fn runs(&self) -> &[RunRecord] {
+        &self.runs
     }
 
     fn push(&mut self, t: i64, kind: u8, job: u32, run: u32) {
@@ -548,11 +538,12 @@ impl<'a> Sim<'a> {
         self.pending > 0 || self.running > 0 || self.next_submit < self.specs.len()
     }
 
-    fn run(&mut self) {
+    fn run(&mut self, pol: &mut dyn SchedPolicy) {
         if self.specs.is_empty() {
             return;
         }
         let t0 = self.specs[0].submit;
+        self.entitled_at = t0;
         self.push(t0, EV_TICK, 0, 0);
         self.push(t0, EV_SAMPLE, 0, 0);
         loop {
@@ -568,15 +559,15 @@ impl<'a> Sim<'a> {
                 break;
             }
             self.now = t;
-            self.pop_events(t, EV_PROTECT);
+            self.pop_events(pol, t, EV_PROTECT);
             while self.next_submit < self.specs.len() && self.specs[self.next_submit].submit == t {
                 self.submit(self.next_submit as u32);
                 self.next_submit += 1;
             }
-            self.pop_events(t, EV_SAMPLE);
+            self.pop_events(pol, t, EV_SAMPLE);
             if self.dirty {
                 self.dirty = false;
-                self.pass();
+                self.pass(pol);
             }
             // Jobs that can never start (bigger than the cluster): stop rather
             // than tick forever; the checker reports them as unfinished.
@@ -591,18 +582,52 @@ impl<'a> Sim<'a> {
     }
 
     /// Handles every heap event at `t` with kind <= `max_kind`.
-    fn pop_events(&mut self, t: i64, max_kind: u8) {
+    fn pop_events(&mut self, pol: &mut dyn SchedPolicy, t: i64, max_kind: u8) {
         while let Some(&Reverse((et, kind, _, job, run))) = self.heap.peek() {
             if et != t || kind > max_kind {
                 break;
             }
             self.heap.pop();
             match kind {
-                EV_END => self.end(job, run),
-                EV_PROTECT => self.protect_end(job, run),
-                EV_TICK => self.tick(),
+                EV_END => self.end(pol, job, run),
+                EV_PROTECT => self.protect_end(pol, job, run),
+                EV_TICK => self.tick(pol),
                 _ => self.sample(),
             }
+        }
+    }
+
+    /// Integrates `min(entitled, demand)` up to now, before demand changes.
+    fn advance_entitled(&mut self, t: i64) {
+        let dt = (t - self.entitled_at).max(0) as f64;
+        if dt > 0.0 {
+            for (k, cum) in self.entitled_cum.iter_mut().enumerate() {
+                *cum += dt * self.entitled_gpus[k].min(self.team_demand[k] as f64);
+            }
+        }
+        self.entitled_at = self.entitled_at.max(t);
+    }
+
+    fn change_demand(&mut self, j: u32, sign: i64) {
+        let job = &self.jobs[j as usize];
+        if job.free {
+            return;
+        }
+        let (team, gpus) = (job.team as usize, i64::from(job.gpus));
+        self.advance_entitled(self.now);
+        self.team_demand[team] += sign * gpus;
+    }
+
+    fn set_pending(&mut self, j: u32, pending: bool) {
+        let job = &self.jobs[j as usize];
+        if job.free {
+            return;
+        }
+        let (leaf, gpus) = (job.leaf as usize, u64::from(job.gpus));
+        if pending {
+            self.pending_gpus[leaf] += gpus;
+        } else {
+            self.pending_gpus[leaf] -= gpus;
         }
     }
 
@@ -610,83 +635,37 @@ impl<'a> Sim<'a> {
         let job = &self.jobs[j as usize];
         self.classes[job.class as usize].insert((job.submit, j));
         self.pending += 1;
+        self.set_pending(j, true);
+        self.change_demand(j, 1);
         self.dirty = true;
     }
 
-    fn charged(&self, j: u32) -> bool {
-        !self.jobs[j as usize].free
-    }
-
-    fn add_exposed(&mut self, j: u32) {
-        let job = &self.jobs[j as usize];
-        if self
-            .exposed
-            .entry((job.leaf, job.free))
-            .or_default()
-            .insert(j)
-        {
-            self.exposed_count += 1;
-        }
-    }
-
-    fn remove_exposed(&mut self, j: u32) {
-        let job = &self.jobs[j as usize];
-        let key = (job.leaf, job.free);
-        if let Some(set) = self.exposed.get_mut(&key) {
-            if set.remove(&j) {
-                self.exposed_count -= 1;
-            }
-            if set.is_empty() {
-                self.exposed.remove(&key);
-            }
-        }
-    }
-
-    fn held_add(&mut self, leaf: u32, gpus: u32, add: bool) {
-        if let Some(path) = self.leaf_path.get(leaf as usize) {
-            for &i in path {
-                if let Some(h) = self.held.get_mut(i) {
-                    *h = if add { *h + gpus } else { *h - gpus };
-                }
-            }
-        }
-    }
-
     /// Starts job `j` now; `false` if it does not fit (nothing changes).
-    fn start(&mut self, j: u32) -> bool {
+    fn start(&mut self, pol: &mut dyn SchedPolicy, j: u32) -> bool {
         let now = self.now;
         let gpus = self.jobs[j as usize].gpus;
         let Some(alloc) = self.cluster.place(gpus) else {
             return false;
         };
-        let wait_class = match self.policy {
-            PolicyKind::Budget => {
-                let job = &self.jobs[j as usize];
-                if job.free {
-                    Tier::Free.as_str()
-                } else {
-                    self.leaf_place[job.leaf as usize]
-                        .map(|p| p.tier)
-                        .unwrap_or(Tier::OverBudget)
-                        .as_str()
-                }
-            }
-            _ => self.jobs[j as usize].wait_class,
-        };
+        let wait_class = pol.wait_class(self, j);
         let run_index = self.runs.len();
         let job = &mut self.jobs[j as usize];
         self.classes[job.class as usize].remove(&(job.submit, j));
         job.running = true;
         job.run_start = now;
-        job.expected_end = now + job.remaining;
+        job.limit_end = now.saturating_add(job.run_limit());
+        job.true_end = now + job.remaining;
         job.alloc = alloc.clone();
         job.open_run = run_index;
         if job.first_start.is_none() {
             job.first_start = Some(now);
-            job.wait_class = wait_class;
+            if let Some(w) = wait_class {
+                job.wait_class = w;
+            }
         }
-        let (end, run, leaf, free, until) = (
-            job.expected_end,
+        let (true_end, limit_end, run, leaf, free, until) = (
+            job.true_end,
+            job.limit_end,
             job.run,
             job.leaf,
             job.free,
@@ -707,32 +686,29 @@ impl<'a> Sim<'a> {
         });
         self.pending -= 1;
         self.running += 1;
-        self.running_by_end.insert((end, j));
-        self.push(end, EV_END, j, run);
-        if self.policy == PolicyKind::Budget {
-            if free || until <= now {
-                self.add_exposed(j);
-            } else {
-                self.push(until, EV_PROTECT, j, run);
-            }
-        }
-        if self.charged(j) {
+        self.set_pending(j, false);
+        self.running_by_limit.insert((limit_end, j));
+        self.push(true_end, EV_END, j, run);
+        if !free {
             self.usage.change(leaf as usize, now, i64::from(gpus));
-            if self.policy == PolicyKind::Budget {
-                self.held_add(leaf, gpus, true);
-            }
+        }
+        pol.on_start(self, j);
+        if pol.preempts() && !free && until > now {
+            self.push(until, EV_PROTECT, j, run);
         }
         true
     }
 
     /// Ends the current run of `j` (completion or preemption) and frees its GPUs.
-    fn stop_run(&mut self, j: u32, preempted_by: Option<u32>) {
+    fn stop_run(&mut self, pol: &mut dyn SchedPolicy, j: u32, preempted_by: Option<u32>) {
         let now = self.now;
-        let ckpt = self.cfg.checkpoint;
+        pol.on_stop(self, j);
         let job = &mut self.jobs[j as usize];
+        let ckpt = job.checkpoint;
         let elapsed = now - job.run_start;
         let alloc = std::mem::take(&mut job.alloc);
-        let (gpus, leaf, expected_end, open) = (job.gpus, job.leaf, job.expected_end, job.open_run);
+        let (gpus, leaf, limit_end, open, free) =
+            (job.gpus, job.leaf, job.limit_end, job.open_run, job.free);
         let saved = match preempted_by {
             None => elapsed,
             Some(_) if ckpt > 0 => (elapsed / ckpt * ckpt).min(job.remaining),
@@ -760,30 +736,31 @@ impl<'a> Sim<'a> {
             r.preempted_by = preempted_by;
         }
         self.cluster.release(&alloc);
-        self.running_by_end.remove(&(expected_end, j));
-        self.remove_exposed(j);
-        if self.charged(j) {
+        self.running_by_limit.remove(&(limit_end, j));
+        if preempted_by.is_some() {
+            self.set_pending(j, true);
+        } else {
+            self.change_demand(j, -1);
+        }
+        if !free {
             self.usage.change(leaf as usize, now, -i64::from(gpus));
-            if self.policy == PolicyKind::Budget {
-                self.held_add(leaf, gpus, false);
-            }
         }
         self.dirty = true;
     }
 
-    fn end(&mut self, j: u32, run: u32) {
+    fn end(&mut self, pol: &mut dyn SchedPolicy, j: u32, run: u32) {
         let job = &self.jobs[j as usize];
         // A stale end: the run was preempted and the job requeued.
         if !job.running || job.run != run {
             return;
         }
-        self.stop_run(j, None);
+        self.stop_run(pol, j, None);
     }
 
-    fn protect_end(&mut self, j: u32, run: u32) {
+    fn protect_end(&mut self, pol: &mut dyn SchedPolicy, j: u32, run: u32) {
         let job = &self.jobs[j as usize];
         if job.running && job.run == run {
-            self.add_exposed(j);
+            pol.on_exposed(self, j);
             self.dirty = true;
         }
     }
@@ -795,81 +772,14 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn tick(&mut self) {
-        match self.policy {
-            PolicyKind::Budget => self.recompute_fair_share(),
-            PolicyKind::Decay => self.recompute_decay(),
-            PolicyKind::Static => {}
-        }
+    fn tick(&mut self, pol: &mut dyn SchedPolicy) {
+        pol.recompute(self);
         self.dirty = true;
         self.schedule_next(EV_TICK, self.cfg.recalc);
     }
 
-    fn recompute_fair_share(&mut self) {
-        let now = self.now;
-        let mut usage = UsageByLeaf::new();
-        for (i, (team, user)) in self.leaves.iter().enumerate() {
-            usage.insert(
-                (team.clone(), user.clone()),
-                self.usage.window_usage(i, now) as f64,
-            );
-        }
-        if self.cfg.verify_window {
-            self.verify_window(&usage);
-        }
-        let fs = FairShare::compute(&self.tree, &usage, now, self.cfg.window);
-        for (i, (team, user)) in self.leaves.iter().enumerate() {
-            let place = fs.place(team, user);
-            self.leaf_path[i] = place.map(|p| fs.path(p.node)).unwrap_or_default();
-            self.leaf_place[i] = place;
-            let (tier, rank) = place
-                .map(|p| (p.tier, p.rank))
-                .unwrap_or((Tier::OverBudget, fs.num_leaves));
-            self.class_prio[i * 2] = u64::from(job_priority(tier, rank, fs.num_leaves, 0));
-            self.class_prio[i * 2 + 1] =
-                u64::from(job_priority(Tier::Free, rank, fs.num_leaves, 0));
-        }
-        let jobs = &self.jobs;
-        let leaves = &self.leaves;
-        let held = fs.holdings(
-            self.running_by_end
-                .iter()
-                .map(|&(_, j)| &jobs[j as usize])
-                .filter(|j| !j.free)
-                .map(|j| {
-                    (
-                        leaves[j.leaf as usize].0.as_str(),
-                        leaves[j.leaf as usize].1.as_str(),
-                        j.gpus,
-                    )
-                }),
-        );
-        self.held = held;
-        self.fs = Some(fs);
-    }
-
-    /// Compares the incremental window with the policy core's definition over every run.
-    fn verify_window(&mut self, usage: &UsageByLeaf) {
-        let now = self.now;
-        let mut by_leaf: Vec<Vec<policy_core::Run>> = vec![Vec::new(); self.leaves.len()];
-        for r in self.runs.iter().filter(|r| !r.free) {
-            let leaf = self.jobs[r.job as usize].leaf as usize;
-            by_leaf[leaf].push(policy_core::Run {
-                start: r.start,
-                end: r.end,
-                gpus: r.gpus,
-                weight: 1.0,
-            });
-        }
-        for (i, (team, user)) in self.leaves.iter().enumerate() {
-            let expect = policy_core::window_usage(&by_leaf[i], now, self.cfg.window);
-            if usage.get(&(team.clone(), user.clone())).copied() != Some(expect) {
-                self.window_mismatches += 1;
-            }
-        }
-    }
-
-    fn team_cumulative(&self, t: i64) -> Vec<i64> {
+    /// Cumulative charged GPU-seconds of each team at `t` (>= the last change).
+    pub fn team_cumulative(&self, t: i64) -> Vec<i64> {
         let mut out = vec![0i64; self.teams.len()];
         for (leaf, &team) in self.leaf_team.iter().enumerate() {
             out[team as usize] += self.usage.cumulative(leaf, t);
@@ -877,53 +787,12 @@ impl<'a> Sim<'a> {
         out
     }
 
-    fn recompute_decay(&mut self) {
-        let now = self.now;
-        let cum = self.team_cumulative(now);
-        let dt = (now - self.decay_last_t) as f64;
-        let factor = 0.5f64.powf(dt / self.cfg.decay_half_life.max(1) as f64);
-        for (t, c) in cum.iter().enumerate() {
-            self.decay_usage[t] =
-                self.decay_usage[t] * factor + (c - self.decay_last_cum[t]) as f64;
-        }
-        self.decay_last_cum = cum;
-        self.decay_last_t = now;
-        let total_u: f64 = self.decay_usage.iter().sum();
-        let total_s: f64 = self.teams.iter().map(|t| t.gpus).sum();
-        for (t, team) in self.teams.iter().enumerate() {
-            let u = if total_u > 0.0 {
-                self.decay_usage[t] / total_u
-            } else {
-                0.0
-            };
-            let s = if total_s > 0.0 {
-                team.gpus / total_s
-            } else {
-                0.0
-            };
-            let f = if s > 0.0 { 2f64.powf(-u / s) } else { 0.0 };
-            self.class_prio[t] = (f * 1e9).round() as u64;
-        }
-    }
-
     fn sample(&mut self) {
         let cum = self.team_cumulative(self.now);
         self.samples.push(cum);
+        self.advance_entitled(self.now);
+        self.entitled_samples.push(self.entitled_cum.clone());
         self.schedule_next(EV_SAMPLE, self.cfg.sample_every);
-    }
-
-    fn view(&self, j: u32) -> JobView<'_> {
-        let job = &self.jobs[j as usize];
-        let (account, user) = &self.leaves[job.leaf as usize];
-        JobView {
-            job_id: j,
-            account,
-            user,
-            free_tier: job.free,
-            run_start: job.run_start,
-            min_runtime: job.min_runtime,
-            gpus: job.gpus,
-        }
     }
 
     /// GPUs needed for a reservation: whole nodes for multi-node jobs.
@@ -935,7 +804,7 @@ impl<'a> Sim<'a> {
             i64::from(gpus)
         };
         let mut avail = self.cluster.free_total() as i64;
-        for &(end, j) in &self.running_by_end {
+        for &(end, j) in &self.running_by_limit {
             avail += i64::from(self.jobs[j as usize].gpus);
             if avail >= need {
                 return (end, avail - need);
@@ -944,9 +813,10 @@ impl<'a> Sim<'a> {
         (i64::MAX, 0)
     }
 
-    fn pass(&mut self) {
+    fn pass(&mut self, pol: &mut dyn SchedPolicy) {
         self.passes += 1;
-        let preempting = self.policy == PolicyKind::Budget && self.fs.is_some();
+        pol.begin_pass();
+        let preempting = pol.preempts();
         let mut merge = Merge::new(&self.classes, &self.class_prio);
         let mut reservation: Option<(i64, i64)> = None;
         let mut scanned = 0usize;
@@ -958,23 +828,23 @@ impl<'a> Sim<'a> {
             }
             scanned += 1;
             let can_preempt =
-                preempting && self.exposed_count > 0 && attempts < self.cfg.preempt_attempts;
+                preempting && pol.has_candidates() && attempts < self.cfg.preempt_attempts;
             if self.cluster.free_total() == 0 && !can_preempt {
                 break;
             }
             let job = &self.jobs[j as usize];
-            let (gpus, remaining, class, free) = (job.gpus, job.remaining, job.class, job.free);
+            let (gpus, limit, class, free) = (job.gpus, job.run_limit(), job.class, job.free);
             if self.cluster.fits(gpus) {
                 let ok = match reservation {
                     None => true,
                     Some((shadow, extra)) => {
-                        self.now + remaining <= shadow || i64::from(gpus) <= extra
+                        self.now.saturating_add(limit) <= shadow || i64::from(gpus) <= extra
                     }
                 };
                 if ok
-                    && self.start(j)
+                    && self.start(pol, j)
                     && let Some((shadow, extra)) = reservation.as_mut()
-                    && self.now + remaining > *shadow
+                    && self.now.saturating_add(limit) > *shadow
                 {
                     *extra -= i64::from(gpus);
                 }
@@ -982,7 +852,7 @@ impl<'a> Sim<'a> {
             }
             if can_preempt && !free && !hopeless.contains(&class) {
                 attempts += 1;
-                match self.try_preempt(j) {
+                match self.try_preempt(pol, j) {
                     Attempt::Started => continue,
                     Attempt::NoVictims => {
                         hopeless.insert(class);
@@ -996,68 +866,32 @@ impl<'a> Sim<'a> {
         }
     }
 
-    /// Chooses victims for pending job `p` by the policy core's rule and order.
-    fn choose_victims(&self, p: u32) -> Result<Vec<(u32, u8)>, Attempt> {
-        let Some(fs) = self.fs.as_ref() else {
-            return Err(Attempt::NoVictims);
-        };
-        let pview = self.view(p);
-        let ctx = Context {
-            fair_share: Some(fs),
-            held: &self.held,
-            policy: PreemptPolicy {
-                hysteresis: self.cfg.hysteresis,
-            },
-            now: self.now,
-        };
-        let mut cands: Vec<(u32, u32, u8)> = Vec::new();
-        for set in self.exposed.values() {
-            // Every job of a group shares the leaf, the free flag and "past its
-            // window", which is all the rule reads: one decision per group.
-            let Some(&first) = set.first() else { continue };
-            let reason = match preempt::may_preempt(&ctx, &pview, &self.view(first)) {
-                Ok(preempt::Allowed::VictimFreeTier) => 0u8,
-                Ok(preempt::Allowed::VictimOverBudget) => 1,
-                Ok(preempt::Allowed::Rebalance { .. }) => 2,
-                Err(_) => continue,
-            };
-            for &v in set {
-                let vview = self.view(v);
-                debug_assert!(
-                    preempt::may_preempt(&ctx, &pview, &vview).is_ok(),
-                    "group decision must hold for each member"
-                );
-                cands.push((preempt::victim_order(Some(fs), &vview, self.now), v, reason));
-            }
-        }
-        if cands.is_empty() {
-            return Err(Attempt::NoVictims);
-        }
-        cands.sort_unstable();
+    /// Slurm's `cons_tres` step: remove allowed candidates in victim order
+    /// until `p` fits, then put back those not needed (least preferred first).
+    /// `None` if `p` does not fit even with all of them gone.
+    fn fit(&self, p: u32, cands: &[Candidate]) -> Option<Vec<Candidate>> {
         let g = self.cluster.gpus_per_node();
         let need = self.jobs[p as usize].gpus;
         let mut free = self.cluster.free_per_node().to_vec();
         let mut chosen = Vec::new();
         let mut fits = false;
-        for &(_, v, reason) in &cands {
-            for &(n, k) in &self.jobs[v as usize].alloc {
+        for c in cands {
+            for &(n, k) in &self.jobs[c.job as usize].alloc {
                 free[n as usize] += k;
             }
-            chosen.push((v, reason));
+            chosen.push(*c);
             if plan(&free, g, need).is_some() {
                 fits = true;
                 break;
             }
         }
         if !fits {
-            return Err(Attempt::NotEnough);
+            return None;
         }
-        // Put back victims that are not needed, least preferred first.
         let mut i = chosen.len();
         while i > 0 {
             i -= 1;
-            let v = chosen[i].0;
-            let alloc = &self.jobs[v as usize].alloc;
+            let alloc = &self.jobs[chosen[i].job as usize].alloc;
             for &(n, k) in alloc {
                 free[n as usize] -= k;
             }
@@ -1069,19 +903,32 @@ impl<'a> Sim<'a> {
                 }
             }
         }
-        Ok(chosen)
+        Some(chosen)
     }
 
-    fn try_preempt(&mut self, p: u32) -> Attempt {
-        let victims = match self.choose_victims(p) {
-            Ok(v) => v,
-            Err(a) => return a,
-        };
-        for (v, reason) in victims {
-            self.preemptions_by_reason[usize::from(reason)] += 1;
-            self.stop_run(v, Some(p));
+    fn try_preempt(&mut self, pol: &mut dyn SchedPolicy, p: u32) -> Attempt {
+        let mut cands = pol.candidates(self, p);
+        if cands.is_empty() {
+            return Attempt::NoVictims;
         }
-        if self.start(p) {
+        // Slurm's candidate sort by the plugin's priority (job index breaks ties).
+        cands.sort_unstable_by_key(|c| (c.order, c.job));
+        let Some(victims) = self.fit(p, &cands) else {
+            return Attempt::NotEnough;
+        };
+        pol.on_preempt(self, p, &victims);
+        for c in &victims {
+            self.preemptions_by_reason[usize::from(c.reason)] += 1;
+            let (pt, v) = (self.jobs[p as usize].team, &self.jobs[c.job as usize]);
+            self.preemption_log.push(PreemptionEvent {
+                at: self.now,
+                preemptor_team: pt,
+                victim_team: v.team,
+                victim_free: v.free,
+            });
+            self.stop_run(pol, c.job, Some(p));
+        }
+        if self.start(pol, p) {
             Attempt::Started
         } else {
             // Cannot happen: the trial placement used the same first-fit plan.
@@ -1090,7 +937,7 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn finish(mut self) -> Outcome {
+    fn finish(mut self, pol: &dyn SchedPolicy) -> Outcome {
         let unfinished = self.jobs.iter().filter(|j| !j.done).count() as u64;
         let makespan = if unfinished > 0 {
             self.now
@@ -1102,6 +949,8 @@ impl<'a> Sim<'a> {
         while (self.samples.len() as i64 - 1) * period < makespan {
             let t = self.samples.len() as i64 * period;
             self.samples.push(self.team_cumulative(t));
+            self.advance_entitled(t);
+            self.entitled_samples.push(self.entitled_cum.clone());
         }
         let facts: Vec<JobFacts> = self
             .jobs
@@ -1120,7 +969,7 @@ impl<'a> Sim<'a> {
             self.busy_gpu_secs,
             self.lost_gpu_secs,
         );
-        check.window_mismatches = self.window_mismatches;
+        check.window_mismatches = pol.window_mismatches();
         // Charged usage plus free-tier usage must equal all busy GPU-seconds.
         let charged: i64 = self.team_cumulative(makespan).iter().sum();
         let free_busy: i64 = self
@@ -1146,18 +995,21 @@ impl<'a> Sim<'a> {
             })
             .collect();
         Outcome {
-            policy: self.policy,
+            policy: pol.kind(),
             teams: self.teams,
             capacity_gpus: self.cluster.capacity(),
+            entitled_gpus: self.entitled_gpus,
             makespan,
             jobs,
             runs: self.runs,
             preemptions: self.preemptions,
             preemptions_by_reason: self.preemptions_by_reason,
+            preemption_log: self.preemption_log,
             lost_gpu_secs: self.lost_gpu_secs,
             busy_gpu_secs: self.busy_gpu_secs,
             sample_every: period,
             samples: self.samples,
+            entitled: self.entitled_samples,
             check,
             unfinished_jobs: unfinished,
             passes: self.passes,
@@ -1168,30 +1020,6 @@ impl<'a> Sim<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// Walking classes by `job_priority(tier, rank, n, 0)` and then FIFO is
-        /// the same order as sorting by the full `job_priority(.., age)` (ties
-        /// by submit time): the engine's shortcut does not change the rule.
-        #[test]
-        fn class_order_equals_full_priority_order(
-            jobs in proptest::collection::vec((0usize..3, 0u32..40, 0i64..2_000_000), 1..60),
-            n in 40u32..100,
-        ) {
-            let tiers = [Tier::Budgeted, Tier::OverBudget, Tier::Free];
-            let now = 2_000_000i64;
-            let mut by_class: Vec<(u64, i64, usize)> = jobs.iter().enumerate()
-                .map(|(i, &(t, r, s))| (u64::from(job_priority(tiers[t], r, n, 0)), s, i)).collect();
-            by_class.sort_by_key(|&(p, s, i)| (Reverse(p), s, i));
-            let mut full: Vec<(u32, i64, usize)> = jobs.iter().enumerate()
-                .map(|(i, &(t, r, s))| (job_priority(tiers[t], r, n, now - s), s, i)).collect();
-            full.sort_by_key(|&(p, s, i)| (Reverse(p), s, i));
-            let a: Vec<usize> = by_class.iter().map(|x| x.2).collect();
-            let b: Vec<usize> = full.iter().map(|x| x.2).collect();
-            prop_assert_eq!(a, b);
-        }
-    }
 
     #[test]
     fn min_runtime_rules() {

@@ -16,6 +16,23 @@
 //! - **preemptions per GPU-day**: preemptions / (cluster GPUs x makespan in days).
 //! - **GPU-hours lost**: GPUs x (preemption time - start of the run, or of the
 //!   last checkpoint), summed over preemptions.
+//! - **work GPU-hours** (`work_gpu_hours`): useful GPU-hours completed = busy
+//!   GPU-hours - GPU-hours lost (each finished job's duration x GPUs, plus
+//!   progress checkpointed by unfinished ones).
+//! - **entitlement shortfall**: per team and window W (the same windows as the
+//!   attained share), `max(0, E - R) / (e x |W|)` where `e` is the team's
+//!   entitled GPUs (its allocation, scaled down proportionally when allocations
+//!   sum above the cluster), `E` the integral over W of `min(e, demand)` with
+//!   demand = GPUs of the team's non-free jobs submitted and not finished
+//!   (pending, requeued or running), and `R` the GPU-hours the team held in W
+//!   (charged runs, lost work included). Per team: mean and worst window;
+//!   policy level: sum of shortfalls / sum of `e x |W|` over teams with an
+//!   allocation and windows (GPU-weighted). Exact: demand changes are
+//!   integrated at the instant they happen (simulator/README.md, "Entitlement
+//!   shortfall").
+//! - **reversals**: preemptions of a non-free job of team Y by team X when Y
+//!   had preempted a non-free job of X within the previous window (the
+//!   oscillation the issue forbids).
 //! - **wait**: first start - submission, per tier at first start (budget), per
 //!   declared level (static), all jobs (decay); p50/p95 by nearest rank.
 //!
@@ -48,6 +65,15 @@ pub struct TeamReport {
     pub max_deviation: f64,
     pub jobs: usize,
     pub gpu_hours: f64,
+    /// Entitled GPUs (allocation, scaled to the cluster if allocations exceed it).
+    pub entitled_gpus: f64,
+    /// Mean over windows of the entitlement shortfall (fraction of `entitled x |W|`).
+    pub entitlement_shortfall_mean: f64,
+    /// Worst window's entitlement shortfall.
+    pub entitlement_shortfall_worst: f64,
+    /// Shortfall over the window that starts when the team first asks for
+    /// GPUs (a team arriving on a busy cluster: did it get its first week?).
+    pub entitlement_shortfall_first_week: f64,
 }
 
 /// Wait statistics of one class, in hours.
@@ -72,6 +98,14 @@ pub struct PolicyReport {
     pub preemptions_by_reason: BTreeMap<String, u64>,
     pub preemptions_per_gpu_day: f64,
     pub gpu_hours_lost: f64,
+    /// Useful GPU-hours completed (busy - lost).
+    pub work_gpu_hours: f64,
+    /// `gpu_hours_lost / work_gpu_hours`.
+    pub lost_fraction_of_work: f64,
+    /// Entitlement shortfall, GPU-weighted over teams and windows (0..1).
+    pub entitlement_shortfall: f64,
+    /// Preemptions that reversed one made in the other direction within a window.
+    pub reversals: u64,
     pub contract_breaks: u64,
     /// Double booking + accounting errors + window mismatches.
     pub invariant_violations: u64,
@@ -115,6 +149,89 @@ pub fn attained_at(o: &Outcome, k: usize, window: i64) -> Vec<f64> {
         .collect()
 }
 
+/// Entitlement shortfall of each team over the window ending at sample `k`:
+/// `Some((missing GPU-seconds, entitled x |W| GPU-seconds))`, `None` for a team
+/// without an entitlement.
+pub fn shortfall_at(o: &Outcome, k: usize, window: i64) -> Vec<Option<(f64, f64)>> {
+    let per = o.sample_every.max(1);
+    let wlen = (window / per).max(1) as usize;
+    let lo = k.saturating_sub(wlen);
+    let secs = ((k - lo) as i64 * per) as f64;
+    (0..o.teams.len())
+        .map(|t| {
+            let e = o.entitled_gpus.get(t).copied().unwrap_or(0.0);
+            if e <= 0.0 || secs <= 0.0 {
+                return None;
+            }
+            let entitled = o.entitled[k][t] - o.entitled[lo][t];
+            let received = (o.samples[k][t] - o.samples[lo][t]) as f64;
+            Some(((entitled - received).max(0.0), e * secs))
+        })
+        .collect()
+}
+
+/// Per sample period and team: mean GPUs held and mean `min(entitled, demand)`
+/// over the period (`--timeline-dir`), as CSV: where a shortfall comes from.
+pub fn timeline_csv(o: &Outcome) -> String {
+    let per = o.sample_every.max(1) as f64;
+    let mut s = String::from("hour,team,held_gpus,entitled_and_asked_gpus,entitled_gpus\n");
+    for k in 1..o.samples.len().min(o.entitled.len()) {
+        for (t, info) in o.teams.iter().enumerate() {
+            let held = (o.samples[k][t] - o.samples[k - 1][t]) as f64 / per;
+            let asked = (o.entitled[k][t] - o.entitled[k - 1][t]) / per;
+            s.push_str(&format!(
+                "{},{},{:.2},{:.2},{:.2}\n",
+                k as f64 * per / 3600.0,
+                info.name,
+                held,
+                asked,
+                o.entitled_gpus.get(t).copied().unwrap_or(0.0)
+            ));
+        }
+    }
+    s
+}
+
+/// Shortfall of team `t` over the window starting at the sample before it
+/// first asked for GPUs (clipped to the replay); 0 if it never asked.
+pub fn first_week_shortfall(o: &Outcome, t: usize, window: i64) -> f64 {
+    let per = o.sample_every.max(1);
+    let wlen = (window / per).max(1) as usize;
+    let n = o.entitled.len().min(o.samples.len());
+    let e = o.entitled_gpus.get(t).copied().unwrap_or(0.0);
+    let Some(k0) = (1..n).find(|&k| o.entitled[k][t] > o.entitled[k - 1][t]) else {
+        return 0.0;
+    };
+    let (lo, hi) = (k0 - 1, (k0 - 1 + wlen).min(n - 1));
+    let secs = ((hi - lo) as i64 * per) as f64;
+    if e <= 0.0 || secs <= 0.0 {
+        return 0.0;
+    }
+    let entitled = o.entitled[hi][t] - o.entitled[lo][t];
+    let received = (o.samples[hi][t] - o.samples[lo][t]) as f64;
+    (entitled - received).max(0.0) / (e * secs)
+}
+
+/// Preemptions of a non-free job of team Y by team X within a window after Y
+/// preempted a non-free job of X.
+pub fn reversals(o: &Outcome, window: i64) -> u64 {
+    let mut last: BTreeMap<(u32, u32), i64> = BTreeMap::new();
+    let mut n = 0;
+    for e in o.preemption_log.iter().filter(|e| !e.victim_free) {
+        if e.preemptor_team == e.victim_team {
+            continue;
+        }
+        if last
+            .get(&(e.victim_team, e.preemptor_team))
+            .is_some_and(|&t| e.at - t < window)
+        {
+            n += 1;
+        }
+        last.insert((e.preemptor_team, e.victim_team), e.at);
+    }
+    n
+}
+
 /// Computes the report of one replay.
 pub fn report(o: &Outcome, window: i64, notes: &[String]) -> PolicyReport {
     let per = o.sample_every.max(1);
@@ -130,6 +247,9 @@ pub fn report(o: &Outcome, window: i64, notes: &[String]) -> PolicyReport {
         vec![]
     };
     let shares: Vec<Vec<f64>> = ends.iter().map(|&k| attained_at(o, k, window)).collect();
+    let short: Vec<Vec<Option<(f64, f64)>>> =
+        ends.iter().map(|&k| shortfall_at(o, k, window)).collect();
+    let (mut short_sum, mut entitled_sum) = (0.0, 0.0);
     let mut teams = Vec::new();
     let mut xs = Vec::new();
     for (t, info) in o.teams.iter().enumerate() {
@@ -144,6 +264,17 @@ pub fn report(o: &Outcome, window: i64, notes: &[String]) -> PolicyReport {
         if alloc > 0.0 {
             xs.push(mean / alloc);
         }
+        let fracs: Vec<f64> = short
+            .iter()
+            .filter_map(|w| w[t])
+            .map(|(missing, entitled)| {
+                short_sum += missing;
+                entitled_sum += entitled;
+                missing / entitled
+            })
+            .collect();
+        let short_mean = fracs.iter().sum::<f64>() / fracs.len().max(1) as f64;
+        let short_worst = fracs.iter().copied().fold(0.0, f64::max);
         let team_jobs: Vec<_> = o.jobs.iter().filter(|j| j.team as usize == t).collect();
         let gpu_secs = o.samples.last().map(|s| s[t]).unwrap_or(0);
         teams.push(TeamReport {
@@ -155,6 +286,10 @@ pub fn report(o: &Outcome, window: i64, notes: &[String]) -> PolicyReport {
             max_deviation: r6(max_dev),
             jobs: team_jobs.len(),
             gpu_hours: r6(gpu_secs as f64 / 3600.0),
+            entitled_gpus: r6(o.entitled_gpus.get(t).copied().unwrap_or(0.0)),
+            entitlement_shortfall_mean: r6(short_mean),
+            entitlement_shortfall_worst: r6(short_worst),
+            entitlement_shortfall_first_week: r6(first_week_shortfall(o, t, window)),
         });
     }
     let sum: f64 = xs.iter().sum();
@@ -184,6 +319,7 @@ pub fn report(o: &Outcome, window: i64, notes: &[String]) -> PolicyReport {
         })
         .collect();
     let span = o.makespan.max(1) as f64;
+    let work = (o.busy_gpu_secs - o.lost_gpu_secs) as f64;
     let gpu_days = cap * span / 86_400.0;
     let c = &o.check;
     PolicyReport {
@@ -209,6 +345,18 @@ pub fn report(o: &Outcome, window: i64, notes: &[String]) -> PolicyReport {
             0.0
         }),
         gpu_hours_lost: r6(o.lost_gpu_secs as f64 / 3600.0),
+        work_gpu_hours: r6(work / 3600.0),
+        lost_fraction_of_work: r6(if work > 0.0 {
+            o.lost_gpu_secs as f64 / work
+        } else {
+            0.0
+        }),
+        entitlement_shortfall: r6(if entitled_sum > 0.0 {
+            short_sum / entitled_sum
+        } else {
+            0.0
+        }),
+        reversals: reversals(o, window),
         contract_breaks: c.contract_breaks,
         invariant_violations: c.double_booked + c.accounting_errors + c.window_mismatches,
         unfinished_jobs: o.unfinished_jobs,

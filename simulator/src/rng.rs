@@ -1,10 +1,11 @@
 //! A tiny deterministic random source (SplitMix64).
 //!
 //! The simulator draws only a handful of per-job attributes (team of a Philly
-//! job, declared static priority, free-tier opt-in). Each draw is a pure
-//! function of `(seed, job index, purpose)`, so results do not depend on the
-//! order in which jobs are read or on any crate's RNG algorithm changing
-//! between versions: the same seed gives byte-identical output forever.
+//! job, declared static priority, free-tier opt-in, requested time limit). Each
+//! draw is a pure function of `(seed, job index, purpose)`, so results do not
+//! depend on the order in which jobs are read or on any crate's RNG algorithm
+//! changing between versions: the same seed gives byte-identical output
+//! forever. Generated scenarios ([`crate::scenario`]) draw from a [`Stream`].
 
 /// One SplitMix64 step: a good 64-bit mix of `x`.
 pub fn splitmix64(mut x: u64) -> u64 {
@@ -21,6 +22,9 @@ pub enum Purpose {
     Team = 1,
     StaticPriority = 2,
     FreeTier = 3,
+    TimeLimit = 4,
+    TimeLimitMax = 5,
+    Scenario = 6,
 }
 
 /// A uniform number in `[0, 1)` for `(seed, index, purpose)`.
@@ -29,6 +33,54 @@ pub fn unit(seed: u64, index: u64, purpose: Purpose) -> f64 {
         splitmix64(splitmix64(seed ^ (purpose as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93)) ^ index);
     // 53 random bits -> an exactly representable double in [0, 1).
     (h >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// A sequence of uniform draws for `(seed, purpose)`: draw `i` is `unit(seed, i, purpose)`.
+#[derive(Debug, Clone)]
+pub struct Stream {
+    seed: u64,
+    purpose: Purpose,
+    next: u64,
+}
+
+impl Stream {
+    pub fn new(seed: u64, purpose: Purpose) -> Stream {
+        Stream {
+            seed,
+            purpose,
+            next: 0,
+        }
+    }
+
+    /// The next number in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        let x = unit(self.seed, self.next, self.purpose);
+        self.next += 1;
+        x
+    }
+
+    /// Exponentially distributed with the given mean.
+    pub fn exp(&mut self, mean: f64) -> f64 {
+        -mean * (1.0 - self.unit()).ln()
+    }
+
+    /// Log-uniform in `[lo, hi]`.
+    pub fn log_uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        (lo.ln() + self.unit() * (hi.ln() - lo.ln())).exp()
+    }
+
+    /// An index drawn with the given weights.
+    pub fn pick(&mut self, weights: &[f64]) -> usize {
+        let total: f64 = weights.iter().sum();
+        let mut x = self.unit() * total;
+        for (i, w) in weights.iter().enumerate() {
+            if x < *w {
+                return i;
+            }
+            x -= w;
+        }
+        weights.len().saturating_sub(1)
+    }
 }
 
 #[cfg(test)]

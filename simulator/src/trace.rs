@@ -16,6 +16,7 @@
 //! | `duration_s` | seconds of work the job needs (its real run time) |
 //! | `min_runtime_s` (optional) | declared minimum runtime: seconds, or a duration such as `2h30m`; empty: the `--min-runtime-rule` applies |
 //! | `free` (optional) | `1`/`true`/`yes` opts the job into the free tier |
+//! | `checkpoint_s` (optional) | the job checkpoints this often and declares it (`checkpoint=` in its comment): seconds or a duration; empty: `--checkpoint-interval` |
 //!
 //! Blank lines and lines starting with `#` are skipped. A `sacct` export maps
 //! as `sacct -a -X -P --delimiter=, -o JobID,User,Account,Submit,AllocTRES,Elapsed`
@@ -71,6 +72,8 @@ pub struct JobSpec {
     /// Declared minimum runtime, if the trace has one.
     pub min_runtime: Option<i64>,
     pub free: bool,
+    /// Checkpoint interval the job keeps and declares, if the trace has one.
+    pub checkpoint: Option<i64>,
 }
 
 /// A parsed trace and what was done to it on the way in.
@@ -177,6 +180,24 @@ impl LineCtx<'_> {
         }
     }
 
+    /// An optional duration column: seconds or a duration such as `2h30m`; empty: none.
+    fn duration(
+        &self,
+        fields: &[&str],
+        idx: Option<usize>,
+        name: &str,
+    ) -> Result<Option<i64>, TraceError> {
+        match idx.and_then(|c| fields.get(c)).map(|s| s.trim()) {
+            None | Some("") => Ok(None),
+            Some(s) => Ok(Some(match s.parse::<i64>() {
+                Ok(v) if v >= 0 => v,
+                Ok(_) => return Err(self.err(format!("column {name:?}: negative value {s:?}"))),
+                Err(_) => policy_core::parse_duration(s)
+                    .map_err(|e| self.err(format!("column {name:?}: {e}")))?,
+            })),
+        }
+    }
+
     fn count(&self, fields: &[&str], idx: usize, name: &str) -> Result<u32, TraceError> {
         let s = self.field(fields, idx, name)?;
         s.parse::<u32>().map_err(|_| {
@@ -251,6 +272,7 @@ fn parse_helios(text: &str, path: &Path) -> Result<Trace, TraceError> {
             duration: secs(ctx.number(&f, c_dur, "duration_s")?),
             min_runtime: None,
             free: false,
+            checkpoint: None,
         };
         if gpus == 0 {
             skipped += 1;
@@ -292,6 +314,7 @@ fn parse_philly(text: &str, path: &Path) -> Result<Trace, TraceError> {
             duration: secs(ctx.number(&f, 5, "duration")?),
             min_runtime: None,
             free: false,
+            checkpoint: None,
         });
     }
     Ok(trace)
@@ -327,6 +350,7 @@ fn parse_csv(text: &str, path: &Path) -> Result<Trace, TraceError> {
     let c_dur = require(&cols, "duration_s", path, hline)?;
     let c_min = cols.get("min_runtime_s").copied();
     let c_free = cols.get("free").copied();
+    let c_ckpt = cols.get("checkpoint_s").copied();
     let mut trace = Trace::default();
     let mut skipped = 0usize;
     let mut seen = std::collections::BTreeSet::new();
@@ -343,16 +367,10 @@ fn parse_csv(text: &str, path: &Path) -> Result<Trace, TraceError> {
         if !seen.insert(id.to_string()) {
             return Err(ctx.err(format!("duplicate job_id {id:?}")));
         }
-        let min_runtime = match c_min.and_then(|c| f.get(c)).map(|s| s.trim()) {
-            None | Some("") => None,
-            Some(s) => Some(match s.parse::<i64>() {
-                Ok(v) if v >= 0 => v,
-                Ok(_) => {
-                    return Err(ctx.err(format!("column \"min_runtime_s\": negative value {s:?}")));
-                }
-                Err(_) => policy_core::parse_duration(s)
-                    .map_err(|e| ctx.err(format!("column \"min_runtime_s\": {e}")))?,
-            }),
+        let min_runtime = ctx.duration(&f, c_min, "min_runtime_s")?;
+        let checkpoint = match ctx.duration(&f, c_ckpt, "checkpoint_s")? {
+            Some(0) => return Err(ctx.err("column \"checkpoint_s\": must be longer than 0")),
+            c => c,
         };
         let free = match c_free.and_then(|c| f.get(c)).map(|s| s.trim()) {
             None => false,
@@ -372,6 +390,7 @@ fn parse_csv(text: &str, path: &Path) -> Result<Trace, TraceError> {
             duration: secs(ctx.number(&f, c_dur, "duration_s")?),
             min_runtime,
             free,
+            checkpoint,
         };
         if gpus == 0 {
             skipped += 1;
@@ -476,10 +495,10 @@ mod tests {
     #[test]
     fn csv_reads_optional_columns_and_rebases_time() {
         let t = p(
-            "job_id,user,team,submit_time,gpus,duration_s,min_runtime_s,free\n\
+            "job_id,user,team,submit_time,gpus,duration_s,min_runtime_s,free,checkpoint_s\n\
              # comment\n\
-             a,u1,t1,1000,2,3600,2h,0\n\
-             b,u2,t2,900,1,60,,yes\n\
+             a,u1,t1,1000,2,3600,2h,0,30m\n\
+             b,u2,t2,900,1,60,,yes,\n\
              c,u2,t2,950,0,60,,\n",
             Format::Csv,
         )
@@ -490,12 +509,16 @@ mod tests {
             ("b", 0, true)
         );
         assert_eq!((t.jobs[1].submit, t.jobs[1].min_runtime), (100, Some(7200)));
+        assert_eq!(
+            (t.jobs[0].checkpoint, t.jobs[1].checkpoint),
+            (None, Some(1800))
+        );
         assert_eq!(t.notes, vec!["1 jobs without GPUs skipped".to_string()]);
     }
 
     #[test]
     fn bad_lines_name_their_line_number() {
-        let head = "job_id,user,team,submit_time,gpus,duration_s,min_runtime_s,free\n";
+        let head = "job_id,user,team,submit_time,gpus,duration_s,min_runtime_s,free,checkpoint_s\n";
         let cases = [
             (
                 format!("{head}a,u,t,0,1,10\nb,u,t,x,1,10\n"),
@@ -506,6 +529,8 @@ mod tests {
             (format!("{head}a,u,t,0,1\n"), 2, "missing column"),
             (format!("{head}a,u,t,0,1,10,4x\n"), 2, "accepted forms"),
             (format!("{head}a,u,t,0,1,10,,maybe\n"), 2, "free"),
+            (format!("{head}a,u,t,0,1,10,,0,0\n"), 2, "checkpoint_s"),
+            (format!("{head}a,u,t,0,1,10,,0,soon\n"), 2, "checkpoint_s"),
             (
                 format!("{head}a,u,t,0,1,10\na,u,t,0,1,10\n"),
                 3,
@@ -564,6 +589,7 @@ mod tests {
                     duration: 1,
                     min_runtime: None,
                     free: false,
+                    checkpoint: None,
                 })
                 .collect(),
             ..Trace::default()

@@ -1,7 +1,9 @@
 //! A hand-made trace whose schedule is worked out by hand below, replayed
-//! through the budget policy: protection is respected, the under-share team
-//! preempts right when the victim's window ends, a free-tier job yields, and
-//! nothing preempts back (no loop).
+//! through the old rule (`budget-v1`): protection is respected, the under-share
+//! team preempts right when the victim's window ends, a free-tier job yields,
+//! and nothing preempts back (no loop). Then through the cost-aware rule
+//! (`budget`), whose lost-work budget refuses the same preemption without
+//! checkpoints and allows it with them (worked out at the end).
 //!
 //! Cluster: 1 node x 4 GPUs. Teams `a` and `b`, 2 GPUs each; window 4 h, so
 //! each allocation is 2 x 14,400 = 28,800 GPU-s. Recalculation every 300 s,
@@ -33,6 +35,19 @@
 //! With a 30-minute checkpoint interval J1 keeps its 3,600 s of work (two
 //! checkpoints), loses nothing and restarts with 18,000 s left: it ends at
 //! 28,800; F (60 s, no checkpoint yet) still loses 120 GPU-s.
+//!
+//! Cost-aware rule (`budget`, default knobs, exact time limits). F still yields
+//! to J2 at t=60 (free tier). At t=3,600 the period state says: entitled 2 GPUs
+//! each (4 GPUs, equal allocations); a holds 0 and asks 2: deficit 2; b holds
+//! 4, 2 above its entitlement, released at J1's limit end 21,600: forecast
+//! shortfall 2 x 18,000 = 36,000 GPU-s, above the tolerance 2.5% x 2 x 14,400
+//! = 720: 2 GPUs uncovered. a's ratio 0 < b's 0.496 - 0.1; b keeps its 2
+//! entitled GPUs without J1. But J1 would lose 2 x 3,600 = 7,200 GPU-s, more
+//! than a's lost-work budget, 5% x 2 x 14,400 = 1,440: refused (`LostBudget`).
+//! J3 starts when J1 ends at 21,600 and ends at 28,800; F restarts at 21,660
+//! (J2's end) and ends at 57,660. One preemption, 120 GPU-s lost.
+//! With 30-minute checkpoints J1 would lose 0 GPU-s: allowed, and the schedule
+//! is the old rule's checkpointed one.
 
 use std::collections::BTreeMap;
 
@@ -57,6 +72,7 @@ fn job(
         duration,
         min_runtime: Some(min),
         free,
+        checkpoint: None,
     }
 }
 
@@ -108,8 +124,8 @@ fn schedule(o: &budget_sim::engine::Outcome) -> Vec<RunRow> {
 }
 
 #[test]
-fn budget_policy_follows_the_hand_computed_schedule() {
-    let o = simulate(&trace(), &shares(), PolicyKind::Budget, &cfg(0));
+fn old_rule_follows_the_hand_computed_schedule() {
+    let o = simulate(&trace(), &shares(), PolicyKind::BudgetV1, &cfg(0));
     assert_eq!(
         schedule(&o),
         vec![
@@ -150,11 +166,34 @@ fn budget_policy_follows_the_hand_computed_schedule() {
 
 #[test]
 fn checkpoints_limit_the_lost_work() {
-    let o = simulate(&trace(), &shares(), PolicyKind::Budget, &cfg(1_800));
-    let s = schedule(&o);
-    assert!(s.contains(&(J1, 0, 0, Some(3_600), Some(J3))));
-    assert!(s.contains(&(J1, 1, 10_800, Some(28_800), None)));
-    assert_eq!(o.lost_gpu_secs, 120);
+    for policy in [PolicyKind::BudgetV1, PolicyKind::Budget] {
+        let o = simulate(&trace(), &shares(), policy, &cfg(1_800));
+        let s = schedule(&o);
+        assert!(s.contains(&(J1, 0, 0, Some(3_600), Some(J3))), "{policy:?}");
+        assert!(
+            s.contains(&(J1, 1, 10_800, Some(28_800), None)),
+            "{policy:?}"
+        );
+        assert_eq!(o.lost_gpu_secs, 120, "{policy:?}");
+        assert_eq!(o.check, Default::default(), "{policy:?}");
+    }
+}
+
+#[test]
+fn cost_aware_rule_refuses_a_preemption_its_budget_cannot_pay() {
+    let o = simulate(&trace(), &shares(), PolicyKind::Budget, &cfg(0));
+    assert_eq!(
+        schedule(&o),
+        vec![
+            (F, 0, 0, Some(60), Some(J2)),
+            (F, 1, 21_660, Some(57_660), None),
+            (J1, 0, 0, Some(21_600), None),
+            (J2, 0, 60, Some(21_660), None),
+            (J3, 0, 21_600, Some(28_800), None),
+        ]
+    );
+    assert_eq!((o.preemptions, o.lost_gpu_secs), (1, 120));
+    assert_eq!(o.preemptions_by_reason, [1, 0, 0]);
     assert_eq!(o.check, Default::default());
 }
 

@@ -1,0 +1,1801 @@
+//! The cost-aware preemption rule (docs/design.md §6): a preemption between budgeted
+//! teams happens only when it buys a team entitlement that natural turnover will
+//! not deliver soon enough, and it takes the victims that lose the least work.
+//!
+//! [`crate::preempt`] says when a preemption is *allowed* (the old rule, kept as
+//! `budget-v1` in the simulator). Applied as soon as allowed it thrashes under
+//! sustained overload: teams hover at r = 1 as usage slides through the window,
+//! each crossing flips who is "budgeted", and multi-hour runs are requeued back
+//! and forth (docs/simulator-results.md). This rule decides whether one should
+//! *happen*, from what `preempt/budget` really knows inside `slurmctld`.
+//!
+//! # Two halves: the period state and the callback
+//! Slurm asks `preemptable(victim, preemptor)` for every running candidate of
+//! every pending job it tries to place, under the job lock, many times a pass:
+//! that callback must be O(1)-ish and do no I/O. Everything global is computed
+//! once per period by the plugin's background thread into a [`PreemptState`]
+//! ([`PreemptState::compute`]), from:
+//! - the fair-share snapshot ([`FairShare`]): tree, allocations, window ratios, tiers;
+//! - every running job ([`RunningJob`]: size, run start, **time limit**, requeue
+//!   count, declared min_runtime and checkpoint interval, partition GraceTime) and
+//!   every pending job ([`PendingJob`]: size), never a job's true duration;
+//! - the recent preemptions ([`PastPreemption`], from the preemption record);
+//! - the cluster's GPU count and the time.
+//!
+//! The callback ([`decide`]) reads that state, a small [`InFlight`] list of
+//! preemptors already granted victims and not yet running, and the two jobs.
+//!
+//! # Wiring in `preempt/budget` (phase 2)
+//! - Background thread, each period (when `last_job_update` or the snapshot
+//!   changed, as `Holdings` today): one walk under the job read lock collecting
+//!   every running job as a [`RunningJob`] (`time_limit` minutes x 60, `None` for
+//!   INFINITE; `run_start`; `restart_cnt`; the contract's min_runtime and declared
+//!   checkpoint; the partition's `grace_time`) and every pending job as a
+//!   [`PendingJob`]; the confirmed preemptions of the last window as
+//!   [`PastPreemption`]s (the plugin's own record, or budgetd's); the cluster's GPU
+//!   count; then [`PreemptState::compute`] outside the lock, swapped in behind an
+//!   `Arc`. The same thread drops [`InFlight`] grants ([`InFlight::retain`]) whose
+//!   preemptor is running, no longer pending, or had no victim requeued for it by
+//!   then (the preemption record in `report.rs` knows): a preemptor whose victims
+//!   are in their GraceTime holds nothing yet, so its grant must outlive one
+//!   state, but one Slurm did not preempt for must not block its side. (The
+//!   simulator starts a preemptor with its victims' exit, so there a grant lives
+//!   for one pass.)
+//! - `preempt_p_preemptable(victim, preemptor)`: build the two views from the job
+//!   records (no walk of `job_list`), [`decide`] with the current state and the
+//!   `InFlight` list, and [`InFlight::grant`] the preemptor when the answer is a
+//!   rebalance; drains stay `drain_may_take` as today.
+//! - `PREEMPT_DATA_PRIO` / `preempt_p_get_prio`: [`victim_priority`].
+//! - `priority/budget`: the same state (its own thread computes one) ranks pending
+//!   jobs with [`PreemptState::priority_place`] instead of `FairShare::place`.
+//! - `budgetctl why`: [`Denied::TurnoverSuffices`] carries the first release
+//!   ([`PreemptState::releases`] lists them with job ids), [`Rebalance`] the
+//!   victim's lost work; [`describe`] words an allowed one. Knobs:
+//!   [`RebalancePolicy::set`] takes the `key=value` pairs `budgetctl policy set` will.
+//!
+//! # The rule
+//! Entitled GPUs of a tree node: its allocation as a GPU rate (allocation per
+//! window / window length), scaled down when siblings' allocations exceed their
+//! parent's (or the top level exceeds the cluster). A running job R may be
+//! preempted by a pending job P when R is past its protected window and either
+//! R is free tier and P is not (unchanged, immediate), or, with P budgeted and
+//! their paths splitting below node `parent` into sides `ps` (P's) and `vs` (R's):
+//! 1. **Rank agreement**: `ratio(ps) < ratio(vs) - hysteresis` (the priority
+//!    order agrees that P's side comes first; as in the old rule).
+//! 2. **Victim side above its entitlement**: R's side still holds at least its
+//!    entitled GPUs without R (`held(vs) - gpus(R) >= entitled(vs)`), or R's path
+//!    below the split is over budget by more than a band
+//!    (`ratio >= 1 + over_budget_band`: the over-budget clause, with hysteresis).
+//! 3. **Turnover will not deliver in time**: P's side is short of
+//!    `min(entitled, demand)` and the part of that deficit that the GPUs of
+//!    siblings above their entitlement will release at their *time limits*
+//!    does not cover soon enough: the forecast shortfall (GPU-seconds still
+//!    missing over the next window, if nothing is preempted) exceeds
+//!    `shortfall_tolerance x entitled x window`. The state holds, per side, the
+//!    smallest number of GPUs (`uncovered`) whose preemption brings the forecast
+//!    within tolerance; P may take victims while the GPUs already granted to its
+//!    side in this period are below it.
+//! 4. **No reversal**: R's side has not preempted P's side within the last
+//!    window (`reverse_lock`).
+//! 5. **Bounded cost**: R has been requeued fewer than `max_requeues` times; the
+//!    work R would lose (GPUs x time since its last declared checkpoint, GraceTime
+//!    included) fits in what is left of P's side's lost-work budget for the window
+//!    (`lost_budget x entitled GPU-seconds per window`); the site caps on
+//!    preemptions and lost GPU-hours per window are not reached.
+//!
+//! Victims are ordered ([`victim_priority`]) free tier first, then least work
+//! lost (checkpoint-aware), then most over share. A maintenance drain is not
+//! this module's business ([`crate::preempt::drain_may_take`]).
+//!
+//! The rule is antisymmetric in any one state (2 and 3 cannot both hold in both
+//! directions: 3 needs `held(ps) < entitled(ps)`, 2 needs `held(vs) > entitled(vs)`
+//! or R over budget while P is budgeted), never takes a protected job, and in safe
+//! mode (no snapshot) only takes free-tier jobs: property tests below.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use crate::fairshare::{FairShare, NodeKind, Tier};
+use crate::protection::{is_protected, protected_until};
+
+/// Knobs of the rule. Defaults are reasoned in docs/simulator-results.md
+/// ("The cost-aware rule"); `set` reads them from `key=value` text.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RebalancePolicy {
+    /// Rank agreement: P's side ratio must be below the victim side's by more than this.
+    pub hysteresis: f64,
+    /// Forecast shortfall a side may be left with before preemption helps it,
+    /// as a fraction of its entitled GPU-seconds per window.
+    pub shortfall_tolerance: f64,
+    /// Work a side's preemptions may destroy per window, as a fraction of its
+    /// entitled GPU-seconds per window; `None`: no budget.
+    pub lost_budget: Option<f64>,
+    /// A job requeued this many times is no longer taken for rebalancing; `None`: no cap.
+    pub max_requeues: Option<u32>,
+    /// The over-budget clause: a victim whose path below the split has a ratio of
+    /// at least `1 + band` may be taken even when its side is not above its
+    /// entitlement; `None`: no such clause.
+    pub over_budget_band: Option<f64>,
+    /// Refuse R's side taking from P's side when P's side took from R's side
+    /// within the last window.
+    pub reverse_lock: bool,
+    /// Site cap: at most this many rebalancing preemptions per window.
+    pub site_max_preemptions: Option<u32>,
+    /// Site cap: at most this many GPU-hours lost to rebalancing per window.
+    pub site_max_lost_gpu_hours: Option<f64>,
+    /// Priority: within a tier, jobs of sides below their entitled GPUs rank
+    /// before the others ([`PreemptState::priority_place`]).
+    pub entitled_first: bool,
+}
+
+impl Default for RebalancePolicy {
+    fn default() -> Self {
+        Self {
+            hysteresis: 0.1,
+            shortfall_tolerance: 0.025,
+            lost_budget: Some(0.05),
+            max_requeues: Some(1),
+            over_budget_band: Some(0.1),
+            reverse_lock: true,
+            site_max_preemptions: None,
+            site_max_lost_gpu_hours: None,
+            entitled_first: true,
+        }
+    }
+}
+
+/// A knob could not be set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error(
+        "unknown rebalancing setting {0:?}; known: hysteresis, shortfall_tolerance, lost_budget, max_requeues, over_budget_band, reverse_lock, site_max_preemptions, site_max_lost_gpu_hours, entitled_first"
+    )]
+    UnknownKey(String),
+    #[error("{key}: {msg}, got {value:?}")]
+    BadValue {
+        key: String,
+        value: String,
+        msg: &'static str,
+    },
+}
+
+impl RebalancePolicy {
+    /// Sets one knob from text (`none`/`off` clears an optional one). The
+    /// policy is unchanged when this fails.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), PolicyError> {
+        let v = value.trim();
+        let bad = |msg: &'static str| PolicyError::BadValue {
+            key: key.to_string(),
+            value: v.to_string(),
+            msg,
+        };
+        let off = matches!(v, "none" | "off");
+        let frac = || -> Result<f64, PolicyError> {
+            match v.parse::<f64>() {
+                Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+                _ => Err(bad("expected a number >= 0")),
+            }
+        };
+        match key.trim() {
+            "hysteresis" => self.hysteresis = frac()?,
+            "shortfall_tolerance" => self.shortfall_tolerance = frac()?,
+            "lost_budget" => self.lost_budget = if off { None } else { Some(frac()?) },
+            "over_budget_band" => self.over_budget_band = if off { None } else { Some(frac()?) },
+            "site_max_lost_gpu_hours" => {
+                self.site_max_lost_gpu_hours = if off { None } else { Some(frac()?) }
+            }
+            "max_requeues" | "site_max_preemptions" => {
+                let n = if off {
+                    None
+                } else {
+                    Some(
+                        v.parse::<u32>()
+                            .map_err(|_| bad("expected a whole number >= 0 or none"))?,
+                    )
+                };
+                if key.trim() == "max_requeues" {
+                    self.max_requeues = n;
+                } else {
+                    self.site_max_preemptions = n;
+                }
+            }
+            "reverse_lock" | "entitled_first" => {
+                let on = match v {
+                    "on" | "true" | "yes" | "1" => true,
+                    "off" | "false" | "no" | "0" => false,
+                    _ => return Err(bad("expected on or off")),
+                };
+                if key.trim() == "reverse_lock" {
+                    self.reverse_lock = on;
+                } else {
+                    self.entitled_first = on;
+                }
+            }
+            other => return Err(PolicyError::UnknownKey(other.to_string())),
+        }
+        Ok(())
+    }
+}
+
+/// A running job as the plugin sees it in `job_record_t`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunningJob<'a> {
+    pub job_id: u32,
+    pub account: &'a str,
+    pub user: &'a str,
+    pub free_tier: bool,
+    pub gpus: u32,
+    /// Start of the current run.
+    pub run_start: i64,
+    /// Time limit of the run in seconds; `None`: unlimited.
+    pub time_limit: Option<i64>,
+    /// Declared minimum runtime in seconds.
+    pub min_runtime: i64,
+    /// Declared checkpoint interval in seconds (`checkpoint=` in the comment).
+    pub checkpoint: Option<i64>,
+    /// The partition's GraceTime in seconds: a victim keeps running this long.
+    pub grace: i64,
+    /// Times the job was requeued before this run (Slurm's `restart_cnt`).
+    pub requeues: u32,
+    /// Its place in the snapshot (`FairShare::place(account, user).node`) when
+    /// the caller already knows it from the same snapshot (a per-pass memo);
+    /// `None`: placed by name here.
+    pub leaf: Option<usize>,
+}
+
+impl RunningJob<'_> {
+    /// When the run must end at the latest (its time limit); `i64::MAX` if unlimited.
+    pub fn limit_end(&self) -> i64 {
+        match self.time_limit {
+            Some(l) => self.run_start.saturating_add(l.max(0)),
+            None => i64::MAX,
+        }
+    }
+}
+
+/// A pending job (a preemptor, or demand).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PendingJob<'a> {
+    pub job_id: u32,
+    pub account: &'a str,
+    pub user: &'a str,
+    pub free_tier: bool,
+    pub gpus: u32,
+    /// As [`RunningJob::leaf`].
+    pub leaf: Option<usize>,
+}
+
+/// A rebalancing preemption that happened (from the preemption record).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PastPreemption<'a> {
+    pub at: i64,
+    pub preemptor_account: &'a str,
+    pub preemptor_user: &'a str,
+    pub victim_account: &'a str,
+    pub victim_user: &'a str,
+    /// Work lost (GPU-seconds), as [`expected_lost_gpu_secs`] estimated it.
+    pub lost_gpu_secs: f64,
+}
+
+/// GPU-seconds of work a victim loses if SIGTERM reaches it at `now`: everything
+/// since its last checkpoint (declared interval counted from the run start) when
+/// its GraceTime is over, or its whole run when it declared none.
+pub fn expected_lost_gpu_secs(v: &RunningJob<'_>, now: i64) -> f64 {
+    let ran = (now - v.run_start).max(0).saturating_add(v.grace.max(0));
+    let since = match v.checkpoint {
+        Some(c) if c > 0 => ran % c,
+        _ => ran,
+    };
+    since as f64 * f64::from(v.gpus)
+}
+
+/// GPUs a side will get back from a sibling above its entitlement, at a time limit.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Release {
+    /// The instant the GPUs are free at the latest.
+    pub at: i64,
+    pub job_id: u32,
+    pub gpus: f64,
+}
+
+/// Per tree node, what the period state knows (indices are [`FairShare::nodes`]').
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SideState {
+    /// GPUs held by running non-free jobs beneath.
+    pub held: u32,
+    /// GPUs of running and pending non-free jobs beneath.
+    pub demand: u32,
+    /// Entitled GPUs (allocation as a rate, scaled to what the parent has).
+    pub entitled: f64,
+    /// `min(entitled, demand) - held`, floored at 0.
+    pub deficit: f64,
+    /// Part of the deficit that the forecast says must be preempted for
+    /// (filled by [`PreemptState::side`]).
+    pub uncovered: f64,
+    /// GPU-seconds the forecast says the side will still miss if nothing is
+    /// preempted (over the next window).
+    pub forecast_shortfall: f64,
+    /// Work destroyed by this side's preemptions in the last window (GPU-s).
+    pub lost_spent: f64,
+    /// Its lost-work budget per window (GPU-s; infinite without one).
+    pub lost_budget: f64,
+}
+
+/// Everything global the callback needs, computed once per period.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreemptState {
+    /// When it was computed.
+    pub at: i64,
+    pub policy: RebalancePolicy,
+    /// `None`: computed without a snapshot (safe mode).
+    fair_share_at: Option<i64>,
+    window: i64,
+    nodes: Vec<SideState>,
+    /// Running non-free jobs: (end at time limit, job, GPUs, index into `paths`).
+    runs: Vec<(i64, u32, u32, usize)>,
+    /// Root-first paths of the leaves seen, and which path each node has.
+    paths: Vec<Vec<usize>>,
+    path_of: Vec<Option<usize>>,
+    /// The turnover forecast, computed on first need: most decisions are
+    /// refused by cheaper checks first.
+    forecast: OnceLock<Forecast>,
+    /// `(a, b)`: a job under side `a` preempted one under its sibling `b` in the window.
+    took_from: HashMap<(usize, usize), i64>,
+    site_preemptions: u32,
+    site_lost_gpu_secs: f64,
+    /// Per node: leaf rank with entitlement first (inner nodes: their worst leaf).
+    order_rank: Vec<u32>,
+}
+
+/// What the turnover forecast found, per node.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Forecast {
+    uncovered: Vec<f64>,
+    shortfall: Vec<f64>,
+    /// Releases that cover each deficit side, in time order.
+    releases: HashMap<usize, Vec<Release>>,
+}
+
+/// Preemptors granted victims and not running yet, so that several preemptors
+/// of one side (in one scheduling pass, or while victims finish their GraceTime)
+/// do not each claim its whole deficit. The plugin records a preemptor the first
+/// time the callback allows it a victim (it cannot know which candidates Slurm
+/// takes): conservative. The simulator starts a preemptor at once, so its list
+/// lives for one pass.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InFlight {
+    grants: Vec<(u32, Vec<usize>, u32)>,
+}
+
+impl InFlight {
+    /// Records that `p` (its leaf path `path`) was allowed to preempt.
+    pub fn grant(&mut self, p: &PendingJob<'_>, fs: &FairShare) {
+        if self.grants.iter().any(|g| g.0 == p.job_id) {
+            return;
+        }
+        if let Some(place) = fs.place(p.account, p.user) {
+            self.grants.push((p.job_id, fs.path(place.node), p.gpus));
+        }
+    }
+
+    /// GPUs granted to preemptors under `side`, other than `except`.
+    pub fn gpus_under(&self, side: usize, except: u32) -> u32 {
+        self.grants
+            .iter()
+            .filter(|g| g.0 != except && g.1.contains(&side))
+            .map(|g| g.2)
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.grants.is_empty()
+    }
+
+    /// Keeps the grants whose preemptor `keep` says is still waiting (pending, not
+    /// running): once it runs, its GPUs are in the state's holdings.
+    pub fn retain(&mut self, mut keep: impl FnMut(u32) -> bool) {
+        self.grants.retain(|g| keep(g.0));
+    }
+}
+
+/// Which clause allowed a rebalancing preemption.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clause {
+    /// The victim's side stays at or above its entitlement without it.
+    Entitlement,
+    /// The victim's path is over budget by more than the band.
+    OverBudget,
+}
+
+/// A rebalancing preemption that is allowed, with the figures behind it (node
+/// indices into [`FairShare::nodes`]; [`node_name`] prints them).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Rebalance {
+    pub clause: Clause,
+    pub parent: usize,
+    pub preemptor_side: usize,
+    pub victim_side: usize,
+    pub preemptor_ratio: f64,
+    pub victim_ratio: f64,
+    /// GPUs the preemptor's side is short of `min(entitled, demand)`.
+    pub deficit: f64,
+    /// GPUs of that deficit turnover will not cover in time.
+    pub uncovered: f64,
+    /// GPUs already granted to other preemptors of the side in this period.
+    pub in_flight: u32,
+    pub victim_side_held: u32,
+    pub victim_side_entitled: f64,
+    /// Work the victim loses (GPU-seconds).
+    pub victim_lost_gpu_secs: f64,
+}
+
+/// Why a preemption is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "reason")]
+pub enum Allowed {
+    VictimFreeTier,
+    Rebalance(Rebalance),
+}
+
+/// Why a preemption is refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "reason")]
+pub enum Denied {
+    /// The victim is inside its protected window.
+    Protected { until: i64 },
+    /// Free-tier jobs never preempt.
+    PreemptorFree,
+    /// Safe mode: no fresh fair-share snapshot, only free-tier jobs yield.
+    SafeMode,
+    /// The state was computed from another snapshot than the one given.
+    StaleState,
+    /// An account is not in the snapshot.
+    UnknownAccount { account: String },
+    /// Only budgeted jobs take non-free jobs.
+    PreemptorNotBudgeted { tier: Tier },
+    /// Same leaf, or one path contains the other.
+    SameSide,
+    /// The priority order does not put the preemptor's side first by the hysteresis.
+    RatioGapTooSmall {
+        preemptor_ratio: f64,
+        victim_ratio: f64,
+        hysteresis: f64,
+    },
+    /// The victim's side does not hold more than its entitlement (by the
+    /// victim's GPUs) and is not over budget by the band.
+    VictimSideWithinEntitlement {
+        held: u32,
+        entitled: f64,
+        victim_gpus: u32,
+    },
+    /// The preemptor's side gets what it is short of from turnover soon enough
+    /// (or other preemptors of the side were already granted it).
+    TurnoverSuffices {
+        deficit: f64,
+        uncovered: f64,
+        in_flight: u32,
+        /// The first GPUs expected free for the side, if any.
+        next_release: Option<i64>,
+    },
+    /// The victim's side took from the preemptor's side within the last window.
+    RecentReverse { at: i64 },
+    /// The victim has been requeued too often.
+    RequeueCap { requeues: u32, max: u32 },
+    /// The preemptor's side has spent its lost-work budget.
+    LostBudget {
+        spent_gpu_secs: f64,
+        budget_gpu_secs: f64,
+        victim_lost_gpu_secs: f64,
+    },
+    /// The site's cap on preemptions or lost GPU-hours per window is reached.
+    SiteCap {
+        preemptions: u32,
+        lost_gpu_hours: f64,
+    },
+}
+
+/// A decision with its reason.
+pub type Decision = Result<Allowed, Denied>;
+
+/// Printable name of a node (`account` or `account/user`).
+pub fn node_name(fs: &FairShare, node: usize) -> String {
+    match fs.nodes.get(node) {
+        Some(n) => match &n.kind {
+            NodeKind::Account => n.name.clone(),
+            NodeKind::User { account } => format!("{account}/{}", n.name),
+        },
+        None => String::new(),
+    }
+}
+
+/// Places jobs once per (account, user) while the state is computed; paths are
+/// kept once each and referred to by index.
+struct Placer<'f> {
+    fs: &'f FairShare,
+    index: HashMap<String, HashMap<String, Option<usize>>>,
+    /// Path index by leaf node, for callers that placed their jobs already.
+    by_node: Vec<Option<usize>>,
+    paths: Vec<Vec<usize>>,
+}
+
+impl<'f> Placer<'f> {
+    fn new(fs: &'f FairShare) -> Self {
+        Placer {
+            fs,
+            index: HashMap::new(),
+            by_node: vec![None; fs.nodes.len()],
+            paths: Vec::new(),
+        }
+    }
+
+    /// As [`Placer::place`], with the caller's leaf node when it has one.
+    fn place_hinted(&mut self, leaf: Option<usize>, account: &str, user: &str) -> Option<usize> {
+        match leaf {
+            Some(n) if n < self.by_node.len() => {
+                if let Some(p) = self.by_node[n] {
+                    return Some(p);
+                }
+                self.paths.push(self.fs.path(n));
+                self.by_node[n] = Some(self.paths.len() - 1);
+                self.by_node[n]
+            }
+            _ => self.place(account, user),
+        }
+    }
+
+    /// Index (into `paths`) of the root-first path of a job of `(account, user)`.
+    fn place(&mut self, account: &str, user: &str) -> Option<usize> {
+        if let Some(hit) = self.index.get(account).and_then(|u| u.get(user)) {
+            return *hit;
+        }
+        let found = self
+            .fs
+            .place(account, user)
+            .map(|p| match self.by_node[p.node] {
+                Some(i) => i,
+                None => {
+                    self.paths.push(self.fs.path(p.node));
+                    self.by_node[p.node] = Some(self.paths.len() - 1);
+                    self.paths.len() - 1
+                }
+            });
+        self.index
+            .entry(account.to_string())
+            .or_default()
+            .insert(user.to_string(), found);
+        found
+    }
+}
+
+/// Index of the first position where two root-first paths differ, if both go on.
+fn split_at(a: &[usize], b: &[usize]) -> Option<usize> {
+    let k = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    (k > 0 && k < a.len() && k < b.len()).then_some(k)
+}
+
+impl PreemptState {
+    /// Computes the period state. `capacity_gpus`: the cluster's GPUs (the
+    /// top level's entitlement), `None` to take the top-level allocations as
+    /// they are. Without a snapshot the state is safe mode.
+    pub fn compute<'a>(
+        fs: Option<&FairShare>,
+        running: impl IntoIterator<Item = RunningJob<'a>>,
+        pending: impl IntoIterator<Item = PendingJob<'a>>,
+        history: impl IntoIterator<Item = PastPreemption<'a>>,
+        capacity_gpus: Option<f64>,
+        policy: RebalancePolicy,
+        now: i64,
+    ) -> PreemptState {
+        let mut st = PreemptState {
+            at: now,
+            policy,
+            fair_share_at: None,
+            window: 0,
+            nodes: Vec::new(),
+            runs: Vec::new(),
+            paths: Vec::new(),
+            path_of: Vec::new(),
+            forecast: OnceLock::new(),
+            took_from: HashMap::new(),
+            site_preemptions: 0,
+            site_lost_gpu_secs: 0.0,
+            order_rank: Vec::new(),
+        };
+        let Some(fs) = fs else { return st };
+        let window = fs.window_secs.max(1);
+        st.fair_share_at = Some(fs.at);
+        st.window = window;
+        let n = fs.nodes.len();
+        st.nodes = vec![SideState::default(); n];
+        let mut placer = Placer::new(fs);
+        // Holdings, demand, and each running job's path (for the forecast).
+        let mut runs: Vec<(i64, u32, u32, usize)> = Vec::new();
+        for r in running.into_iter().filter(|r| !r.free_tier) {
+            let Some(path) = placer.place_hinted(r.leaf, r.account, r.user) else {
+                continue;
+            };
+            for &i in &placer.paths[path] {
+                st.nodes[i].held = st.nodes[i].held.saturating_add(r.gpus);
+                st.nodes[i].demand = st.nodes[i].demand.saturating_add(r.gpus);
+            }
+            runs.push((r.limit_end().max(now), r.job_id, r.gpus, path));
+        }
+        for p in pending.into_iter().filter(|p| !p.free_tier) {
+            if let Some(path) = placer.place_hinted(p.leaf, p.account, p.user) {
+                for &i in &placer.paths[path] {
+                    st.nodes[i].demand = st.nodes[i].demand.saturating_add(p.gpus);
+                }
+            }
+        }
+        // Entitlements, top-down.
+        if let Some(root) = fs.nodes.iter().position(|x| x.parent.is_none()) {
+            let top: f64 = fs.nodes[root]
+                .children
+                .iter()
+                .map(|&c| fs.nodes[c].allocation)
+                .sum::<f64>()
+                / window as f64;
+            st.nodes[root].entitled = capacity_gpus.unwrap_or(top).max(0.0);
+            let mut stack = vec![root];
+            while let Some(p) = stack.pop() {
+                let kids = &fs.nodes[p].children;
+                let sum: f64 = kids.iter().map(|&c| fs.nodes[c].allocation).sum();
+                for &c in kids {
+                    let own = fs.nodes[c].allocation / window as f64;
+                    let scaled = if sum > 0.0 {
+                        st.nodes[p].entitled * fs.nodes[c].allocation / sum
+                    } else {
+                        0.0
+                    };
+                    st.nodes[c].entitled = own.min(scaled).max(0.0);
+                    stack.push(c);
+                }
+            }
+        }
+        for s in &mut st.nodes {
+            s.deficit = (s.entitled.min(f64::from(s.demand)) - f64::from(s.held)).max(0.0);
+            s.lost_budget = match policy.lost_budget {
+                Some(b) => b * s.entitled * window as f64,
+                None => f64::INFINITY,
+            };
+        }
+        st.entitled_order(fs);
+        // History: reverse locks, spent budgets, site totals.
+        for h in history {
+            if h.at <= now - window || h.at > now {
+                continue;
+            }
+            st.site_preemptions = st.site_preemptions.saturating_add(1);
+            st.site_lost_gpu_secs += h.lost_gpu_secs.max(0.0);
+            let pp = placer.place(h.preemptor_account, h.preemptor_user);
+            let vp = placer.place(h.victim_account, h.victim_user);
+            if let Some(pp) = pp {
+                for &i in placer.paths[pp].iter().skip(1) {
+                    st.nodes[i].lost_spent += h.lost_gpu_secs.max(0.0);
+                }
+            }
+            if let (Some(pp), Some(vp)) = (pp, vp)
+                && let (pp, vp) = (&placer.paths[pp], &placer.paths[vp])
+                && let Some(k) = split_at(pp, vp)
+            {
+                let e = st.took_from.entry((pp[k], vp[k])).or_insert(h.at);
+                *e = (*e).max(h.at);
+            }
+        }
+        st.runs = runs;
+        st.paths = placer.paths;
+        st.path_of = placer.by_node;
+        st
+    }
+
+    /// Root-first path of `node`: kept from the computation when a job was
+    /// placed there, else walked in `fs`.
+    fn path<'s>(&'s self, fs: &FairShare, node: usize) -> Cow<'s, [usize]> {
+        match self.path_of.get(node).copied().flatten() {
+            Some(p) => Cow::Borrowed(&self.paths[p]),
+            None => Cow::Owned(fs.path(node)),
+        }
+    }
+
+    /// The forecast (computed once, on first need; `fs` is the snapshot the
+    /// state was computed from, checked by the callers).
+    fn forecast(&self, fs: &FairShare) -> &Forecast {
+        self.forecast.get_or_init(|| self.compute_forecast(fs))
+    }
+
+    /// For every parent with a side short of its entitlement: which releases of
+    /// siblings above theirs (at time limits, capped at each sibling's excess)
+    /// cover it, in sibling rank order, and how much must be preempted for.
+    fn compute_forecast(&self, fs: &FairShare) -> Forecast {
+        let (window, now) = (self.window, self.at);
+        let (runs, paths) = (&self.runs, &self.paths);
+        let mut out = Forecast {
+            uncovered: vec![0.0; self.nodes.len()],
+            shortfall: vec![0.0; self.nodes.len()],
+            releases: HashMap::new(),
+        };
+        // Parents with a deficit child, by depth of the child.
+        let mut parents: Vec<(usize, usize)> = Vec::new(); // (parent, depth of its children)
+        for (i, node) in fs.nodes.iter().enumerate() {
+            if node.children.iter().any(|&c| self.nodes[c].deficit > 0.0) {
+                parents.push((i, depth(fs, i) + 1));
+            }
+        }
+        for (parent, d) in parents {
+            // Releases by side, from sides above their entitlement, time order.
+            let mut by_side: HashMap<usize, Vec<(i64, u32, f64)>> = HashMap::new();
+            for (end, job, gpus, path) in runs.iter() {
+                let path = &paths[*path];
+                if path.len() > d && path[d - 1] == parent {
+                    let side = path[d];
+                    if f64::from(self.nodes[side].held) > self.nodes[side].entitled {
+                        by_side
+                            .entry(side)
+                            .or_default()
+                            .push((*end, *job, f64::from(*gpus)));
+                    }
+                }
+            }
+            let mut merged: Vec<(i64, u32, f64)> = Vec::new();
+            for (side, mut rel) in by_side {
+                rel.sort_by_key(|r| (r.0, r.1));
+                let mut left = f64::from(self.nodes[side].held) - self.nodes[side].entitled;
+                for (t, j, g) in rel {
+                    if left <= 0.0 {
+                        break;
+                    }
+                    let take = g.min(left);
+                    left -= take;
+                    merged.push((t, j, take));
+                }
+            }
+            merged.sort_by_key(|a| (a.0, a.1));
+            let mut needy: Vec<usize> = fs.nodes[parent]
+                .children
+                .iter()
+                .copied()
+                .filter(|&c| self.nodes[c].deficit > 0.0)
+                .collect();
+            needy.sort_by_key(|&c| (fs.nodes[c].sibling_rank, c));
+            let mut need: Vec<f64> = needy.iter().map(|&c| self.nodes[c].deficit).collect();
+            let mut got: Vec<Vec<Release>> = vec![Vec::new(); needy.len()];
+            for (t, j, mut g) in merged {
+                for (k, n) in need.iter_mut().enumerate() {
+                    if g <= 0.0 {
+                        break;
+                    }
+                    if *n > 0.0 {
+                        let take = g.min(*n);
+                        *n -= take;
+                        g -= take;
+                        got[k].push(Release {
+                            at: t,
+                            job_id: j,
+                            gpus: take,
+                        });
+                    }
+                }
+            }
+            for (k, &c) in needy.iter().enumerate() {
+                let s = &self.nodes[c];
+                let tolerance =
+                    self.policy.shortfall_tolerance.max(0.0) * s.entitled * window as f64;
+                let (deficit, rel) = (s.deficit, &got[k]);
+                let short = |x: f64| shortfall(deficit - x, rel, now, now + window);
+                let forecast = short(0.0);
+                // Smallest whole number of GPUs that brings the forecast within tolerance.
+                let (mut lo, mut hi) = (0u32, deficit.ceil() as u32);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if short(f64::from(mid)) <= tolerance {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
+                }
+                out.shortfall[c] = forecast;
+                out.uncovered[c] = f64::from(lo).min(deficit);
+                out.releases.insert(c, std::mem::take(&mut got[k]));
+            }
+        }
+        out
+    }
+
+    /// Leaf ranks with entitlement first: a depth-first walk like Fair-Tree's,
+    /// but siblings below their entitled GPUs come before the others (then by
+    /// ratio, as Fair-Tree orders them).
+    fn entitled_order(&mut self, fs: &FairShare) {
+        let n = fs.nodes.len();
+        self.order_rank = vec![0; n];
+        let Some(root) = fs.nodes.iter().position(|x| x.parent.is_none()) else {
+            return;
+        };
+        let under = |i: usize| f64::from(self.nodes[i].held) < self.nodes[i].entitled;
+        let mut next = 0u32;
+        // (node, children visited): post-order gives inner nodes their worst leaf.
+        let mut stack = vec![(root, false)];
+        while let Some((i, done)) = stack.pop() {
+            let kids = &fs.nodes[i].children;
+            if kids.is_empty() {
+                self.order_rank[i] = next;
+                next += 1;
+                continue;
+            }
+            if done {
+                self.order_rank[i] = kids.iter().map(|&c| self.order_rank[c]).max().unwrap_or(0);
+                continue;
+            }
+            stack.push((i, true));
+            let mut sorted: Vec<usize> = kids.clone();
+            sorted.sort_by_key(|&c| (!under(c), fs.nodes[c].sibling_rank, c));
+            for &c in sorted.iter().rev() {
+                stack.push((c, false));
+            }
+        }
+    }
+
+    /// Where a pending job of `(account, user)` ranks, as `(tier, rank)` for
+    /// [`crate::priority::job_priority`]: its tier as [`FairShare::place`] says,
+    /// and with `entitled_first` a rank from a Fair-Tree walk in which siblings
+    /// holding fewer GPUs than their entitlement come before the others (then
+    /// by ratio, as Fair-Tree orders them). Without `entitled_first`, or with a
+    /// state from another snapshot: exactly [`FairShare::place`].
+    ///
+    /// Why: ordering by window ratio alone hands every released GPU to the side
+    /// with the lowest ratio until the ratios cross, a feedback delayed by the
+    /// window that swings whole clusters between teams under sustained
+    /// overload; serving sides below their entitled GPUs first is what makes
+    /// turnover deliver entitlements, which this rule's forecast counts on.
+    /// The tier is kept: an over-budget team (it already received its
+    /// allocation in the window) still gets only what budgeted teams leave
+    /// (docs/simulator-results.md measures the variant that promoted it).
+    pub fn priority_place(&self, fs: &FairShare, account: &str, user: &str) -> Option<(Tier, u32)> {
+        let place = fs.place(account, user)?;
+        if !self.policy.entitled_first || !self.matches(fs) {
+            return Some((place.tier, place.rank));
+        }
+        Some((
+            place.tier,
+            self.order_rank
+                .get(place.node)
+                .copied()
+                .unwrap_or(place.rank),
+        ))
+    }
+
+    /// What the state knows about a node (`fs`: the snapshot it was computed
+    /// from; `None` for another one).
+    pub fn side(&self, fs: &FairShare, node: usize) -> Option<SideState> {
+        if !self.matches(fs) {
+            return None;
+        }
+        let f = self.forecast(fs);
+        self.nodes.get(node).map(|s| SideState {
+            uncovered: f.uncovered[node],
+            forecast_shortfall: f.shortfall[node],
+            ..s.clone()
+        })
+    }
+
+    /// Releases expected to cover a side's deficit, in time order (empty for
+    /// another snapshot than the state's).
+    pub fn releases(&self, fs: &FairShare, node: usize) -> &[Release] {
+        if !self.matches(fs) {
+            return &[];
+        }
+        self.forecast(fs)
+            .releases
+            .get(&node)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    /// Rebalancing preemptions and lost GPU-seconds in the last window (site totals).
+    pub fn site_totals(&self) -> (u32, f64) {
+        (self.site_preemptions, self.site_lost_gpu_secs)
+    }
+
+    /// Whether the site cap is reached (shown in `/metrics` when it bites).
+    pub fn site_cap_reached(&self, extra_lost_gpu_secs: f64) -> bool {
+        let p = &self.policy;
+        p.site_max_preemptions
+            .is_some_and(|m| self.site_preemptions >= m)
+            || p.site_max_lost_gpu_hours.is_some_and(|m| {
+                (self.site_lost_gpu_secs + extra_lost_gpu_secs) / crate::HOUR as f64 > m
+            })
+    }
+
+    /// Whether the state was computed from `fs`.
+    fn matches(&self, fs: &FairShare) -> bool {
+        self.fair_share_at == Some(fs.at) && self.nodes.len() == fs.nodes.len()
+    }
+}
+
+fn depth(fs: &FairShare, mut node: usize) -> usize {
+    let mut d = 0;
+    while let Some(p) = fs.nodes.get(node).and_then(|n| n.parent) {
+        d += 1;
+        node = p;
+        if d > fs.nodes.len() {
+            break;
+        }
+    }
+    d
+}
+
+/// GPU-seconds missing over `[now, horizon)` when `need` GPUs are missing at
+/// `now` and `releases` arrive in time order.
+fn shortfall(need: f64, releases: &[Release], now: i64, horizon: i64) -> f64 {
+    let mut level = need;
+    let mut t = now;
+    let mut total = 0.0;
+    for r in releases {
+        if level <= 0.0 {
+            return total;
+        }
+        let at = r.at.clamp(now, horizon);
+        total += level * (at - t) as f64;
+        t = at;
+        level -= r.gpus;
+    }
+    if level > 0.0 {
+        total += level * (horizon - t) as f64;
+    }
+    total
+}
+
+/// The side-level part of a rebalancing decision: everything that depends only
+/// on the two jobs' places, not on the victim's own run. The simulator and the
+/// plugin may cache it per (preemptor, victim leaf); [`decide`] runs both parts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SideVerdict {
+    parent: usize,
+    ps: usize,
+    vs: usize,
+    p_ratio: f64,
+    v_ratio: f64,
+    /// The over-budget clause holds for the victim's path.
+    over_budget: bool,
+    in_flight: u32,
+    deficit: f64,
+    uncovered: f64,
+}
+
+/// Side-level checks for a budgeted preemptor `p` against a non-free victim
+/// `v`, reading only the victim's account, user and leaf: the same verdict holds
+/// for every running job of that leaf.
+pub fn judge_sides(
+    state: &PreemptState,
+    fs: Option<&FairShare>,
+    in_flight: &InFlight,
+    p: &PendingJob<'_>,
+    v: &RunningJob<'_>,
+) -> Result<SideVerdict, Denied> {
+    if p.free_tier {
+        return Err(Denied::PreemptorFree);
+    }
+    let Some(fs) = fs else {
+        return Err(Denied::SafeMode);
+    };
+    if !state.matches(fs) {
+        return Err(if state.fair_share_at.is_none() {
+            Denied::SafeMode
+        } else {
+            Denied::StaleState
+        });
+    }
+    let node_of = |leaf: Option<usize>, account: &str, user: &str| match leaf {
+        Some(n) if n < fs.nodes.len() => Ok(n),
+        _ => fs
+            .place(account, user)
+            .map(|p| p.node)
+            .ok_or_else(|| Denied::UnknownAccount {
+                account: account.to_string(),
+            }),
+    };
+    let pn = node_of(p.leaf, p.account, p.user)?;
+    let vn = node_of(v.leaf, v.account, v.user)?;
+    // A leaf's tier is its node's (members and non-members alike: FairShare::place).
+    let (p_tier, v_tier) = (fs.nodes[pn].tier, fs.nodes[vn].tier);
+    if p_tier != Tier::Budgeted {
+        return Err(Denied::PreemptorNotBudgeted { tier: p_tier });
+    }
+    let (p_path, v_path) = (state.path(fs, pn), state.path(fs, vn));
+    let k = split_at(&p_path, &v_path).ok_or(Denied::SameSide)?;
+    let (parent, ps, vs) = (v_path[k - 1], p_path[k], v_path[k]);
+    let policy = &state.policy;
+    if policy.reverse_lock
+        && let Some(&at) = state.took_from.get(&(vs, ps))
+    {
+        return Err(Denied::RecentReverse { at });
+    }
+    let (p_ratio, v_ratio) = (fs.nodes[ps].ratio, fs.nodes[vs].ratio);
+    let h = policy.hysteresis.max(0.0);
+    // Written as ">=" so that a NaN ratio also refuses.
+    if p_ratio >= v_ratio - h || p_ratio.is_nan() || v_ratio.is_nan() {
+        return Err(Denied::RatioGapTooSmall {
+            preemptor_ratio: p_ratio,
+            victim_ratio: v_ratio,
+            hysteresis: h,
+        });
+    }
+    let over_budget = policy.over_budget_band.is_some_and(|band| {
+        v_tier == Tier::OverBudget
+            && v_path[k..]
+                .iter()
+                .filter(|&&i| fs.nodes[i].budget_bearing)
+                .any(|&i| fs.nodes[i].ratio >= 1.0 + band.max(0.0))
+    });
+    let vside = &state.nodes[vs];
+    if !over_budget && f64::from(vside.held) <= vside.entitled {
+        return Err(Denied::VictimSideWithinEntitlement {
+            held: vside.held,
+            entitled: vside.entitled,
+            victim_gpus: 0,
+        });
+    }
+    let pside = &state.nodes[ps];
+    let granted = in_flight.gpus_under(ps, p.job_id);
+    let uncovered = if pside.deficit > 0.0 {
+        state.forecast(fs).uncovered[ps]
+    } else {
+        0.0
+    };
+    if uncovered <= 0.0 || f64::from(granted) >= uncovered {
+        return Err(Denied::TurnoverSuffices {
+            deficit: pside.deficit,
+            uncovered,
+            in_flight: granted,
+            next_release: state.releases(fs, ps).first().map(|r| r.at),
+        });
+    }
+    Ok(SideVerdict {
+        parent,
+        ps,
+        vs,
+        p_ratio,
+        v_ratio,
+        over_budget,
+        in_flight: granted,
+        deficit: pside.deficit,
+        uncovered,
+    })
+}
+
+/// Victim-level checks, after [`judge_sides`] allowed the pair of sides.
+pub fn judge_victim(
+    state: &PreemptState,
+    sides: &SideVerdict,
+    v: &RunningJob<'_>,
+    now: i64,
+) -> Decision {
+    if is_protected(v.run_start, v.min_runtime, v.free_tier, now) {
+        return Err(Denied::Protected {
+            until: protected_until(v.run_start, v.min_runtime),
+        });
+    }
+    let policy = &state.policy;
+    if let Some(max) = policy.max_requeues
+        && v.requeues >= max
+    {
+        return Err(Denied::RequeueCap {
+            requeues: v.requeues,
+            max,
+        });
+    }
+    let vside = &state.nodes[sides.vs];
+    let keeps_entitlement =
+        f64::from(vside.held) - f64::from(v.gpus) >= vside.entitled && vside.held >= v.gpus;
+    if !sides.over_budget && !keeps_entitlement {
+        return Err(Denied::VictimSideWithinEntitlement {
+            held: vside.held,
+            entitled: vside.entitled,
+            victim_gpus: v.gpus,
+        });
+    }
+    let lost = expected_lost_gpu_secs(v, now);
+    let pside = &state.nodes[sides.ps];
+    if pside.lost_spent + lost > pside.lost_budget {
+        return Err(Denied::LostBudget {
+            spent_gpu_secs: pside.lost_spent,
+            budget_gpu_secs: pside.lost_budget,
+            victim_lost_gpu_secs: lost,
+        });
+    }
+    if state.site_cap_reached(lost) {
+        let (preemptions, lost_secs) = state.site_totals();
+        return Err(Denied::SiteCap {
+            preemptions,
+            lost_gpu_hours: lost_secs / crate::HOUR as f64,
+        });
+    }
+    Ok(Allowed::Rebalance(Rebalance {
+        clause: if keeps_entitlement {
+            Clause::Entitlement
+        } else {
+            Clause::OverBudget
+        },
+        parent: sides.parent,
+        preemptor_side: sides.ps,
+        victim_side: sides.vs,
+        preemptor_ratio: sides.p_ratio,
+        victim_ratio: sides.v_ratio,
+        deficit: sides.deficit,
+        uncovered: sides.uncovered,
+        in_flight: sides.in_flight,
+        victim_side_held: vside.held,
+        victim_side_entitled: vside.entitled,
+        victim_lost_gpu_secs: lost,
+    }))
+}
+
+/// Whether pending `p` may preempt running `v` now, and why: the callback.
+pub fn decide(
+    state: &PreemptState,
+    fs: Option<&FairShare>,
+    in_flight: &InFlight,
+    p: &PendingJob<'_>,
+    v: &RunningJob<'_>,
+    now: i64,
+) -> Decision {
+    if is_protected(v.run_start, v.min_runtime, v.free_tier, now) {
+        return Err(Denied::Protected {
+            until: protected_until(v.run_start, v.min_runtime),
+        });
+    }
+    if p.free_tier {
+        return Err(Denied::PreemptorFree);
+    }
+    if v.free_tier {
+        return Ok(Allowed::VictimFreeTier);
+    }
+    let sides = judge_sides(state, fs, in_flight, p, v)?;
+    judge_victim(state, &sides, v, now)
+}
+
+/// Victim order for Slurm's candidate sort (ascending: lowest preempted first):
+/// free tier first; then the least work lost ([`expected_lost_gpu_secs`], so a
+/// job that checkpoints or just left its window goes first), log-compressed;
+/// then the most over share.
+pub fn victim_priority(fs: Option<&FairShare>, v: &RunningJob<'_>, now: i64) -> u32 {
+    const FIELD: u32 = (1 << 15) - 1;
+    if v.free_tier {
+        return 0;
+    }
+    let lost = expected_lost_gpu_secs(v, now);
+    let lost_part = ((1.0 + lost).log2() * 1000.0).min(f64::from(FIELD)) as u32;
+    let view = crate::preempt::JobView {
+        job_id: v.job_id,
+        account: v.account,
+        user: v.user,
+        free_tier: false,
+        run_start: v.run_start,
+        min_runtime: v.min_runtime,
+        gpus: v.gpus,
+    };
+    let over = (crate::preempt::over_share(fs, &view) * 1000.0).clamp(0.0, f64::from(FIELD)) as u32;
+    (1 << 30) | (lost_part << 15) | (FIELD - over)
+}
+
+/// Node names of an allowed rebalancing, for logs and `budgetctl why`.
+pub fn describe(fs: &FairShare, r: &Rebalance) -> String {
+    format!(
+        "{} below {}: {} short of {:.1} GPUs ({:.1} not covered by turnover), {} holds {} of {:.1} entitled; victim loses {:.1} GPU-h",
+        match r.clause {
+            Clause::Entitlement => "rebalance",
+            Clause::OverBudget => "over budget",
+        },
+        node_name(fs, r.parent),
+        node_name(fs, r.preemptor_side),
+        r.deficit,
+        r.uncovered,
+        node_name(fs, r.victim_side),
+        r.victim_side_held,
+        r.victim_side_entitled,
+        r.victim_lost_gpu_secs / crate::HOUR as f64,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fairshare::UsageByLeaf;
+    use crate::tree::{AccountSpec, MemberSpec, TreeSpec};
+    use proptest::prelude::*;
+
+    const W: i64 = 7 * 86_400;
+
+    /// Teams `a` and `b` with `alloc` GPUs each (as GPU-hours per 7 days), usage in GPU-hours.
+    fn two(alloc: f64, a_used: f64, b_used: f64) -> FairShare {
+        let tree = TreeSpec {
+            root_allocation_gpu_hours: None,
+            accounts: ["a", "b"]
+                .iter()
+                .map(|n| AccountSpec {
+                    name: n.to_string(),
+                    parent: None,
+                    allocation_gpu_hours: alloc * 168.0,
+                    overcommit: false,
+                })
+                .collect(),
+            members: ["a", "b"]
+                .iter()
+                .map(|n| MemberSpec {
+                    user: format!("u{n}"),
+                    account: n.to_string(),
+                    allocation_gpu_hours: None,
+                })
+                .collect(),
+        };
+        let usage: UsageByLeaf = [
+            (("a".to_string(), "ua".to_string()), a_used * 3600.0),
+            (("b".to_string(), "ub".to_string()), b_used * 3600.0),
+        ]
+        .into_iter()
+        .collect();
+        FairShare::compute(&tree, &usage, 0, W)
+    }
+
+    fn run<'a>(
+        id: u32,
+        team: &'a str,
+        user: &'a str,
+        gpus: u32,
+        start: i64,
+        limit: i64,
+    ) -> RunningJob<'a> {
+        RunningJob {
+            job_id: id,
+            account: team,
+            user,
+            free_tier: false,
+            gpus,
+            run_start: start,
+            time_limit: Some(limit),
+            min_runtime: 3600,
+            checkpoint: None,
+            grace: 0,
+            requeues: 0,
+            leaf: None,
+        }
+    }
+
+    fn pend<'a>(id: u32, team: &'a str, user: &'a str, gpus: u32) -> PendingJob<'a> {
+        PendingJob {
+            job_id: id,
+            account: team,
+            user,
+            free_tier: false,
+            gpus,
+            leaf: None,
+        }
+    }
+
+    const H: i64 = 3600;
+
+    /// b holds 12 of a 16-GPU cluster (entitled 8 each); a holds 4 and wants 8 more.
+    fn starved(limit: i64) -> (FairShare, Vec<RunningJob<'static>>) {
+        let fs = two(8.0, 100.0, 1000.0);
+        let running = vec![
+            run(1, "a", "ua", 4, 0, 48 * H),
+            run(2, "b", "ub", 4, 0, limit),
+            run(3, "b", "ub", 4, 0, limit),
+            run(4, "b", "ub", 4, 0, limit),
+        ];
+        (fs, running)
+    }
+
+    #[test]
+    fn entitlements_and_deficits() {
+        let (fs, running) = starved(48 * H);
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [pend(9, "a", "ua", 8)],
+            [],
+            Some(16.0),
+            RebalancePolicy::default(),
+            2 * H,
+        );
+        let a = fs.account("a").unwrap();
+        let b = fs.account("b").unwrap();
+        let sa = st.side(&fs, a).unwrap();
+        assert_eq!((sa.held, sa.demand), (4, 12));
+        assert!((sa.entitled - 8.0).abs() < 1e-9);
+        assert!((sa.deficit - 4.0).abs() < 1e-9);
+        // b is 4 above its 8: its releases at 48 h cover a's 4 only after 46 h:
+        // forecast 4 x 46 h, far above 2.5% x 8 GPUs x 168 h = 33.6 GPU-h: all 4 uncovered.
+        assert!((sa.forecast_shortfall - 4.0 * 46.0 * 3600.0).abs() < 1e-6);
+        assert!((sa.uncovered - 4.0).abs() < 1e-9);
+        assert_eq!(st.side(&fs, b).unwrap().deficit, 0.0);
+        assert_eq!(st.releases(&fs, a).len(), 1);
+        assert_eq!(st.releases(&fs, a)[0].at, 48 * H);
+    }
+
+    #[test]
+    fn turnover_that_comes_soon_enough_means_no_preemption() {
+        // b's jobs end (time limit) 3 h from now: 4 GPUs x 3 h = 12 GPU-h missing,
+        // within the 33.6 GPU-h tolerance.
+        let (fs, running) = starved(5 * H);
+        let now = 2 * H;
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [pend(9, "a", "ua", 4)],
+            [],
+            Some(16.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        let d = decide(
+            &st,
+            Some(&fs),
+            &InFlight::default(),
+            &pend(9, "a", "ua", 4),
+            &running[1],
+            now,
+        );
+        assert!(
+            matches!(d, Err(Denied::TurnoverSuffices { next_release: Some(t), .. }) if t == 5 * H),
+            "{d:?}"
+        );
+        // Same with no tolerance: preempt.
+        let strict = RebalancePolicy {
+            shortfall_tolerance: 0.0,
+            ..RebalancePolicy::default()
+        };
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [pend(9, "a", "ua", 4)],
+            [],
+            Some(16.0),
+            strict,
+            now,
+        );
+        assert!(matches!(
+            decide(
+                &st,
+                Some(&fs),
+                &InFlight::default(),
+                &pend(9, "a", "ua", 4),
+                &running[1],
+                now
+            ),
+            Ok(Allowed::Rebalance(Rebalance {
+                clause: Clause::Entitlement,
+                ..
+            }))
+        ));
+    }
+
+    #[test]
+    fn each_check_of_the_rule() {
+        let (fs, running) = starved(48 * H);
+        let now = 2 * H;
+        let p = pend(9, "a", "ua", 4);
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [p],
+            [],
+            Some(16.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        let none = InFlight::default();
+        let ok = decide(&st, Some(&fs), &none, &p, &running[1], now);
+        let Ok(Allowed::Rebalance(r)) = ok else {
+            panic!("{ok:?}")
+        };
+        assert_eq!(r.victim_side_held, 12);
+        assert!((r.victim_lost_gpu_secs - 4.0 * 2.0 * 3600.0).abs() < 1e-9);
+        assert!(describe(&fs, &r).contains("a short of 4.0 GPUs"));
+        // Protected victim.
+        assert!(matches!(
+            decide(&st, Some(&fs), &none, &p, &running[1], 1800),
+            Err(Denied::Protected { until: 3600 })
+        ));
+        // Reverse direction: a is below its entitlement.
+        let pb = pend(10, "b", "ub", 4);
+        assert!(decide(&st, Some(&fs), &none, &pb, &running[0], now).is_err());
+        // Victim too large to leave b at its entitlement: 12 - 8 < 8.
+        let big = run(5, "b", "ub", 8, 0, 48 * H);
+        assert!(matches!(
+            decide(&st, Some(&fs), &none, &p, &big, now),
+            Err(Denied::VictimSideWithinEntitlement { victim_gpus: 8, .. })
+        ));
+        // Requeued once already.
+        let again = RunningJob {
+            requeues: 1,
+            ..running[1]
+        };
+        assert!(matches!(
+            decide(&st, Some(&fs), &none, &p, &again, now),
+            Err(Denied::RequeueCap {
+                requeues: 1,
+                max: 1
+            })
+        ));
+        // Another preemptor of a was granted the 4 uncovered GPUs this period.
+        let mut inflight = InFlight::default();
+        inflight.grant(&pend(11, "a", "ua", 4), &fs);
+        assert!(matches!(
+            decide(&st, Some(&fs), &inflight, &p, &running[1], now),
+            Err(Denied::TurnoverSuffices { in_flight: 4, .. })
+        ));
+        // ... but its own grant does not count against itself.
+        inflight.grant(&p, &fs);
+        assert_eq!(inflight.gpus_under(fs.account("a").unwrap(), 11), 4);
+        // Once preemptor 11 runs, its GPUs are holdings, no longer a grant.
+        inflight.retain(|job| job != 11);
+        assert_eq!(inflight.gpus_under(fs.account("a").unwrap(), 9), 0);
+        assert!(decide(&st, Some(&fs), &inflight, &p, &running[1], now).is_ok());
+        // Safe mode.
+        assert_eq!(
+            decide(&st, None, &none, &p, &running[1], now),
+            Err(Denied::SafeMode)
+        );
+        let free = RunningJob {
+            free_tier: true,
+            ..running[1]
+        };
+        assert_eq!(
+            decide(&st, None, &none, &p, &free, now),
+            Ok(Allowed::VictimFreeTier)
+        );
+        let fp = PendingJob {
+            free_tier: true,
+            ..p
+        };
+        assert_eq!(
+            decide(&st, Some(&fs), &none, &fp, &free, now),
+            Err(Denied::PreemptorFree)
+        );
+        // A state from another snapshot.
+        let other = FairShare::from_nodes(5, W, fs.nodes.clone());
+        assert_eq!(
+            decide(&st, Some(&other), &none, &p, &running[1], now),
+            Err(Denied::StaleState)
+        );
+    }
+
+    #[test]
+    fn lost_budget_reverse_lock_and_site_cap() {
+        let (fs, running) = starved(48 * H);
+        let now = 20 * H;
+        let p = pend(9, "a", "ua", 4);
+        let none = InFlight::default();
+        // a's budget: 5% x 8 GPUs x 168 h = 67.2 GPU-h; 60 GPU-h already spent,
+        // the victim would lose 4 x 20 h = 80.
+        let spent = [PastPreemption {
+            at: now - H,
+            preemptor_account: "a",
+            preemptor_user: "ua",
+            victim_account: "b",
+            victim_user: "ub",
+            lost_gpu_secs: 60.0 * 3600.0,
+        }];
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [p],
+            spent,
+            Some(16.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        assert!(matches!(
+            decide(&st, Some(&fs), &none, &p, &running[1], now),
+            Err(Denied::LostBudget { .. })
+        ));
+        // A checkpointing victim (every 30 min, 20 h in) loses nothing: allowed.
+        let ck = RunningJob {
+            checkpoint: Some(1800),
+            ..running[1]
+        };
+        assert!(decide(&st, Some(&fs), &none, &p, &ck, now).is_ok());
+        // b took from a within the window: a may not take from b... and the
+        // other way round is refused by the entitlement test anyway.
+        let rev = [PastPreemption {
+            at: now - 2 * H,
+            preemptor_account: "b",
+            preemptor_user: "ub",
+            victim_account: "a",
+            victim_user: "ua",
+            lost_gpu_secs: 0.0,
+        }];
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [p],
+            rev,
+            Some(16.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        assert!(matches!(
+            decide(&st, Some(&fs), &none, &p, &ck, now),
+            Err(Denied::RecentReverse { .. })
+        ));
+        // Older than the window: forgotten.
+        let old = [PastPreemption {
+            at: now - W,
+            ..rev[0]
+        }];
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [p],
+            old,
+            Some(16.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        assert!(decide(&st, Some(&fs), &none, &p, &ck, now).is_ok());
+        // Site cap of 1 preemption per window, one in the record.
+        let capped = RebalancePolicy {
+            site_max_preemptions: Some(1),
+            reverse_lock: false,
+            ..RebalancePolicy::default()
+        };
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [p],
+            rev,
+            Some(16.0),
+            capped,
+            now,
+        );
+        assert!(matches!(
+            decide(&st, Some(&fs), &none, &p, &ck, now),
+            Err(Denied::SiteCap { preemptions: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn over_budget_clause_has_a_band() {
+        // b holds exactly its entitlement (8 of 16) but used 1.05x / 1.2x its
+        // allocation; its job would lose 40 GPU-h, within a's budget.
+        let now = 5 * H;
+        for (b_used, allowed) in [(1.05 * 8.0 * 168.0, false), (1.2 * 8.0 * 168.0, true)] {
+            let fs = two(8.0, 0.0, b_used);
+            let running = [run(1, "b", "ub", 8, 0, 100 * H)];
+            let p = pend(9, "a", "ua", 8);
+            let st = PreemptState::compute(
+                Some(&fs),
+                running,
+                [p],
+                [],
+                Some(16.0),
+                RebalancePolicy::default(),
+                now,
+            );
+            let d = decide(&st, Some(&fs), &InFlight::default(), &p, &running[0], now);
+            assert_eq!(d.is_ok(), allowed, "{b_used}: {d:?}");
+            if let Ok(Allowed::Rebalance(r)) = d {
+                assert_eq!(r.clause, Clause::OverBudget);
+            }
+        }
+    }
+
+    #[test]
+    fn scaled_entitlements_when_allocations_exceed_the_cluster() {
+        let fs = two(16.0, 0.0, 0.0);
+        let st = PreemptState::compute(
+            Some(&fs),
+            [],
+            [],
+            [],
+            Some(16.0),
+            RebalancePolicy::default(),
+            0,
+        );
+        assert!((st.side(&fs, fs.account("a").unwrap()).unwrap().entitled - 8.0).abs() < 1e-9);
+        let st = PreemptState::compute(Some(&fs), [], [], [], None, RebalancePolicy::default(), 0);
+        assert!((st.side(&fs, fs.account("a").unwrap()).unwrap().entitled - 16.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn victims_losing_least_go_first() {
+        let fs = two(8.0, 0.0, 1000.0);
+        let now = 10 * H;
+        let young_big = run(1, "b", "ub", 8, now - 2 * H, 48 * H); // 16 GPU-h
+        let old_small = run(2, "b", "ub", 1, 0, 48 * H); // 10 GPU-h
+        let ckpt = RunningJob {
+            checkpoint: Some(1800),
+            ..young_big
+        }; // 0
+        let free = RunningJob {
+            free_tier: true,
+            ..young_big
+        };
+        let o = |j: &RunningJob<'_>| victim_priority(Some(&fs), j, now);
+        assert!(o(&free) < o(&ckpt));
+        assert!(o(&ckpt) < o(&old_small));
+        assert!(o(&old_small) < o(&young_big));
+    }
+
+    #[test]
+    fn settings_parse_and_bad_ones_change_nothing() {
+        let mut p = RebalancePolicy::default();
+        p.set("lost_budget", "none").unwrap();
+        p.set("max_requeues", "2").unwrap();
+        p.set("reverse_lock", "off").unwrap();
+        p.set("shortfall_tolerance", "0.05").unwrap();
+        assert_eq!(p.lost_budget, None);
+        assert_eq!(p.max_requeues, Some(2));
+        assert!(!p.reverse_lock);
+        let before = p;
+        assert!(p.set("shortfall_tolerance", "-1").is_err());
+        assert!(p.set("bogus", "1").is_err());
+        assert!(p.set("max_requeues", "1.5").is_err());
+        assert_eq!(p, before);
+    }
+
+    #[test]
+    fn teams_below_their_entitlement_rank_first() {
+        // b used more of its window (ranks second by ratio) and holds 4 of 8
+        // entitled; a holds 12: b's jobs rank first, in their own tier.
+        let fs = two(8.0, 100.0, 500.0);
+        let running = [
+            run(1, "a", "ua", 12, 0, 48 * H),
+            run(2, "b", "ub", 4, 0, 48 * H),
+        ];
+        let policy = RebalancePolicy::default();
+        let st = PreemptState::compute(Some(&fs), running, [], [], Some(16.0), policy, H);
+        let (a, b) = (fs.place("a", "ua").unwrap(), fs.place("b", "ub").unwrap());
+        assert_eq!((a.rank, b.rank, b.tier), (0, 1, Tier::Budgeted));
+        assert_eq!(st.priority_place(&fs, "b", "ub"), Some((Tier::Budgeted, 0)));
+        assert_eq!(st.priority_place(&fs, "a", "ua"), Some((Tier::Budgeted, 1)));
+        // Non-members rank at their account's worst leaf.
+        assert_eq!(
+            st.priority_place(&fs, "b", "stranger"),
+            Some((Tier::Budgeted, 0))
+        );
+        // An over-budget team below its entitlement ranks first but keeps its tier.
+        let over = two(8.0, 100.0, 2000.0);
+        let st_over = PreemptState::compute(Some(&over), running, [], [], Some(16.0), policy, H);
+        assert_eq!(
+            st_over.priority_place(&over, "b", "ub"),
+            Some((Tier::OverBudget, 0))
+        );
+        // Off: Fair-Tree's own order.
+        let off = RebalancePolicy {
+            entitled_first: false,
+            ..policy
+        };
+        let st = PreemptState::compute(Some(&fs), running, [], [], Some(16.0), off, H);
+        assert_eq!(st.priority_place(&fs, "b", "ub"), Some((Tier::Budgeted, 1)));
+        assert_eq!(st.priority_place(&fs, "nobody", "x"), None);
+        // A state computed from another snapshot gives Fair-Tree's own order.
+        let other = FairShare::from_nodes(9, W, fs.nodes.clone());
+        let st = PreemptState::compute(Some(&fs), running, [], [], Some(16.0), policy, H);
+        assert_eq!(
+            st.priority_place(&other, "b", "ub"),
+            Some((Tier::Budgeted, 1))
+        );
+    }
+
+    #[test]
+    fn shortfall_integrates_steps() {
+        let rel = [
+            Release {
+                at: 10,
+                job_id: 1,
+                gpus: 2.0,
+            },
+            Release {
+                at: 20,
+                job_id: 2,
+                gpus: 2.0,
+            },
+        ];
+        // 4 missing for 10 s, 2 for 10 s, then none.
+        assert_eq!(shortfall(4.0, &rel, 0, 100), 60.0);
+        // 5 missing: 1 stays missing until the horizon.
+        assert_eq!(shortfall(5.0, &rel, 0, 100), 50.0 + 30.0 + 80.0);
+        assert_eq!(shortfall(0.0, &rel, 0, 100), 0.0);
+    }
+
+    // --- Properties -------------------------------------------------------
+
+    /// (allocation GPU-h, usage GPU-h) per account.
+    type AccountGen = (u32, u32);
+    /// (account, user, free, run start, min runtime, GPUs, limit, requeues, running)
+    type JobGen = (usize, usize, bool, i64, i64, u32, i64, u32, bool);
+
+    fn arb_state() -> impl Strategy<Value = (Vec<AccountGen>, Vec<JobGen>, i64, f64, Option<f64>)> {
+        (
+            proptest::collection::vec((0u32..400, 0u32..600), 4),
+            proptest::collection::vec(
+                (
+                    0usize..4,
+                    0usize..3,
+                    any::<bool>(),
+                    0i64..10_000,
+                    0i64..10_000,
+                    1u32..17,
+                    1i64..200_000,
+                    0u32..3,
+                    any::<bool>(),
+                ),
+                2..14,
+            ),
+            0i64..20_000,
+            0.0f64..0.3,
+            proptest::option::of(0.0f64..0.3),
+        )
+    }
+
+    fn build(accts: &[AccountGen]) -> TreeSpec {
+        let with_unused: Vec<(u32, u32, u32)> = accts.iter().map(|&(a, u)| (a, u, 0)).collect();
+        crate::preempt::tests::build(&with_unused)
+    }
+
+    proptest! {
+        /// In any one state the rule never allows both A->B and B->A, never takes a
+        /// protected job, and in safe mode takes only free-tier jobs.
+        #[test]
+        fn antisymmetric_protects_and_safe((accts, jobs, now, tol, band) in arb_state()) {
+            let tree = build(&accts);
+            let mut usage = UsageByLeaf::new();
+            for (i, &(_, used)) in accts.iter().enumerate() {
+                usage.insert((format!("a{i}"), "u0".into()), f64::from(used) * 3600.0);
+            }
+            let fs = FairShare::compute(&tree, &usage, now, W);
+            let names: Vec<(String, String)> = jobs.iter().map(|j| (format!("a{}", j.0), format!("u{}", j.1))).collect();
+            let as_running = |i: usize| {
+                let j = jobs[i];
+                RunningJob { job_id: i as u32, account: &names[i].0, user: &names[i].1, free_tier: j.2, gpus: j.5,
+                    run_start: j.3, time_limit: Some(j.6), min_runtime: j.4, checkpoint: None, grace: 0, requeues: j.7,
+                    // Half the jobs come placed by the caller: the same state either way.
+                    leaf: i.is_multiple_of(2).then(|| fs.place(&names[i].0, &names[i].1).map(|p| p.node)).flatten() }
+            };
+            let as_pending = |i: usize| {
+                let j = jobs[i];
+                PendingJob { job_id: i as u32, account: &names[i].0, user: &names[i].1, free_tier: j.2, gpus: j.5, leaf: None }
+            };
+            let policy = RebalancePolicy { shortfall_tolerance: tol, over_budget_band: band, lost_budget: None, ..RebalancePolicy::default() };
+            let st = PreemptState::compute(
+                Some(&fs),
+                (0..jobs.len()).filter(|&i| jobs[i].8).map(as_running),
+                (0..jobs.len()).filter(|&i| !jobs[i].8).map(as_pending),
+                [],
+                Some(64.0),
+                policy,
+                now,
+            );
+            let safe = PreemptState::compute(None, [], [], [], None, policy, now);
+            // Entitlement-first ranks are a permutation of Fair-Tree's leaf ranks.
+            let mut ranks: Vec<u32> = fs.nodes.iter().enumerate()
+                .filter(|(_, n)| n.leaf_rank.is_some())
+                .map(|(i, _)| st.order_rank[i]).collect();
+            ranks.sort_unstable();
+            prop_assert_eq!(ranks, (0..fs.num_leaves).collect::<Vec<_>>());
+            let none = InFlight::default();
+            for a in 0..jobs.len() {
+                for b in 0..jobs.len() {
+                    let ab = decide(&st, Some(&fs), &none, &as_pending(a), &as_running(b), now);
+                    let ba = decide(&st, Some(&fs), &none, &as_pending(b), &as_running(a), now);
+                    prop_assert!(!(ab.is_ok() && ba.is_ok()), "loop between {} and {}: {:?} / {:?}", a, b, ab, ba);
+                    let vb = as_running(b);
+                    if is_protected(vb.run_start, vb.min_runtime, vb.free_tier, now) {
+                        prop_assert!(ab.is_err());
+                    }
+                    for d in [decide(&safe, None, &none, &as_pending(a), &vb, now), decide(&st, None, &none, &as_pending(a), &vb, now)] {
+                        if d.is_ok() {
+                            prop_assert!(vb.free_tier && !jobs[a].2);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,539 @@
+//! The product's policy: tiers + Fair-Tree rank from
+//! `policy_core::FairShare::compute` on the exact sliding-window usage
+//! (incremental `A(t) - A(t-W)`, checked equal to `policy_core::window_usage`
+//! with `--verify-window`), then age. One account per team, one leaf per user;
+//! a class is a leaf plus the free-tier flag, with priority
+//! `policy_core::priority::job_priority(tier, rank, leaves, 0)` (the rank field
+//! dominates the age field, so this order *is* the full priority order; a test
+//! checks it).
+//!
+//! Preemption, two rules:
+//! - `budget` ([`policy_core::rebalance`]): the plugin's period state
+//!   ([`PreemptState`]) is computed at the first preemption attempt of each
+//!   pass from what the plugin's thread has (running jobs with their *time
+//!   limits*, pending demand, the preemption record, the snapshot), and stays
+//!   fixed during the pass, as in `slurmctld` (the thread refreshes between
+//!   passes, not inside one). Preemptors granted victims in the pass are kept
+//!   in [`InFlight`], as the plugin's callback does. The callback's decision
+//!   is [`rebalance::decide`], in its two halves: side-level checks once per
+//!   (preemptor, victim leaf), victim-level checks per job: the same code.
+//! - `budget-v1` ([`policy_core::preempt::may_preempt`], `victim_order`): the
+//!   old rule on live holdings, unchanged, so its figures reproduce.
+//!
+//! Holdings count non-free running jobs.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use policy_core::fairshare::{FairShare, LeafKey, Tier, UsageByLeaf};
+use policy_core::preempt::{self, Context, JobView, PreemptPolicy};
+use policy_core::priority::job_priority;
+use policy_core::rebalance::{
+    self, Allowed, Clause, InFlight, PastPreemption, PendingJob, PreemptState, RunningJob,
+};
+use policy_core::tree::{AccountSpec, MemberSpec, TreeSpec};
+
+use super::{Candidate, PolicyKind, SchedPolicy};
+use crate::engine::{Core, JobInit, SimConfig, TeamInfo};
+
+pub(crate) struct FairSharePolicy {
+    kind: PolicyKind,
+    tree: TreeSpec,
+    window: i64,
+    verify_window: bool,
+    hysteresis: f64,
+    rule: rebalance::RebalancePolicy,
+    fs: Option<FairShare>,
+    leaf_place: Vec<Option<LeafKey>>,
+    leaf_path: Vec<Vec<usize>>,
+    /// GPUs held per fair-share node, kept live (the old rule reads it).
+    held: Vec<u32>,
+    /// Running jobs past their protected window (or free tier), by (leaf, free).
+    exposed: BTreeMap<(u32, bool), BTreeSet<u32>>,
+    exposed_count: usize,
+    window_mismatches: u64,
+    /// Period state of the cost-aware rule; `None` until needed in a pass.
+    state: Option<PreemptState>,
+    in_flight: InFlight,
+    /// Rebalancing preemptions in the last window: (time, preemptor leaf,
+    /// victim leaf, lost GPU-seconds as estimated when decided).
+    history: VecDeque<(i64, u32, u32, f64)>,
+}
+
+impl FairSharePolicy {
+    pub fn new(
+        kind: PolicyKind,
+        cfg: &SimConfig,
+        teams: &[TeamInfo],
+        leaves: &[(String, String)],
+    ) -> Self {
+        let window_hours = cfg.window as f64 / policy_core::HOUR as f64;
+        let tree = TreeSpec {
+            root_allocation_gpu_hours: None,
+            accounts: teams
+                .iter()
+                .map(|t| AccountSpec {
+                    name: t.name.clone(),
+                    parent: None,
+                    allocation_gpu_hours: t.gpus * window_hours,
+                    overcommit: false,
+                })
+                .collect(),
+            members: leaves
+                .iter()
+                .map(|(t, u)| MemberSpec {
+                    user: u.clone(),
+                    account: t.clone(),
+                    allocation_gpu_hours: None,
+                })
+                .collect(),
+        };
+        FairSharePolicy {
+            kind,
+            tree,
+            window: cfg.window,
+            verify_window: cfg.verify_window,
+            hysteresis: cfg.hysteresis,
+            rule: cfg.rule,
+            fs: None,
+            leaf_place: vec![None; leaves.len()],
+            leaf_path: vec![Vec::new(); leaves.len()],
+            held: Vec::new(),
+            exposed: BTreeMap::new(),
+            exposed_count: 0,
+            window_mismatches: 0,
+            state: None,
+            in_flight: InFlight::default(),
+            history: VecDeque::new(),
+        }
+    }
+
+    fn add_exposed(&mut self, core: &Core<'_>, j: u32) {
+        let job = &core.jobs[j as usize];
+        if self
+            .exposed
+            .entry((job.leaf, job.free))
+            .or_default()
+            .insert(j)
+        {
+            self.exposed_count += 1;
+        }
+    }
+
+    fn held_add(&mut self, leaf: u32, gpus: u32, add: bool) {
+        if let Some(path) = self.leaf_path.get(leaf as usize) {
+            for &i in path {
+                if let Some(h) = self.held.get_mut(i) {
+                    *h = if add { *h + gpus } else { *h - gpus };
+                }
+            }
+        }
+    }
+
+    /// Compares the incremental window with the policy core's definition over every run.
+    fn verify(&mut self, core: &Core<'_>, usage: &UsageByLeaf) {
+        let now = core.now;
+        let mut by_leaf: Vec<Vec<policy_core::Run>> = vec![Vec::new(); core.leaves.len()];
+        for r in core.runs().iter().filter(|r| !r.free) {
+            let leaf = core.jobs[r.job as usize].leaf as usize;
+            by_leaf[leaf].push(policy_core::Run {
+                start: r.start,
+                end: r.end,
+                gpus: r.gpus,
+                weight: 1.0,
+            });
+        }
+        for (i, (team, user)) in core.leaves.iter().enumerate() {
+            let expect = policy_core::window_usage(&by_leaf[i], now, self.window);
+            if usage.get(&(team.clone(), user.clone())).copied() != Some(expect) {
+                self.window_mismatches += 1;
+            }
+        }
+    }
+
+    fn view<'c>(core: &'c Core<'_>, j: u32) -> JobView<'c> {
+        let job = &core.jobs[j as usize];
+        let (account, user) = &core.leaves[job.leaf as usize];
+        JobView {
+            job_id: j,
+            account,
+            user,
+            free_tier: job.free,
+            run_start: job.run_start,
+            min_runtime: job.min_runtime,
+            gpus: job.gpus,
+        }
+    }
+
+    /// What the plugin reads from a running job's record, with the leaf node
+    /// placed at the last recalculation (the snapshot the state is built from).
+    fn running<'c>(&self, core: &'c Core<'_>, j: u32) -> RunningJob<'c> {
+        let job = &core.jobs[j as usize];
+        let self_leaf = self
+            .leaf_place
+            .get(job.leaf as usize)
+            .copied()
+            .flatten()
+            .map(|p| p.node);
+        let (account, user) = &core.leaves[job.leaf as usize];
+        RunningJob {
+            job_id: j,
+            account,
+            user,
+            free_tier: job.free,
+            gpus: job.gpus,
+            run_start: job.run_start,
+            time_limit: Some(job.limit_end - job.run_start),
+            min_runtime: job.min_runtime,
+            checkpoint: (job.checkpoint > 0).then_some(job.checkpoint),
+            grace: 0,
+            requeues: job.run,
+            leaf: self_leaf,
+        }
+    }
+
+    /// The old rule: one decision per group of exposed jobs (every member
+    /// shares the leaf, the free flag and "past its window", all it reads).
+    fn candidates_v1(&self, core: &Core<'_>, p: u32) -> Vec<Candidate> {
+        let Some(fs) = self.fs.as_ref() else {
+            return Vec::new();
+        };
+        let pview = Self::view(core, p);
+        let ctx = Context {
+            fair_share: Some(fs),
+            held: &self.held,
+            policy: PreemptPolicy {
+                hysteresis: self.hysteresis,
+            },
+            now: core.now,
+        };
+        let mut out = Vec::new();
+        for set in self.exposed.values() {
+            let Some(&first) = set.first() else { continue };
+            let reason = match preempt::may_preempt(&ctx, &pview, &Self::view(core, first)) {
+                Ok(preempt::Allowed::VictimFreeTier) => 0u8,
+                Ok(preempt::Allowed::VictimOverBudget) => 1,
+                Ok(preempt::Allowed::Rebalance { .. }) => 2,
+                Err(_) => continue,
+            };
+            for &v in set {
+                out.push(Candidate {
+                    job: v,
+                    order: preempt::victim_order(Some(fs), &Self::view(core, v), core.now),
+                    reason,
+                });
+            }
+        }
+        out
+    }
+
+    /// The state the plugin's thread computes each period, from what it has.
+    fn period_state(&self, core: &Core<'_>, fs: &FairShare) -> PreemptState {
+        let now = core.now;
+        let leaves = &core.leaves;
+        let running = core
+            .running_by_limit
+            .iter()
+            .map(|&(_, j)| self.running(core, j));
+        let pending = core
+            .pending_gpus
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| **g > 0)
+            .map(|(leaf, &g)| PendingJob {
+                job_id: u32::MAX,
+                account: &leaves[leaf].0,
+                user: &leaves[leaf].1,
+                free_tier: false,
+                gpus: u32::try_from(g).unwrap_or(u32::MAX),
+                leaf: self.leaf_place.get(leaf).copied().flatten().map(|p| p.node),
+            });
+        let history = self
+            .history
+            .iter()
+            .map(|&(at, pl, vl, lost)| PastPreemption {
+                at,
+                preemptor_account: &leaves[pl as usize].0,
+                preemptor_user: &leaves[pl as usize].1,
+                victim_account: &leaves[vl as usize].0,
+                victim_user: &leaves[vl as usize].1,
+                lost_gpu_secs: lost,
+            });
+        PreemptState::compute(
+            Some(fs),
+            running,
+            pending,
+            history,
+            Some(core.cluster.capacity() as f64),
+            self.rule,
+            now,
+        )
+    }
+
+    /// The cost-aware rule, exactly as the plugin's callback would answer.
+    fn candidates_v2(&mut self, core: &Core<'_>, p: u32) -> Vec<Candidate> {
+        let now = core.now;
+        // The preemption record keeps one window.
+        while self
+            .history
+            .front()
+            .is_some_and(|h| h.0 <= now - self.window)
+        {
+            self.history.pop_front();
+        }
+        let Some(fs) = self.fs.as_ref() else {
+            return Vec::new();
+        };
+        if self.state.is_none() {
+            self.state = Some(self.period_state(core, fs));
+        }
+        let Some(state) = self.state.as_ref() else {
+            return Vec::new();
+        };
+        let pj = &core.jobs[p as usize];
+        let (pa, pu) = &core.leaves[pj.leaf as usize];
+        let pview = PendingJob {
+            job_id: p,
+            account: pa,
+            user: pu,
+            free_tier: pj.free,
+            gpus: pj.gpus,
+            leaf: self
+                .leaf_place
+                .get(pj.leaf as usize)
+                .copied()
+                .flatten()
+                .map(|p| p.node),
+        };
+        let mut out = Vec::new();
+        let mut granted = false;
+        for (&(_, free), set) in &self.exposed {
+            if free {
+                for &v in set {
+                    let rv = self.running(core, v);
+                    if let Ok(Allowed::VictimFreeTier) =
+                        rebalance::decide(state, Some(fs), &self.in_flight, &pview, &rv, now)
+                    {
+                        out.push(Candidate {
+                            job: v,
+                            order: rebalance::victim_priority(Some(fs), &rv, now),
+                            reason: 0,
+                        });
+                    }
+                }
+                continue;
+            }
+            // Every member shares what the side-level checks read (leaf, not free).
+            let Some(&first) = set.first() else { continue };
+            let Ok(sides) = rebalance::judge_sides(
+                state,
+                Some(fs),
+                &self.in_flight,
+                &pview,
+                &self.running(core, first),
+            ) else {
+                continue;
+            };
+            for &v in set {
+                let rv = self.running(core, v);
+                if let Ok(Allowed::Rebalance(r)) = rebalance::judge_victim(state, &sides, &rv, now)
+                {
+                    granted = true;
+                    out.push(Candidate {
+                        job: v,
+                        order: rebalance::victim_priority(Some(fs), &rv, now),
+                        reason: if r.clause == Clause::OverBudget { 1 } else { 2 },
+                    });
+                }
+            }
+        }
+        if granted {
+            self.in_flight.grant(&pview, fs);
+        }
+        out
+    }
+}
+
+impl SchedPolicy for FairSharePolicy {
+    fn kind(&self) -> PolicyKind {
+        self.kind
+    }
+
+    fn num_classes(&self) -> usize {
+        self.leaf_place.len() * 2
+    }
+
+    fn initial_priorities(&self) -> Vec<u64> {
+        vec![0; self.leaf_place.len() * 2]
+    }
+
+    fn classify(&self, job: &JobInit) -> (u32, bool, &'static str) {
+        (job.leaf * 2 + u32::from(job.free), job.free, "")
+    }
+
+    fn recompute(&mut self, core: &mut Core<'_>) {
+        let now = core.now;
+        let mut usage = UsageByLeaf::new();
+        for (i, (team, user)) in core.leaves.iter().enumerate() {
+            usage.insert(
+                (team.clone(), user.clone()),
+                core.usage.window_usage(i, now) as f64,
+            );
+        }
+        if self.verify_window {
+            self.verify(core, &usage);
+        }
+        let fs = FairShare::compute(&self.tree, &usage, now, self.window);
+        // Places in the new snapshot first: the period state below reads them.
+        for (i, (team, user)) in core.leaves.iter().enumerate() {
+            let place = fs.place(team, user);
+            self.leaf_path[i] = place.map(|p| fs.path(p.node)).unwrap_or_default();
+            self.leaf_place[i] = place;
+        }
+        // The cost-aware policy ranks teams below their entitled GPUs first
+        // (`PreemptState::priority_place`); the old one by Fair-Tree alone.
+        let order = (self.kind == PolicyKind::Budget).then(|| self.period_state(core, &fs));
+        for (i, (team, user)) in core.leaves.iter().enumerate() {
+            let place = self.leaf_place[i];
+            let placed = match &order {
+                Some(st) => st.priority_place(&fs, team, user),
+                None => place.map(|p| (p.tier, p.rank)),
+            };
+            // The tier a job starts in is its wait class.
+            self.leaf_place[i] = place.zip(placed).map(|(p, (tier, rank))| LeafKey {
+                node: p.node,
+                rank,
+                tier,
+            });
+            let (tier, rank) = placed.unwrap_or((Tier::OverBudget, fs.num_leaves));
+            core.class_prio[i * 2] = u64::from(job_priority(tier, rank, fs.num_leaves, 0));
+            core.class_prio[i * 2 + 1] =
+                u64::from(job_priority(Tier::Free, rank, fs.num_leaves, 0));
+        }
+        let jobs = &core.jobs;
+        let leaves = &core.leaves;
+        self.held = fs.holdings(
+            core.running_by_limit
+                .iter()
+                .map(|&(_, j)| &jobs[j as usize])
+                .filter(|j| !j.free)
+                .map(|j| {
+                    (
+                        leaves[j.leaf as usize].0.as_str(),
+                        leaves[j.leaf as usize].1.as_str(),
+                        j.gpus,
+                    )
+                }),
+        );
+        self.fs = Some(fs);
+        self.state = None;
+    }
+
+    fn wait_class(&self, core: &Core<'_>, j: u32) -> Option<&'static str> {
+        let job = &core.jobs[j as usize];
+        Some(if job.free {
+            Tier::Free.as_str()
+        } else {
+            self.leaf_place[job.leaf as usize]
+                .map(|p| p.tier)
+                .unwrap_or(Tier::OverBudget)
+                .as_str()
+        })
+    }
+
+    fn on_start(&mut self, core: &Core<'_>, j: u32) {
+        let job = &core.jobs[j as usize];
+        let (leaf, gpus, free) = (job.leaf, job.gpus, job.free);
+        if free || job.min_runtime <= 0 {
+            self.add_exposed(core, j);
+        }
+        if !free {
+            self.held_add(leaf, gpus, true);
+        }
+    }
+
+    fn on_stop(&mut self, core: &Core<'_>, j: u32) {
+        let job = &core.jobs[j as usize];
+        let key = (job.leaf, job.free);
+        if let Some(set) = self.exposed.get_mut(&key) {
+            if set.remove(&j) {
+                self.exposed_count -= 1;
+            }
+            if set.is_empty() {
+                self.exposed.remove(&key);
+            }
+        }
+        if !job.free {
+            self.held_add(job.leaf, job.gpus, false);
+        }
+    }
+
+    fn on_exposed(&mut self, core: &Core<'_>, j: u32) {
+        self.add_exposed(core, j);
+    }
+
+    fn preempts(&self) -> bool {
+        true
+    }
+
+    fn has_candidates(&self) -> bool {
+        self.fs.is_some() && self.exposed_count > 0
+    }
+
+    fn begin_pass(&mut self) {
+        self.state = None;
+        self.in_flight = InFlight::default();
+    }
+
+    fn candidates(&mut self, core: &Core<'_>, p: u32) -> Vec<Candidate> {
+        match self.kind {
+            PolicyKind::BudgetV1 => self.candidates_v1(core, p),
+            _ => self.candidates_v2(core, p),
+        }
+    }
+
+    fn on_preempt(&mut self, core: &Core<'_>, p: u32, victims: &[Candidate]) {
+        let pl = core.jobs[p as usize].leaf;
+        for c in victims.iter().filter(|c| c.reason != 0) {
+            let v = self.running(core, c.job);
+            let lost = rebalance::expected_lost_gpu_secs(&v, core.now);
+            self.history
+                .push_back((core.now, pl, core.jobs[c.job as usize].leaf, lost));
+        }
+    }
+
+    fn window_mismatches(&self) -> u64 {
+        self.window_mismatches
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cmp::Reverse;
+
+    use policy_core::fairshare::Tier;
+    use policy_core::priority::job_priority;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Walking classes by `job_priority(tier, rank, n, 0)` and then FIFO is
+        /// the same order as sorting by the full `job_priority(.., age)` (ties
+        /// by submit time): the engine's shortcut does not change the rule.
+        #[test]
+        fn class_order_equals_full_priority_order(
+            jobs in proptest::collection::vec((0usize..3, 0u32..40, 0i64..2_000_000), 1..60),
+            n in 40u32..100,
+        ) {
+            let tiers = [Tier::Budgeted, Tier::OverBudget, Tier::Free];
+            let now = 2_000_000i64;
+            let mut by_class: Vec<(u64, i64, usize)> = jobs.iter().enumerate()
+                .map(|(i, &(t, r, s))| (u64::from(job_priority(tiers[t], r, n, 0)), s, i)).collect();
+            by_class.sort_by_key(|&(p, s, i)| (Reverse(p), s, i));
+            let mut full: Vec<(u32, i64, usize)> = jobs.iter().enumerate()
+                .map(|(i, &(t, r, s))| (job_priority(tiers[t], r, n, now - s), s, i)).collect();
+            full.sort_by_key(|&(p, s, i)| (Reverse(p), s, i));
+            let a: Vec<usize> = by_class.iter().map(|x| x.2).collect();
+            let b: Vec<usize> = full.iter().map(|x| x.2).collect();
+            prop_assert_eq!(a, b);
+        }
+    }
+}
