@@ -21,6 +21,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// thousands of accounts, well below anything that hurts `slurmctld`.
 pub const DEFAULT_MAX_BODY: usize = 16 * 1024 * 1024;
 
+/// Where `budgetd` listens by default on a controller: the socket `budgetctl` and the
+/// `slurmctld` plugins use unless told otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/slurm-budget/budgetd.sock";
+
 /// Longest excerpt of a non-JSON error body quoted in [`ClientError::Status`].
 const MAX_ERROR_EXCERPT: usize = 200;
 
@@ -32,6 +36,8 @@ pub struct Client {
     token: Option<String>,
     timeout: Duration,
     max_body: usize,
+    /// Replaces the connect error's hint (which setting selects the endpoint).
+    connect_hint: Option<&'static str>,
 }
 
 /// A received response (any status).
@@ -124,6 +130,7 @@ impl Client {
             token: None,
             timeout: DEFAULT_TIMEOUT,
             max_body: DEFAULT_MAX_BODY,
+            connect_hint: None,
         }
     }
 
@@ -149,6 +156,14 @@ impl Client {
     /// Largest accepted response body in bytes.
     pub fn with_max_body(mut self, max_body: usize) -> Self {
         self.max_body = max_body;
+        self
+    }
+
+    /// What a "cannot reach budgetd" error tells the reader to check, for callers
+    /// whose endpoint is not set by `budgetctl`'s `--socket`/`--url` (e.g. the
+    /// plugins' `PriorityParameters`).
+    pub fn with_connect_hint(mut self, hint: &'static str) -> Self {
+        self.connect_hint = Some(hint);
         self
     }
 
@@ -190,7 +205,12 @@ impl Client {
         let wire = encode_request(method, path, &self.endpoint.host_header(), &all, body)
             .map_err(ClientError::InvalidRequest)?;
 
-        let mut conn = Conn::connect(&self.endpoint, self.timeout, deadline)?;
+        let mut conn = Conn::connect(&self.endpoint, self.timeout, deadline).map_err(|mut e| {
+            if let (ClientError::Connect { hint, .. }, Some(h)) = (&mut e, self.connect_hint) {
+                *hint = h;
+            }
+            e
+        })?;
         // A server may answer (e.g. 413, 401) and close before reading all of
         // the request; then the write fails but the response is still there
         // to read, and is more useful than "broken pipe". SIGPIPE cannot kill

@@ -21,11 +21,11 @@
 //! always a valid way to end a response.
 //!
 //! ```no_run
-//! use budget_client::{Client, Endpoint};
+//! use budget_client::{Client, DEFAULT_SOCKET, Endpoint};
 //! use std::time::Duration;
 //!
 //! # fn main() -> Result<(), budget_client::ClientError> {
-//! let client = Client::new(Endpoint::parse("/run/budgetd/budgetd.sock")?)
+//! let client = Client::new(Endpoint::parse(DEFAULT_SOCKET)?)
 //!     .with_timeout(Duration::from_secs(2));
 //! let accounts: serde_json::Value = client.get_json("/v1/accounts")?;
 //! # let _ = accounts;
@@ -39,6 +39,6 @@ mod endpoint;
 mod error;
 mod http;
 
-pub use client::{Client, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT, Response};
+pub use client::{Client, DEFAULT_MAX_BODY, DEFAULT_SOCKET, DEFAULT_TIMEOUT, Response};
 pub use endpoint::Endpoint;
 pub use error::ClientError;

@@ -144,188 +144,18 @@ impl FairShare {
     /// Computes the fair-share tree. `tree` should be valid
     /// ([`TreeSpec::validate`]); unknown parents are treated as the root.
     /// Usage of (account, user) pairs whose account is unknown is ignored.
+    ///
+    /// Four phases, each a function below: declare the nodes with their allocations
+    /// (`Draft::declare`), charge the usage up every path and take the ratios
+    /// (`Draft::charge`), order siblings by ratio and renumber the nodes depth-first
+    /// (`Draft::into_ranking_order`), then number the leaves and give every node its
+    /// tier (`assign_ranks_and_tiers`).
     pub fn compute(tree: &TreeSpec, usage: &UsageByLeaf, at: i64, window_secs: i64) -> FairShare {
-        // Allocations are GPU-hours *per window*: the window length does not
-        // scale them, so the conversion is plain hours -> seconds.
-        let hours_to_secs = |h: f64| h * HOUR as f64;
-        let mut nodes: Vec<Node> = Vec::with_capacity(tree.accounts.len() + tree.members.len() + 1);
-        let mut idx: HashMap<String, usize> = HashMap::new();
-        let new_node = |name: &str, kind: NodeKind, allocation: f64, bearing: bool| Node {
-            name: name.to_string(),
-            kind,
-            parent: None,
-            children: Vec::new(),
-            allocation,
-            usage: 0.0,
-            ratio: 0.0,
-            sibling_rank: 0,
-            leaf_rank: None,
-            tier: Tier::Budgeted,
-            budget_bearing: bearing,
-        };
-        let root_alloc = tree
-            .root_allocation_gpu_hours
-            .map(hours_to_secs)
-            .unwrap_or_else(|| {
-                tree.accounts
-                    .iter()
-                    .filter(|a| a.parent.as_deref().unwrap_or(ROOT) == ROOT)
-                    .map(|a| hours_to_secs(a.allocation_gpu_hours))
-                    .sum()
-            });
-        nodes.push(new_node(ROOT, NodeKind::Account, root_alloc, false));
-        idx.insert(ROOT.to_string(), 0);
-        for a in &tree.accounts {
-            idx.insert(a.name.clone(), nodes.len());
-            nodes.push(new_node(
-                &a.name,
-                NodeKind::Account,
-                hours_to_secs(a.allocation_gpu_hours),
-                true,
-            ));
-        }
-        for a in &tree.accounts {
-            let me = idx[&a.name];
-            let p = a
-                .parent
-                .as_deref()
-                .and_then(|p| idx.get(p).copied())
-                .unwrap_or(0);
-            let p = if p == me { 0 } else { p };
-            nodes[me].parent = Some(p);
-            nodes[p].children.push(me);
-        }
-        // Members: explicit allocations first, the rest share what remains.
-        let mut user_idx: HashMap<(String, String), usize> = HashMap::new();
-        for m in &tree.members {
-            let Some(&acc) = idx.get(&m.account) else {
-                continue;
-            };
-            let i = nodes.len();
-            let mut n = new_node(
-                &m.user,
-                NodeKind::User {
-                    account: m.account.clone(),
-                },
-                0.0,
-                m.allocation_gpu_hours.is_some(),
-            );
-            n.allocation = m.allocation_gpu_hours.map(hours_to_secs).unwrap_or(0.0);
-            n.parent = Some(acc);
-            nodes.push(n);
-            nodes[acc].children.push(i);
-            user_idx.insert((m.account.clone(), m.user.clone()), i);
-        }
-        for acc in 0..nodes.len() {
-            if !matches!(nodes[acc].kind, NodeKind::Account) {
-                continue;
-            }
-            let users: Vec<usize> = nodes[acc]
-                .children
-                .iter()
-                .copied()
-                .filter(|&c| !matches!(nodes[c].kind, NodeKind::Account))
-                .collect();
-            let explicit: f64 = users
-                .iter()
-                .filter(|&&u| nodes[u].budget_bearing)
-                .map(|&u| nodes[u].allocation)
-                .sum();
-            let implicit: Vec<usize> = users
-                .iter()
-                .copied()
-                .filter(|&u| !nodes[u].budget_bearing)
-                .collect();
-            if !implicit.is_empty() {
-                let share = (nodes[acc].allocation - explicit).max(0.0) / implicit.len() as f64;
-                for u in implicit {
-                    nodes[u].allocation = share;
-                }
-            }
-        }
-        // Usage: each (account, user) pair charges its user node (if a member)
-        // and the account with every ancestor.
-        for ((account, user), &u) in usage {
-            let Some(&acc) = idx.get(account) else {
-                continue;
-            };
-            if let Some(&ui) = user_idx.get(&(account.clone(), user.clone())) {
-                nodes[ui].usage += u;
-            }
-            let mut cur = Some(acc);
-            let mut guard = 0;
-            while let Some(c) = cur {
-                nodes[c].usage += u;
-                cur = nodes[c].parent;
-                guard += 1;
-                if guard > nodes.len() {
-                    break;
-                }
-            }
-        }
-        for n in &mut nodes {
-            n.ratio = ratio(n.usage, n.allocation);
-        }
-        // Order siblings and renumber nodes in depth-first ranking order.
-        let mut order = Vec::with_capacity(nodes.len());
-        let mut stack = vec![0usize];
-        while let Some(i) = stack.pop() {
-            order.push(i);
-            let mut kids = nodes[i].children.clone();
-            kids.sort_by(|&a, &b| {
-                let (na, nb) = (&nodes[a], &nodes[b]);
-                na.ratio
-                    .total_cmp(&nb.ratio)
-                    .then_with(|| {
-                        matches!(na.kind, NodeKind::User { .. })
-                            .cmp(&matches!(nb.kind, NodeKind::User { .. }))
-                    })
-                    .then_with(|| na.name.cmp(&nb.name))
-            });
-            for (r, &k) in kids.iter().enumerate() {
-                nodes[k].sibling_rank = r as u32;
-            }
-            nodes[i].children = kids.clone();
-            stack.extend(kids.into_iter().rev());
-        }
-        // Nodes unreachable from the root (cycles in an invalid tree) are dropped.
-        let mut new_index = vec![usize::MAX; nodes.len()];
-        for (new, &old) in order.iter().enumerate() {
-            new_index[old] = new;
-        }
-        let mut out: Vec<Node> = order
-            .iter()
-            .map(|&old| {
-                let mut n = nodes[old].clone();
-                n.parent = n.parent.map(|p| new_index[p]).filter(|&p| p != usize::MAX);
-                n.children = n
-                    .children
-                    .iter()
-                    .map(|&c| new_index[c])
-                    .filter(|&c| c != usize::MAX)
-                    .collect();
-                n
-            })
-            .collect();
-        // Leaves in depth-first order get ranks; tiers follow the path.
-        let mut rank = 0u32;
-        for i in 0..out.len() {
-            let over_self = out[i].budget_bearing && out[i].ratio >= 1.0;
-            let parent_over = out[i]
-                .parent
-                .map(|p| out[p].tier == Tier::OverBudget)
-                .unwrap_or(false);
-            out[i].tier = if over_self || parent_over {
-                Tier::OverBudget
-            } else {
-                Tier::Budgeted
-            };
-            if out[i].children.is_empty() && i != 0 {
-                out[i].leaf_rank = Some(rank);
-                rank += 1;
-            }
-        }
-        FairShare::from_nodes(at, window_secs, out)
+        let mut draft = Draft::declare(tree);
+        draft.charge(usage);
+        let mut nodes = draft.into_ranking_order();
+        assign_ranks_and_tiers(&mut nodes);
+        FairShare::from_nodes(at, window_secs, nodes)
     }
 
     /// Rebuilds the lookup maps from nodes (used after deserialising).
@@ -454,6 +284,235 @@ impl FairShare {
     }
 }
 
+/// The tree while [`FairShare::compute`] builds it: nodes in declaration order (root,
+/// accounts, members) with name lookups.
+#[derive(Debug)]
+struct Draft {
+    nodes: Vec<Node>,
+    accounts: HashMap<String, usize>,
+    users: HashMap<(String, String), usize>,
+}
+
+fn hours_to_secs(h: f64) -> f64 {
+    // Allocations are GPU-hours *per window*: the window length does not scale
+    // them, so the conversion is plain hours -> seconds.
+    h * HOUR as f64
+}
+
+fn new_node(name: &str, kind: NodeKind, allocation: f64, budget_bearing: bool) -> Node {
+    Node {
+        name: name.to_string(),
+        kind,
+        parent: None,
+        children: Vec::new(),
+        allocation,
+        usage: 0.0,
+        ratio: 0.0,
+        sibling_rank: 0,
+        leaf_rank: None,
+        tier: Tier::Budgeted,
+        budget_bearing,
+    }
+}
+
+impl Draft {
+    /// Phase 1: the root, every account under its parent (unknown parents and
+    /// self-parents under the root) and every member under its account, with
+    /// allocations: the root's is declared or the sum of its children's; members
+    /// without an explicit allocation share what their account has left equally.
+    fn declare(tree: &TreeSpec) -> Draft {
+        let mut nodes: Vec<Node> = Vec::with_capacity(tree.accounts.len() + tree.members.len() + 1);
+        let mut accounts: HashMap<String, usize> = HashMap::new();
+        let root_alloc = tree
+            .root_allocation_gpu_hours
+            .map(hours_to_secs)
+            .unwrap_or_else(|| {
+                tree.accounts
+                    .iter()
+                    .filter(|a| a.parent.as_deref().unwrap_or(ROOT) == ROOT)
+                    .map(|a| hours_to_secs(a.allocation_gpu_hours))
+                    .sum()
+            });
+        nodes.push(new_node(ROOT, NodeKind::Account, root_alloc, false));
+        accounts.insert(ROOT.to_string(), 0);
+        for a in &tree.accounts {
+            accounts.insert(a.name.clone(), nodes.len());
+            nodes.push(new_node(
+                &a.name,
+                NodeKind::Account,
+                hours_to_secs(a.allocation_gpu_hours),
+                true,
+            ));
+        }
+        for a in &tree.accounts {
+            let me = accounts[&a.name];
+            let p = a
+                .parent
+                .as_deref()
+                .and_then(|p| accounts.get(p).copied())
+                .unwrap_or(0);
+            let p = if p == me { 0 } else { p };
+            nodes[me].parent = Some(p);
+            nodes[p].children.push(me);
+        }
+        let mut users: HashMap<(String, String), usize> = HashMap::new();
+        for m in &tree.members {
+            let Some(&acc) = accounts.get(&m.account) else {
+                continue;
+            };
+            let i = nodes.len();
+            let mut n = new_node(
+                &m.user,
+                NodeKind::User {
+                    account: m.account.clone(),
+                },
+                0.0,
+                m.allocation_gpu_hours.is_some(),
+            );
+            n.allocation = m.allocation_gpu_hours.map(hours_to_secs).unwrap_or(0.0);
+            n.parent = Some(acc);
+            nodes.push(n);
+            nodes[acc].children.push(i);
+            users.insert((m.account.clone(), m.user.clone()), i);
+        }
+        share_implicit_allocations(&mut nodes);
+        Draft {
+            nodes,
+            accounts,
+            users,
+        }
+    }
+
+    /// Phase 2: each (account, user) pair charges its user node (if a member) and
+    /// the account with every ancestor; then every node's ratio.
+    fn charge(&mut self, usage: &UsageByLeaf) {
+        let nodes = &mut self.nodes;
+        for ((account, user), &u) in usage {
+            let Some(&acc) = self.accounts.get(account) else {
+                continue;
+            };
+            if let Some(&ui) = self.users.get(&(account.clone(), user.clone())) {
+                nodes[ui].usage += u;
+            }
+            let mut cur = Some(acc);
+            let mut guard = 0;
+            while let Some(c) = cur {
+                nodes[c].usage += u;
+                cur = nodes[c].parent;
+                guard += 1;
+                if guard > nodes.len() {
+                    break;
+                }
+            }
+        }
+        for n in nodes.iter_mut() {
+            n.ratio = ratio(n.usage, n.allocation);
+        }
+    }
+
+    /// Phase 3: order every node's children by ratio (lower first; ties: accounts
+    /// before users, then by name), record each one's sibling rank, and renumber
+    /// the nodes in depth-first order of that ranking. Nodes unreachable from the
+    /// root (cycles in an invalid tree) are dropped.
+    fn into_ranking_order(self) -> Vec<Node> {
+        let mut nodes = self.nodes;
+        let mut order = Vec::with_capacity(nodes.len());
+        let mut stack = vec![0usize];
+        while let Some(i) = stack.pop() {
+            order.push(i);
+            let mut kids = nodes[i].children.clone();
+            kids.sort_by(|&a, &b| {
+                let (na, nb) = (&nodes[a], &nodes[b]);
+                na.ratio
+                    .total_cmp(&nb.ratio)
+                    .then_with(|| {
+                        matches!(na.kind, NodeKind::User { .. })
+                            .cmp(&matches!(nb.kind, NodeKind::User { .. }))
+                    })
+                    .then_with(|| na.name.cmp(&nb.name))
+            });
+            for (r, &k) in kids.iter().enumerate() {
+                nodes[k].sibling_rank = r as u32;
+            }
+            nodes[i].children = kids.clone();
+            stack.extend(kids.into_iter().rev());
+        }
+        let mut new_index = vec![usize::MAX; nodes.len()];
+        for (new, &old) in order.iter().enumerate() {
+            new_index[old] = new;
+        }
+        order
+            .iter()
+            .map(|&old| {
+                let mut n = nodes[old].clone();
+                n.parent = n.parent.map(|p| new_index[p]).filter(|&p| p != usize::MAX);
+                n.children = n
+                    .children
+                    .iter()
+                    .map(|&c| new_index[c])
+                    .filter(|&c| c != usize::MAX)
+                    .collect();
+                n
+            })
+            .collect()
+    }
+}
+
+/// Members without an explicit allocation share equally what their account has
+/// left after the explicit ones (never less than nothing).
+fn share_implicit_allocations(nodes: &mut [Node]) {
+    for acc in 0..nodes.len() {
+        if !matches!(nodes[acc].kind, NodeKind::Account) {
+            continue;
+        }
+        let users: Vec<usize> = nodes[acc]
+            .children
+            .iter()
+            .copied()
+            .filter(|&c| !matches!(nodes[c].kind, NodeKind::Account))
+            .collect();
+        let explicit: f64 = users
+            .iter()
+            .filter(|&&u| nodes[u].budget_bearing)
+            .map(|&u| nodes[u].allocation)
+            .sum();
+        let implicit: Vec<usize> = users
+            .iter()
+            .copied()
+            .filter(|&u| !nodes[u].budget_bearing)
+            .collect();
+        if !implicit.is_empty() {
+            let share = (nodes[acc].allocation - explicit).max(0.0) / implicit.len() as f64;
+            for u in implicit {
+                nodes[u].allocation = share;
+            }
+        }
+    }
+}
+
+/// Phase 4, on nodes in depth-first ranking order: leaves get ranks 0, 1, ... in
+/// that order; a node is over budget when it bears a budget and its ratio is at
+/// least 1, or its parent is over budget.
+fn assign_ranks_and_tiers(nodes: &mut [Node]) {
+    let mut rank = 0u32;
+    for i in 0..nodes.len() {
+        let over_self = nodes[i].budget_bearing && nodes[i].ratio >= 1.0;
+        let parent_over = nodes[i]
+            .parent
+            .map(|p| nodes[p].tier == Tier::OverBudget)
+            .unwrap_or(false);
+        nodes[i].tier = if over_self || parent_over {
+            Tier::OverBudget
+        } else {
+            Tier::Budgeted
+        };
+        if nodes[i].children.is_empty() && i != 0 {
+            nodes[i].leaf_rank = Some(rank);
+            rank += 1;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -540,6 +599,46 @@ mod tests {
         // survives a JSON round trip with its indexes
         let back: FairShare = serde_json::from_str(&serde_json::to_string(&fs).unwrap()).unwrap();
         assert_eq!(back.place("a1", "x"), fs.place("a1", "x"));
+    }
+
+    #[test]
+    fn declared_allocations_and_implicit_shares() {
+        // Phase 1: "x" has an explicit 30 of team's 100; "y" and "z" share the 70 left.
+        // "self" names itself as parent (invalid): it hangs under the root.
+        let mut t = tree(
+            &[("team", None, 100.0), ("self", Some("self"), 10.0)],
+            &[("x", "team"), ("y", "team"), ("z", "team"), ("w", "nosuch")],
+        );
+        t.members[0].allocation_gpu_hours = Some(30.0);
+        let fs = FairShare::compute(&t, &UsageByLeaf::new(), 0, crate::DEFAULT_WINDOW_SECS);
+        let alloc = |a: &str, u: &str| {
+            let n = fs.place(a, u).unwrap().node;
+            fs.nodes[n].allocation / 3600.0
+        };
+        assert_eq!(alloc("team", "x"), 30.0);
+        assert_eq!(alloc("team", "y"), 35.0);
+        assert_eq!(alloc("team", "z"), 35.0);
+        assert!(fs.nodes[fs.place("team", "x").unwrap().node].budget_bearing);
+        assert!(!fs.nodes[fs.place("team", "y").unwrap().node].budget_bearing);
+        let root = &fs.nodes[0];
+        // The sum of the accounts declared at the top ("self" only hangs there).
+        assert_eq!(root.allocation / 3600.0, 100.0);
+        assert_eq!(fs.nodes[fs.account("self").unwrap()].parent, Some(0));
+        assert!(
+            fs.place("nosuch", "w").is_none(),
+            "a member of no account is dropped"
+        );
+        // Explicit allocations above the account's leave nothing to share.
+        t.members[0].allocation_gpu_hours = Some(150.0);
+        t.root_allocation_gpu_hours = Some(500.0);
+        let fs = FairShare::compute(&t, &UsageByLeaf::new(), 0, crate::DEFAULT_WINDOW_SECS);
+        let n = fs.place("team", "y").unwrap().node;
+        assert_eq!(fs.nodes[n].allocation, 0.0);
+        assert_eq!(
+            fs.nodes[0].allocation / 3600.0,
+            500.0,
+            "declared root allocation"
+        );
     }
 
     fn arb_tree() -> impl Strategy<Value = (TreeSpec, UsageByLeaf)> {

@@ -7,18 +7,26 @@
 //! invariant 3): every function takes "now" and the data it needs as arguments,
 //! and the same inputs always give the same outputs.
 //!
+//! It also owns the few Slurm text formats that plugins and service both read, so
+//! each is parsed one way: the contract stored in `admin_comment` ([`contract`]),
+//! hostlist expressions ([`hostlist`]) and GPU counts in TRES request strings
+//! ([`tres`]).
+//!
 //! Units used throughout: times are Unix seconds (`i64`), durations are seconds
 //! (`i64`), usage is *weighted GPU-seconds* (`f64`) and allocations are stated
 //! in weighted GPU-hours per window at the edges (API, CLI) but stored here in
 //! GPU-seconds so that ratios need no conversion.
 
 pub mod comment;
+pub mod contract;
 pub mod duration;
 pub mod fairshare;
+pub mod hostlist;
 pub mod preempt;
 pub mod priority;
 pub mod protection;
 pub mod tree;
+pub mod tres;
 pub mod weights;
 pub mod window;
 

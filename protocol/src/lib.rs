@@ -1,7 +1,7 @@
 //! Wire types between the `slurmctld` plugins and `budgetd` (JSON over HTTP on
 //! a Unix socket).
 //!
-//! Two exchanges, both started by the plugin's background thread:
+//! Three exchanges, all started by a plugin's background thread:
 //! - `GET /v1/snapshot` returns a [`PluginSnapshot`]: everything the plugins
 //!   need to decide without I/O. It carries a `version` (also sent as the
 //!   `ETag`); a request with `If-None-Match: <version>` gets `304 Not Modified`
@@ -10,7 +10,12 @@
 //!   (pending, running, recently ended). The service turns them into run
 //!   intervals keyed by `(job_id, run)`, so repeating a sync changes nothing.
 //!
+//! - `POST /v1/preemptions` sends a [`preemption::PreemptionRecord`] (module
+//!   [`preemption`]: the route, the reasons and the record body).
+//!
 //! This crate holds types only: no I/O, no HTTP. Field names are the JSON names.
+
+pub mod preemption;
 
 use policy_core::{FairShare, GpuWeights};
 use serde::{Deserialize, Serialize};

@@ -40,6 +40,21 @@ fn missing_socket_is_a_connect_error_with_a_hint() {
 }
 
 #[test]
+fn a_caller_may_name_its_own_endpoint_setting() {
+    let path = temp_socket_path();
+    let err = Client::new(Endpoint::Unix(path))
+        .with_connect_hint("set budget_socket in PriorityParameters")
+        .get_json::<Value>("/x")
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Connect { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.ends_with("is budgetd running? set budget_socket in PriorityParameters"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn refused_tcp_port_is_a_connect_error() {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -1,15 +1,17 @@
 //! Controller-only symbols of `slurmctld`, looked up at run time, and safe-ish wrappers.
 //!
-//! `job_list`, `lock_slurmctld`, `unlock_slurmctld`, `slurmctld_tres_cnt` and
-//! `last_job_update` live in the `slurmctld` binary, not in libslurmfull. A plugin that
-//! referenced them directly would fail to load in `sshare` (which also loads the
-//! priority plugin), so we resolve them with `dlsym(RTLD_DEFAULT, ...)`, once.
-//! In a process without them, [`Controller::get`] returns `None` and callers skip work.
+//! `job_list`, `part_list`, `default_part_loc`, `lock_slurmctld`, `unlock_slurmctld`,
+//! `slurmctld_tres_cnt` and `last_job_update` live in the `slurmctld` binary, not in
+//! libslurmfull. A plugin that referenced them directly would fail to load in `sshare`
+//! (which also loads the priority plugin), so they are resolved with
+//! `dlsym(RTLD_DEFAULT, ...)`, once, here and nowhere else (all of them exist in every
+//! supported release, 22.05 to 26.05). In a process without them, [`Controller::get`]
+//! returns an error and callers skip work.
 
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::OnceLock;
 
-use slurm_ffi::sys::{self, job_record_t, slurmctld_lock_t};
+use slurm_ffi::sys::{self, job_record_t, part_record_t, slurmctld_lock_t};
 use slurm_ffi::{SlurmList, SlurmListIterator};
 
 unsafe extern "C" {
@@ -32,6 +34,8 @@ pub enum ControllerError {
 #[derive(Debug, Clone, Copy)]
 pub struct Controller {
     job_list: *mut SlurmList,
+    part_list: *mut SlurmList,
+    default_part: *const *const part_record_t,
     lock: LockFn,
     unlock: LockFn,
     tres_cnt: *const u32,
@@ -62,6 +66,8 @@ impl Controller {
         let unlock = lookup(c"unlock_slurmctld")?;
         Ok(Controller {
             job_list: lookup(c"job_list")?.cast(),
+            part_list: lookup(c"part_list")?.cast(),
+            default_part: lookup(c"default_part_loc")?.cast(),
             // SAFETY: these symbols are `void lock_slurmctld(slurmctld_lock_t)` and
             // `void unlock_slurmctld(slurmctld_lock_t)` in every supported release.
             lock: unsafe { std::mem::transmute::<*mut c_void, LockFn>(lock) },
@@ -119,6 +125,32 @@ impl Controller {
         let list = unsafe { *self.job_list };
         // SAFETY: as above.
         unsafe { for_each(list, |p: *mut job_record_t| f(&mut *p)) };
+    }
+
+    /// Visit every partition with a flag for the default one.
+    ///
+    /// # Safety
+    /// The calling thread must hold at least the partition read lock (`job_submit`
+    /// and `job_modify` are always called with it).
+    pub unsafe fn for_each_partition(&self, mut f: impl FnMut(&part_record_t, bool)) {
+        // SAFETY: both globals are read under the partition lock the caller holds.
+        let (list, default) = unsafe { (*self.part_list, *self.default_part) };
+        // SAFETY: `part_list` is a list of part_record_t*, unchanged under the lock.
+        unsafe {
+            for_each(list, |p: *mut part_record_t| {
+                if let Some(part) = p.as_ref() {
+                    f(part, std::ptr::eq(p, default));
+                }
+            });
+        }
+    }
+
+    /// `last_job_update`: when slurmctld last changed any job record. Read without a
+    /// lock, as Slurm's own RPC handlers do: a torn or stale value only makes a
+    /// background thread refresh one tick later.
+    pub fn last_job_update(&self) -> i64 {
+        // SAFETY: a time_t global of slurmctld; see above for the racy read.
+        unsafe { self.last_job_update.read_volatile() }
     }
 
     /// Number of TRES slots in `tres_alloc_cnt` arrays.

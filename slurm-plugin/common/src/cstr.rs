@@ -3,7 +3,22 @@
 //! Slurm strings may be NULL, and are not guaranteed UTF-8 (user-provided comments,
 //! names). These helpers never panic and never trust the bytes.
 
+use std::borrow::Cow;
 use std::ffi::{CStr, c_char};
+
+/// Borrow a C string as text (lossy: invalid UTF-8 is replaced, and only then
+/// copied); `None` for NULL. For hot paths that read a field and drop it.
+///
+/// # Safety
+/// `p` must be NULL or point to a NUL-terminated string that stays valid and
+/// unchanged for `'a` (a Slurm record's field while its lock is held).
+pub unsafe fn opt_str<'a>(p: *const c_char) -> Option<Cow<'a, str>> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL and NUL-terminated, valid for 'a, per the caller's contract.
+    Some(unsafe { CStr::from_ptr(p) }.to_string_lossy())
+}
 
 /// Owned copy of a C string; `None` for NULL. Invalid UTF-8 is replaced (lossy).
 ///
@@ -54,6 +69,12 @@ mod tests {
                 Some("a\u{fffd}b")
             );
             assert_eq!(string_or_empty(std::ptr::null()), "");
+            assert_eq!(opt_str(std::ptr::null()), None);
+            assert!(matches!(
+                opt_str(c"teama".as_ptr()),
+                Some(Cow::Borrowed("teama"))
+            ));
+            assert_eq!(opt_str(c"a\xffb".as_ptr()).as_deref(), Some("a\u{fffd}b"));
         }
     }
 }

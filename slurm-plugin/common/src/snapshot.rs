@@ -1,36 +1,47 @@
-//! The plugins' in-memory copy of `budgetd`'s [`PluginSnapshot`] and the background
-//! fetcher that keeps it fresh (DESIGN invariants 1 and 5).
+//! The plugins' in-memory copy of `budgetd`'s [`PluginSnapshot`], the fetcher that
+//! keeps it fresh, and safe mode (DESIGN invariants 1 and 5): one implementation for
+//! all three plugins.
 //!
 //! Plugin callbacks run inside `slurmctld` under its locks and must never do I/O, so
-//! they only read a [`SnapshotCache`]: one `Arc` behind an `RwLock` whose write side is
-//! held only for a pointer swap (readers never wait for the network). A [`Fetcher`],
-//! ticked by a [`Worker`] thread started in the plugin's `init` and joined in `fini`,
-//! does `GET /v1/snapshot` over the budgetd socket with a hard timeout and
-//! `If-None-Match`, so an unchanged snapshot costs a `304` and no parsing.
+//! they only read a [`SnapshotCache`]: one `Arc` behind an [`ArcSwapOption`], swapped
+//! whole by the fetcher (readers never wait, not even for the swap). A [`Fetcher`],
+//! ticked by a plugin's background thread (started in `init` or
+//! `priority_p_thread_start`, joined in `fini`), does `GET /v1/snapshot` with a hard
+//! timeout and `If-None-Match`, so an unchanged snapshot costs a `304` and no parsing.
 //!
-//! Freshness: the snapshot counts as fresh while the last successful contact (a `200`
-//! or a `304`) is at most `policy.snapshot_max_age_secs` old. Callers that need the
-//! fair-share state use [`SnapshotCache::fresh`], which returns `None` in safe mode;
-//! policy values (defaults, limits) may come from a stale snapshot through
-//! [`SnapshotCache::policy`], because a site's limits do not stop applying when the
-//! service is down. Entering and leaving safe mode are logged once each, by the
-//! fetcher thread, never by a callback.
+//! Freshness and the stale-snapshot default: the snapshot counts as fresh while the
+//! last successful contact (a `200` or a `304`) is at most [`SnapshotCache::max_age`]
+//! old: `budget_max_age` from `PriorityParameters` when set, else the snapshot's own
+//! `policy.snapshot_max_age_secs` (budgetd's default 60 s, validated to 1..=86400),
+//! never less than 1 s. Before the first snapshot the plugins are in safe mode.
+//! What safe mode means is the plugin's: [`SnapshotCache::fresh`] returns `None`
+//! then, and `preempt/budget` and `job_submit/budget` stop using fair-share state;
+//! `priority/budget` keeps ranking by the newest snapshot however old
+//! ([`SnapshotCache::latest`]); site policy values (defaults, limits) come from the
+//! newest snapshot however old ([`SnapshotCache::policy`]), because a site's limits
+//! do not stop applying while the service is down.
 //!
-//! Each `.so` (priority, preempt, job_submit) links its own copy of this module and runs
-//! its own fetcher; with `304`s that costs next to nothing and keeps the plugins
-//! independent of each other's load order.
+//! Logged once each, by the background thread, never by a callback: the first
+//! snapshot, entering safe mode (with the reason and the plugin's own consequences),
+//! leaving it, a fetch error when it starts or changes, and budgetd reachable again.
+//!
+//! Each `.so` links its own copy of this module and runs its own fetcher; with `304`s
+//! that costs next to nothing and keeps the plugins independent of each other's load
+//! order.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use budget_client::{Client, Endpoint};
+use arc_swap::ArcSwapOption;
+use budget_client::Client;
 use budget_protocol::{PluginSnapshot, Policy, SNAPSHOT_PATH};
 
 use crate::log;
+use crate::settings::Settings;
 use crate::worker::Worker;
 
-/// Unix time in seconds (callbacks and the fetcher agree on one clock).
+/// Unix time in seconds (callbacks and the background threads agree on one clock).
 pub fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -38,13 +49,13 @@ pub fn unix_now() -> i64 {
         .unwrap_or(0)
 }
 
-/// The shared, lock-light snapshot holder.
+/// The shared, wait-free snapshot holder.
 #[derive(Debug, Default)]
 pub struct SnapshotCache {
-    current: RwLock<Option<Arc<PluginSnapshot>>>,
+    current: ArcSwapOption<PluginSnapshot>,
     /// Unix seconds of the last successful contact with budgetd (0 = never).
     confirmed_at: AtomicI64,
-    /// `budget_max_age` from the configuration (0 = use the snapshot's policy).
+    /// `budget_max_age` from the settings (0 = use the snapshot's policy).
     max_age_override: AtomicI64,
 }
 
@@ -56,27 +67,22 @@ impl SnapshotCache {
 
     /// The newest snapshot received, however old.
     pub fn latest(&self) -> Option<Arc<PluginSnapshot>> {
-        // A poisoned lock only means a panic happened while swapping a pointer: the
-        // value is still a valid Option<Arc>, so keep serving it.
-        match self.current.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
+        self.current.load_full()
     }
 
     /// The snapshot if it is fresh at `now`; `None` means safe mode.
     pub fn fresh(&self, now: i64) -> Option<Arc<PluginSnapshot>> {
         let snap = self.latest()?;
-        let max_age = self.max_age(&snap.policy);
         let at = self.confirmed_at.load(Ordering::Acquire);
-        (at > 0 && now.saturating_sub(at) <= max_age).then_some(snap)
+        (at > 0 && now.saturating_sub(at) <= self.max_age(&snap.policy)).then_some(snap)
     }
 
-    /// Snapshot age that enters safe mode: the configured override, else the policy's.
+    /// Snapshot age that enters safe mode: the configured override, else the
+    /// policy's; at least 1 s.
     pub fn max_age(&self, policy: &Policy) -> i64 {
         match self.max_age_override.load(Ordering::Relaxed) {
             n if n > 0 => n,
-            _ => policy.snapshot_max_age_secs.max(0),
+            _ => policy.snapshot_max_age_secs.max(1),
         }
     }
 
@@ -88,7 +94,11 @@ impl SnapshotCache {
 
     /// The site policy of the newest snapshot, or the built-in defaults before any.
     pub fn policy(&self) -> Policy {
-        self.latest().map(|s| s.policy.clone()).unwrap_or_default()
+        self.current
+            .load()
+            .as_ref()
+            .map(|s| s.policy.clone())
+            .unwrap_or_default()
     }
 
     /// Seconds since the last successful contact, `None` if never.
@@ -99,11 +109,7 @@ impl SnapshotCache {
 
     /// Install a new snapshot received at `now`.
     pub fn store(&self, snap: PluginSnapshot, now: i64) {
-        let snap = Arc::new(snap);
-        match self.current.write() {
-            Ok(mut g) => *g = Some(snap),
-            Err(p) => *p.into_inner() = Some(snap),
-        }
+        self.current.store(Some(Arc::new(snap)));
         self.confirmed_at.store(now, Ordering::Release);
     }
 
@@ -122,34 +128,40 @@ pub enum Fetched {
     New(Box<PluginSnapshot>, Option<String>),
 }
 
-/// Where snapshots come from (budgetd over HTTP in production, a fake in tests).
+/// Where snapshots come from (budgetd over HTTP in production, a script in tests).
 pub trait SnapshotSource: Send {
     /// Fetch the snapshot, sending `etag` as `If-None-Match` when given.
     fn fetch(&mut self, etag: Option<&str>) -> Result<Fetched, String>;
 }
 
-/// budgetd over its Unix socket (or TCP), with a hard per-request deadline.
+/// budgetd over its Unix socket (or TCP) as the settings say, with a hard deadline
+/// per request. An unusable endpoint makes every fetch fail with its reason, so the
+/// plugin stays in safe mode and says why, like any other failure.
 #[derive(Debug)]
 pub struct HttpSource {
-    client: Client,
+    client: Result<Client, String>,
 }
 
 impl HttpSource {
-    /// A source for `endpoint` whose every request finishes within `timeout`.
-    pub fn new(endpoint: &str, timeout: Duration) -> Result<Self, String> {
-        let ep = Endpoint::parse(endpoint).map_err(|e| e.to_string())?;
-        Ok(Self {
-            client: Client::new(ep).with_timeout(timeout),
-        })
+    /// A source for `settings`' endpoint and timeout.
+    pub fn new(settings: &Settings) -> Self {
+        Self {
+            client: settings
+                .client()
+                .map_err(|e| format!("bad budgetd endpoint {:?}: {e}", settings.endpoint)),
+        }
     }
 }
 
 impl SnapshotSource for HttpSource {
     fn fetch(&mut self, etag: Option<&str>) -> Result<Fetched, String> {
-        match self.client.get_if_none_match(SNAPSHOT_PATH, etag) {
+        let client = self.client.as_ref().map_err(Clone::clone)?;
+        match client.get_if_none_match(SNAPSHOT_PATH, etag) {
             Ok(None) => Ok(Fetched::NotModified),
             Ok(Some(resp)) => {
-                let snap: PluginSnapshot = resp.json().map_err(|e| e.to_string())?;
+                let snap: PluginSnapshot = resp
+                    .json()
+                    .map_err(|e| format!("bad snapshot from budgetd: {e}"))?;
                 let tag = resp.etag().map(str::to_string);
                 Ok(Fetched::New(Box::new(snap), tag))
             }
@@ -166,18 +178,22 @@ enum Mode {
     Safe,
 }
 
-/// A freshness transition the fetcher observed on a tick.
+/// Something a tick observed that is worth one log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Transition {
-    /// First fresh snapshot after start.
-    FirstSnapshot,
+pub enum Event {
+    /// The first snapshot since the plugin loaded was stored.
+    FirstSnapshot { version: String, leaves: u32 },
     /// Entered safe mode, with the reason.
     EnteredSafeMode(String),
     /// Left safe mode.
     LeftSafeMode,
+    /// Fetching started failing, or fails with another error than before.
+    FetchFailing(String),
+    /// Fetching succeeds again after failing.
+    FetchRecovered,
 }
 
-/// Fetch loop state: the source, the ETag, and the last known mode.
+/// Fetch loop state: the source, the ETag, the last known mode and error.
 #[derive(Debug)]
 pub struct Fetcher<S> {
     cache: Arc<SnapshotCache>,
@@ -185,222 +201,183 @@ pub struct Fetcher<S> {
     etag: Option<String>,
     mode: Mode,
     last_error: Option<String>,
+    /// What safe mode means for this plugin, appended to the "entering" line.
+    effect: &'static str,
 }
 
 impl<S: SnapshotSource> Fetcher<S> {
-    /// A fetcher filling `cache` from `source`.
-    pub fn new(cache: Arc<SnapshotCache>, source: S) -> Self {
+    /// A fetcher filling `cache` from `source`; `effect` says what safe mode changes
+    /// in this plugin (logged when entering it).
+    pub fn new(cache: Arc<SnapshotCache>, source: S, effect: &'static str) -> Self {
         Self {
             cache,
             source,
             etag: None,
             mode: Mode::Starting,
             last_error: None,
+            effect,
         }
     }
 
-    /// One fetch at `now`; returns the freshness transition, if any, for the caller
-    /// (or [`Fetcher::tick_and_log`]) to report.
-    pub fn tick(&mut self, now: i64) -> Option<Transition> {
-        match self.source.fetch(self.etag.as_deref()) {
-            Ok(Fetched::NotModified) if self.cache.latest().is_some() => {
+    /// Fetch from `source` from now on (the ETag is forgotten; mode and cache stay).
+    pub fn replace_source(&mut self, source: S) {
+        self.source = source;
+        self.etag = None;
+    }
+
+    /// One fetch at `now`; returns what changed, in the order to log it.
+    pub fn tick(&mut self, now: i64) -> Vec<Event> {
+        let mut events = Vec::new();
+        let had = self.cache.latest().is_some();
+        let etag = self.etag.as_deref().filter(|_| had);
+        let result = match self.source.fetch(etag) {
+            Ok(Fetched::NotModified) if had => {
                 self.cache.confirm(now);
-                self.last_error = None;
+                Ok(())
             }
-            // A 304 with nothing cached (we never sent an ETag, so only a confused
-            // server does this): forget the ETag and fetch in full next time.
+            // A 304 with nothing cached (we sent no ETag, so only a confused server
+            // does this): forget the ETag and fetch in full next time.
             Ok(Fetched::NotModified) => {
                 self.etag = None;
-                self.last_error = Some("304 Not Modified without a cached snapshot".into());
+                Err("304 Not Modified without a cached snapshot".to_string())
             }
             Ok(Fetched::New(snap, tag)) => {
                 self.etag = tag.or_else(|| Some(format!("\"{}\"", snap.version)));
+                if !had {
+                    events.push(Event::FirstSnapshot {
+                        version: snap.version.clone(),
+                        leaves: snap.fair_share.num_leaves,
+                    });
+                }
                 self.cache.store(*snap, now);
-                self.last_error = None;
+                Ok(())
             }
-            Err(e) => self.last_error = Some(e),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => {
+                if self.last_error.take().is_some() {
+                    events.push(Event::FetchRecovered);
+                }
+            }
+            Err(e) => {
+                if self.last_error.as_deref() != Some(e.as_str()) {
+                    events.push(Event::FetchFailing(e.clone()));
+                }
+                self.last_error = Some(e);
+            }
         }
-        let fresh = self.cache.fresh(now).is_some();
-        let next = if fresh { Mode::Fresh } else { Mode::Safe };
-        let prev = std::mem::replace(&mut self.mode, next);
-        match (prev, next) {
-            (Mode::Starting, Mode::Fresh) => Some(Transition::FirstSnapshot),
-            (Mode::Safe, Mode::Fresh) => Some(Transition::LeftSafeMode),
+        let next = if self.cache.fresh(now).is_some() {
+            Mode::Fresh
+        } else {
+            Mode::Safe
+        };
+        match (std::mem::replace(&mut self.mode, next), next) {
+            (Mode::Safe, Mode::Fresh) => events.push(Event::LeftSafeMode),
             (Mode::Starting | Mode::Fresh, Mode::Safe) => {
-                Some(Transition::EnteredSafeMode(self.safe_reason(now)))
+                events.push(Event::EnteredSafeMode(self.safe_reason(now)));
             }
-            _ => None,
+            _ => {}
         }
+        events
     }
 
     fn safe_reason(&self, now: i64) -> String {
         let err = self.last_error.as_deref().unwrap_or("no error");
         match self.cache.age(now) {
-            None => format!("no snapshot received from budgetd yet ({err})"),
+            None => format!("no snapshot received from budgetd yet (last error: {err})"),
             Some(age) => format!(
-                "snapshot is {age} s old, more than the maximum age of {} s (last error: {err})",
+                "budget snapshot is {age} s old, more than the maximum age of {} s \
+                 (last error: {err})",
                 self.cache.max_age(&self.cache.policy())
             ),
         }
     }
 
-    /// [`Fetcher::tick`] and log the transition through Slurm's log.
+    /// [`Fetcher::tick`], each event logged through Slurm's log.
     pub fn tick_and_log(&mut self, now: i64) {
-        match self.tick(now) {
-            Some(Transition::FirstSnapshot) => {
-                let v = self
-                    .cache
-                    .latest()
-                    .map(|s| s.version.clone())
-                    .unwrap_or_default();
-                log::info(&format!(
-                    "snapshot {v} received from budgetd; fair-share decisions enabled"
-                ));
-            }
-            Some(Transition::LeftSafeMode) => {
-                log::info("budgetd snapshot fresh again: leaving safe mode, rebalancing enabled");
-            }
-            Some(Transition::EnteredSafeMode(why)) => log::error(&format!(
-                "entering safe mode: {why}; contracts still honoured, budgeted jobs not rebalanced, \
-                 free-tier jobs still preemptable, unknown accounts accepted"
-            )),
-            None => {
-                if let Some(e) = &self.last_error {
-                    log::debug(&format!("snapshot fetch failed: {e}"));
+        for e in self.tick(now) {
+            match e {
+                Event::FirstSnapshot { version, leaves } => log::info(&format!(
+                    "budget snapshot {version} loaded from budgetd: {leaves} accounts/users ranked"
+                )),
+                Event::EnteredSafeMode(why) => {
+                    log::error(&format!("entering safe mode: {why}; {}", self.effect))
                 }
+                Event::LeftSafeMode => {
+                    log::info("leaving safe mode: fresh budget snapshot from budgetd")
+                }
+                Event::FetchFailing(e) => log::error(&format!(
+                    "snapshot fetch from budgetd failed: {e} (logged once; retrying every period)"
+                )),
+                Event::FetchRecovered => log::info("snapshot fetch: budgetd reachable again"),
             }
         }
     }
 }
 
-/// Where and how often to fetch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetcherConfig {
-    /// budgetd endpoint: a socket path, `unix:/path` or `http://host:port`.
-    pub endpoint: String,
-    /// Time between fetches.
-    pub period: Duration,
-    /// Hard deadline of one request (connect, write, read).
-    pub timeout: Duration,
-    /// Overrides the snapshot's `policy.snapshot_max_age_secs` when set.
-    pub max_age_secs: Option<i64>,
+/// The fetcher a plugin's background thread drives from [`Settings`]: it applies
+/// `budget_max_age`, and after `scontrol reconfigure` changed the endpoint or the
+/// timeout it talks to the new one (mode, cache and error state carry over).
+#[derive(Debug)]
+pub struct SnapshotFetcher {
+    fetcher: Fetcher<HttpSource>,
+    /// The settings the current source was built from.
+    built_from: Settings,
 }
 
-/// Default budgetd socket (the same as `priority/budget`'s).
-pub const DEFAULT_ENDPOINT: &str = "/run/slurm-budget/budgetd.sock";
-/// Environment variable that overrides the endpoint (handy for testbeds).
-pub const ENDPOINT_ENV: &str = "SLURM_BUDGET_ENDPOINT";
-
-impl Default for FetcherConfig {
-    fn default() -> Self {
+impl SnapshotFetcher {
+    /// A fetcher filling `cache` as `settings` say; `effect`: see [`Fetcher::new`].
+    pub fn new(cache: Arc<SnapshotCache>, settings: &Settings, effect: &'static str) -> Self {
+        cache.set_max_age_override(settings.max_age_secs);
+        log_source(settings);
         Self {
-            endpoint: DEFAULT_ENDPOINT.into(),
-            period: Duration::from_secs(5),
-            timeout: Duration::from_millis(1000),
-            max_age_secs: None,
+            fetcher: Fetcher::new(cache, HttpSource::new(settings), effect),
+            built_from: settings.clone(),
         }
+    }
+
+    /// One fetch at `now` with the current `settings`, logged.
+    pub fn tick(&mut self, settings: &Settings, now: i64) {
+        self.fetcher
+            .cache
+            .set_max_age_override(settings.max_age_secs);
+        if !self.built_from.same_connection(settings) {
+            log_source(settings);
+            self.fetcher.replace_source(HttpSource::new(settings));
+            self.built_from = settings.clone();
+        }
+        self.fetcher.tick_and_log(now);
     }
 }
 
-impl FetcherConfig {
-    /// Read the budgetd keys of `PriorityParameters` (comma separated `key=value`; other
-    /// keys belong to other plugins and are ignored), so one line in `slurm.conf`
-    /// configures all three plugins: `budget_socket=PATH`, `budget_period=SECS`
-    /// (1..=3600), `budget_timeout_ms=MS` (10..=60000), `budget_max_age=SECS`. Bad values
-    /// are reported and the default kept.
-    pub fn parse(params: &str) -> (Self, Vec<String>) {
-        let mut cfg = Self::default();
-        let mut problems = Vec::new();
-        for item in params.split(',') {
-            let Some((k, v)) = item.split_once('=') else {
-                continue;
-            };
-            let (k, v) = (k.trim(), v.trim());
-            let num = |lo: u64, hi: u64| v.parse::<u64>().ok().filter(|n| (lo..=hi).contains(n));
-            let ok = match k {
-                "budget_socket" if !v.is_empty() => {
-                    cfg.endpoint = v.to_string();
-                    true
-                }
-                "budget_period" => num(1, 3600)
-                    .map(|n| cfg.period = Duration::from_secs(n))
-                    .is_some(),
-                "budget_timeout_ms" => num(10, 60_000)
-                    .map(|n| cfg.timeout = Duration::from_millis(n))
-                    .is_some(),
-                "budget_max_age" => num(1, 7 * 86_400)
-                    .map(|n| cfg.max_age_secs = Some(n as i64))
-                    .is_some(),
-                _ => true,
-            };
-            if !ok {
-                problems.push(format!("PriorityParameters: bad value {k}={v:?}"));
-            }
-        }
-        (cfg, problems)
-    }
-
-    /// The configuration of this process: `PriorityParameters`, then the
-    /// `SLURM_BUDGET_ENDPOINT` environment variable.
-    pub fn load() -> (Self, Vec<String>) {
-        let (mut cfg, problems) = Self::parse(&priority_params().unwrap_or_default());
-        if let Ok(ep) = std::env::var(ENDPOINT_ENV)
-            && !ep.trim().is_empty()
-        {
-            cfg.endpoint = ep.trim().to_string();
-        }
-        (cfg, problems)
-    }
+fn log_source(s: &Settings) {
+    log::verbose(&format!(
+        "fetching {SNAPSHOT_PATH} from {} every {} s (timeout {} ms)",
+        s.endpoint,
+        s.period.as_secs(),
+        s.timeout.as_millis()
+    ));
 }
 
-/// `PriorityParameters` from `slurm.conf` as `slurmctld` read it.
-pub fn priority_params() -> Option<String> {
-    // SAFETY: `slurm_conf` is libslurmfull's global configuration, filled before any
-    // plugin loads; the string is copied at once.
-    unsafe { crate::cstr::opt_string(slurm_ffi::sys::slurm_conf.priority_params) }
-}
-
-/// Start the fetcher thread for `cache`: it reads the configuration on its first tick,
-/// then fetches every `budget_period`. Join it with [`Worker::stop`] in `fini`.
-pub fn spawn_fetcher(name: &str, cache: Arc<SnapshotCache>) -> std::io::Result<Worker> {
-    let mut state: Option<Fetcher<HttpSource>> = None;
-    let mut failed_config = false;
-    // The worker's period is fixed at spawn; the configured interval is honoured by
-    // skipping ticks (the worker wakes every second; an idle wake costs nothing).
+/// Start a thread that keeps `cache` fresh as `settings` say, fetching every
+/// `settings.period`. Join it with [`Worker::stop`] in `fini`.
+pub fn spawn_fetcher(
+    name: &str,
+    cache: Arc<SnapshotCache>,
+    settings: Settings,
+    effect: &'static str,
+) -> std::io::Result<Worker> {
+    let mut fetcher = SnapshotFetcher::new(cache, &settings, effect);
+    let period = settings.period.as_secs().max(1) as i64;
+    // The worker wakes every second (an idle wake costs nothing) and fetches when
+    // due, so `fini` never waits a whole period for the thread to notice.
     let mut next_due = 0i64;
-    let mut period_secs = 5i64;
     Worker::spawn(name, Duration::from_secs(1), move || {
         let now = unix_now();
-        if state.is_none() && !failed_config {
-            let (cfg, problems) = FetcherConfig::load();
-            for p in problems {
-                log::error(&p);
-            }
-            period_secs = cfg.period.as_secs().max(1) as i64;
-            cache.set_max_age_override(cfg.max_age_secs);
-            match HttpSource::new(&cfg.endpoint, cfg.timeout) {
-                Ok(src) => {
-                    log::verbose(&format!(
-                        "fetching {SNAPSHOT_PATH} from {} every {period_secs} s (timeout {} ms)",
-                        cfg.endpoint,
-                        cfg.timeout.as_millis()
-                    ));
-                    state = Some(Fetcher::new(Arc::clone(&cache), src));
-                }
-                Err(e) => {
-                    log::error(&format!(
-                        "bad budgetd endpoint {:?}: {e}; staying in safe mode",
-                        cfg.endpoint
-                    ));
-                    failed_config = true;
-                }
-            }
-        }
-        if let Some(f) = state.as_mut()
-            && now >= next_due
-        {
-            next_due = now + period_secs;
-            f.tick_and_log(now);
+        if now >= next_due {
+            next_due = now + period;
+            fetcher.tick(&settings, now);
         }
     })
 }
@@ -437,80 +414,139 @@ mod tests {
         }
     }
 
+    fn script(steps: Vec<Result<Fetched, String>>) -> Script {
+        Script(VecDeque::from(steps), vec![])
+    }
+
+    fn new(s: &PluginSnapshot, tag: Option<&str>) -> Result<Fetched, String> {
+        Ok(Fetched::New(Box::new(s.clone()), tag.map(str::to_string)))
+    }
+
+    fn first(version: &str) -> Event {
+        Event::FirstSnapshot {
+            version: version.into(),
+            leaves: 0,
+        }
+    }
+
     #[test]
     fn freshness_etag_and_transitions_logged_once() {
         let cache = Arc::new(SnapshotCache::new());
         assert!(cache.fresh(0).is_none());
         assert_eq!(cache.policy(), Policy::default());
-        let script = Script(
-            VecDeque::from(vec![
-                Err("connection refused".into()),
-                Ok(Fetched::New(
-                    Box::new(snap("v1", 30)),
-                    Some("\"v1\"".into()),
-                )),
-                Ok(Fetched::NotModified),
-                Err("timed out".into()),
-                Err("timed out".into()),
-                Err("timed out".into()),
-                Ok(Fetched::NotModified),
-            ]),
-            vec![],
-        );
-        let mut f = Fetcher::new(Arc::clone(&cache), script);
+        let s = script(vec![
+            Err("connection refused".into()),
+            new(&snap("v1", 30), Some("\"v1\"")),
+            Ok(Fetched::NotModified),
+            Err("timed out".into()),
+            Err("timed out".into()),
+            Err("timed out".into()),
+            Ok(Fetched::NotModified),
+        ]);
+        let mut f = Fetcher::new(Arc::clone(&cache), s, "effect");
+        let e = f.tick(100);
+        assert_eq!(e[0], Event::FetchFailing("connection refused".into()));
         assert!(
-            matches!(f.tick(100), Some(Transition::EnteredSafeMode(m)) if m.contains("no snapshot"))
+            matches!(&e[1], Event::EnteredSafeMode(m) if m.contains("no snapshot") && m.contains("refused"))
         );
-        assert_eq!(f.tick(105), Some(Transition::LeftSafeMode));
-        assert_eq!(f.tick(110), None);
+        assert_eq!(
+            f.tick(105),
+            vec![first("v1"), Event::FetchRecovered, Event::LeftSafeMode]
+        );
+        assert!(f.tick(110).is_empty());
         assert!(cache.fresh(110).is_some());
-        // Failures within the max age keep the snapshot fresh.
-        assert_eq!(f.tick(120), None);
-        assert_eq!(f.tick(140), None);
+        // Failures within the max age keep the snapshot fresh; the error is logged once.
+        assert_eq!(f.tick(120), vec![Event::FetchFailing("timed out".into())]);
+        assert!(f.tick(140).is_empty());
         assert!(cache.fresh(140).is_some());
         // 31 s after the last 304: stale, logged once.
+        let e = f.tick(141);
         assert!(
-            matches!(f.tick(141), Some(Transition::EnteredSafeMode(m)) if m.contains("31 s old") && m.contains("timed out"))
+            matches!(&e[..], [Event::EnteredSafeMode(m)] if m.contains("31 s old") && m.contains("30 s") && m.contains("timed out")),
+            "{e:?}"
         );
         assert!(cache.fresh(141).is_none());
         assert_eq!(
             cache.latest().map(|s| s.version.clone()).as_deref(),
             Some("v1"),
-            "stale policy still readable"
+            "stale snapshot still readable"
         );
-        assert_eq!(f.tick(150), Some(Transition::LeftSafeMode));
-        // The ETag is sent once known.
+        assert_eq!(cache.policy().snapshot_max_age_secs, 30);
+        assert_eq!(
+            f.tick(150),
+            vec![Event::FetchRecovered, Event::LeftSafeMode]
+        );
+        // The ETag is sent once a snapshot is cached, never before.
         assert_eq!(f.source.1[0], None);
+        assert_eq!(f.source.1[1], None);
         assert_eq!(f.source.1[2].as_deref(), Some("\"v1\""));
     }
 
     #[test]
-    fn first_snapshot_transition() {
+    fn first_snapshot_and_etag_from_the_version() {
         let cache = Arc::new(SnapshotCache::new());
-        let script = Script(
-            VecDeque::from(vec![Ok(Fetched::New(Box::new(snap("v1", 60)), None))]),
-            vec![],
+        let mut f = Fetcher::new(
+            Arc::clone(&cache),
+            script(vec![new(&snap("v1", 60), None), new(&snap("v2", 60), None)]),
+            "effect",
         );
-        let mut f = Fetcher::new(Arc::clone(&cache), script);
-        assert_eq!(f.tick(1), Some(Transition::FirstSnapshot));
+        assert_eq!(f.tick(1), vec![first("v1")]);
         // Without an ETag header the version is used, quoted.
         assert_eq!(f.etag.as_deref(), Some("\"v1\""));
+        // Later snapshots are not "first".
+        assert!(f.tick(2).is_empty());
+        assert_eq!(f.etag.as_deref(), Some("\"v2\""));
     }
 
     #[test]
-    fn config_from_priority_parameters() {
-        let (c, p) = FetcherConfig::parse(
-            "budget_socket=/tmp/b.sock,budget_period=2,PriorityFlags=x,budget_timeout_ms=500,budget_max_age=30,budget_period=0",
+    fn a_confused_304_and_a_new_source() {
+        let cache = Arc::new(SnapshotCache::new());
+        let mut f = Fetcher::new(
+            Arc::clone(&cache),
+            script(vec![Ok(Fetched::NotModified)]),
+            "effect",
         );
-        assert_eq!(c.endpoint, "/tmp/b.sock");
-        assert_eq!(c.period, Duration::from_secs(2));
-        assert_eq!(c.timeout, Duration::from_millis(500));
-        assert_eq!(c.max_age_secs, Some(30));
-        assert_eq!(p.len(), 1, "{p:?}");
-        assert_eq!(FetcherConfig::parse("").0, FetcherConfig::default());
+        let e = f.tick(1);
+        assert!(matches!(&e[0], Event::FetchFailing(m) if m.contains("304")));
+        assert!(matches!(&e[1], Event::EnteredSafeMode(_)));
+        f.replace_source(script(vec![new(&snap("v1", 60), Some("\"v1\""))]));
+        assert_eq!(
+            f.tick(2),
+            vec![first("v1"), Event::FetchRecovered, Event::LeftSafeMode]
+        );
+        f.replace_source(script(vec![Ok(Fetched::NotModified)]));
+        assert_eq!(f.etag, None, "a new source starts without an ETag");
+        // Still a snapshot cached: a 304 only confirms it.
+        assert!(f.tick(3).is_empty());
+        assert_eq!(cache.age(3), Some(0));
+    }
+
+    #[test]
+    fn stale_default_and_the_configured_max_age() {
         let cache = SnapshotCache::new();
         cache.store(snap("v", 60), 100);
+        assert!(cache.fresh(160).is_some() && cache.fresh(161).is_none());
         cache.set_max_age_override(Some(5));
         assert!(cache.fresh(105).is_some() && cache.fresh(106).is_none());
+        cache.set_max_age_override(None);
+        assert!(cache.fresh(160).is_some());
+        // A policy of 0 s (refused by budgetd) still leaves one second.
+        cache.store(snap("v", 0), 200);
+        assert_eq!(cache.max_age(&cache.policy()), 1);
+        assert!(cache.fresh(201).is_some() && cache.fresh(202).is_none());
+    }
+
+    #[test]
+    fn bad_endpoint_fails_every_fetch_with_its_reason() {
+        let settings = Settings {
+            endpoint: "https://ctl".into(),
+            ..Settings::default()
+        };
+        let mut src = HttpSource::new(&settings);
+        let err = src.fetch(None).unwrap_err();
+        assert!(
+            err.contains("bad budgetd endpoint") && err.contains("https"),
+            "{err}"
+        );
     }
 }

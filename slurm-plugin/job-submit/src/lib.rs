@@ -21,14 +21,15 @@
 
 pub mod validate;
 
-use std::ffi::{c_char, c_void};
+use std::ffi::c_char;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use policy_core::contract::parse_admin_comment;
 use slurm_ffi::api::job_submit as api;
-use slurm_ffi::sys::{self, job_desc_msg_t, job_record_t, part_record_t};
+use slurm_ffi::sys::{self, job_desc_msg_t, job_record_t};
 use slurm_ffi::{INFINITE, NO_VAL, NO_VAL16};
-use slurm_plugin_common::contract::parse_admin_comment;
 use slurm_plugin_common::cstr::{opt_string, xstrdup};
+use slurm_plugin_common::settings::Settings;
 use slurm_plugin_common::snapshot::{SnapshotCache, spawn_fetcher, unix_now};
 use slurm_plugin_common::worker::Worker;
 use slurm_plugin_common::{controller, ffi_guard, install_panic_hook, log};
@@ -46,6 +47,10 @@ pub static plugin_type: [u8; 18] = *b"job_submit/budget\0";
 pub static plugin_version: u32 = slurm_ffi::SLURM_VERSION_NUMBER;
 
 const PLUGIN_TYPE: &str = "job_submit/budget";
+
+/// What safe mode means for submissions (logged when entering it).
+const SAFE_MODE_EFFECT: &str = "jobs naming accounts outside the budget tree are accepted; \
+                                contracts are still validated against the last known policy";
 
 fn cache() -> &'static Arc<SnapshotCache> {
     static CACHE: OnceLock<Arc<SnapshotCache>> = OnceLock::new();
@@ -65,7 +70,12 @@ pub extern "C" fn init() -> i32 {
             return sys::SLURM_ERROR;
         };
         if slot.is_none() {
-            match spawn_fetcher("budget-submit", Arc::clone(cache())) {
+            match spawn_fetcher(
+                "budget-submit",
+                Arc::clone(cache()),
+                Settings::load_and_log(),
+                SAFE_MODE_EFFECT,
+            ) {
                 Ok(w) => *slot = Some(w),
                 Err(e) => {
                     // Without the thread we stay in safe mode: submissions still work.
@@ -97,12 +107,6 @@ pub extern "C" fn fini() -> i32 {
     })
 }
 
-/// Copy a C string field.
-fn text(p: *const c_char) -> Option<String> {
-    // SAFETY: Slurm string fields are NULL or NUL-terminated and live for the callback.
-    unsafe { opt_string(p) }
-}
-
 fn is_privileged(uid: u32) -> bool {
     // SAFETY: slurm_conf is libslurmfull's global configuration; our callers hold the
     // config read lock, so it is not being replaced.
@@ -116,14 +120,22 @@ fn minutes(m: u32) -> Option<i64> {
 
 /// The time limit Slurm will apply: `--time`, else the partition's `DefaultTime`, else
 /// its `MaxTime`; the strictest over a multi-partition request. `None` = unlimited.
-fn effective_time_limit(desc: &job_desc_msg_t) -> Option<(i64, String)> {
+///
+/// # Safety
+/// `desc` is a valid job description; the caller holds the partition read lock.
+unsafe fn effective_time_limit(desc: &job_desc_msg_t) -> Option<(i64, String)> {
     if desc.time_limit != NO_VAL {
         return minutes(desc.time_limit).map(|s| (s, "--time".to_string()));
     }
-    let wanted = text(desc.partition);
+    // SAFETY: a string field of the caller's valid description.
+    let wanted = unsafe { opt_string(desc.partition) };
     let mut best: Option<(i64, String)> = None;
-    for_each_partition(|p, is_default| {
-        let name = text(p.name).unwrap_or_default();
+    let Ok(ctl) = controller::Controller::get() else {
+        return None;
+    };
+    let mut visit = |p: &sys::part_record_t, is_default: bool| {
+        // SAFETY: the partition's name, valid under the partition lock.
+        let name = unsafe { opt_string(p.name) }.unwrap_or_default();
         let selected = match &wanted {
             Some(w) => w.split(',').any(|x| x.trim() == name),
             None => is_default,
@@ -139,39 +151,10 @@ fn effective_time_limit(desc: &job_desc_msg_t) -> Option<(i64, String)> {
         {
             best = Some(l);
         }
-    });
-    best
-}
-
-/// Visit slurmctld's partitions (`part_list`) with a flag for the default partition.
-/// Callers hold the partition read lock (job_submit/job_modify always do).
-fn for_each_partition(mut f: impl FnMut(&part_record_t, bool)) {
-    unsafe extern "C" {
-        fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
-    }
-    // SAFETY: dlsym(RTLD_DEFAULT, name) only looks up a symbol.
-    let list = unsafe { dlsym(std::ptr::null_mut(), c"part_list".as_ptr()) }
-        as *const slurm_ffi::SlurmList;
-    // SAFETY: as above.
-    let default = unsafe { dlsym(std::ptr::null_mut(), c"default_part_loc".as_ptr()) }
-        as *const *const part_record_t;
-    if list.is_null() {
-        return;
-    }
-    // SAFETY: `default_part_loc` is a `part_record_t *` global, read under the part lock.
-    let default = if default.is_null() {
-        std::ptr::null()
-    } else {
-        unsafe { *default }
     };
-    // SAFETY: `part_list` is a List of part_record_t*, read under the part read lock.
-    unsafe {
-        controller::for_each(*list, |p: *mut part_record_t| {
-            if let Some(part) = p.as_ref() {
-                f(part, std::ptr::eq(p, default));
-            }
-        });
-    }
+    // SAFETY: job_submit and job_modify run with the partition read lock held.
+    unsafe { ctl.for_each_partition(&mut visit) };
+    best
 }
 
 fn error_code(kind: RejectKind) -> i32 {
@@ -200,15 +183,22 @@ fn refuse(r: &Rejection, err_msg: *mut *mut c_char, what: &str) -> i32 {
     error_code(r.kind)
 }
 
-fn submit(desc: &mut job_desc_msg_t, uid: u32, err_msg: *mut *mut c_char) -> i32 {
+/// # Safety
+/// `desc` is Slurm's valid job description, under the locks `job_submit` runs with.
+unsafe fn submit(desc: &mut job_desc_msg_t, uid: u32, err_msg: *mut *mut c_char) -> i32 {
     let now = unix_now();
     let policy = cache().policy();
     let fresh = cache().fresh(now);
-    let comment = text(desc.comment);
-    let admin_comment = text(desc.admin_comment);
-    let account = text(desc.account);
-    let partition = text(desc.partition);
-    let qos = text(desc.qos);
+    // SAFETY: string fields of the valid description, NULL or NUL-terminated.
+    let (comment, admin_comment, account, partition, qos) = unsafe {
+        (
+            opt_string(desc.comment),
+            opt_string(desc.admin_comment),
+            opt_string(desc.account),
+            opt_string(desc.partition),
+            opt_string(desc.qos),
+        )
+    };
     let req = SubmitRequest {
         comment: comment.as_deref(),
         admin_comment: admin_comment.as_deref(),
@@ -216,7 +206,8 @@ fn submit(desc: &mut job_desc_msg_t, uid: u32, err_msg: *mut *mut c_char) -> i32
         partition: partition.as_deref(),
         qos: qos.as_deref(),
         batch: !desc.script.is_null(),
-        time_limit: effective_time_limit(desc),
+        // SAFETY: forwarded contract (the partition read lock is held).
+        time_limit: unsafe { effective_time_limit(desc) },
     };
     match validate::validate_submit(&req, &policy, fresh.as_ref().map(|s| &s.fair_share)) {
         Err(r) => refuse(&r, err_msg, &format!("submission by uid {uid}")),
@@ -239,18 +230,29 @@ fn submit(desc: &mut job_desc_msg_t, uid: u32, err_msg: *mut *mut c_char) -> i32
     }
 }
 
-fn modify(desc: &job_desc_msg_t, job: &job_record_t, uid: u32, err_msg: *mut *mut c_char) -> i32 {
+/// # Safety
+/// `desc` and `job` are Slurm's valid description and record, under the job lock.
+unsafe fn modify(
+    desc: &job_desc_msg_t,
+    job: &job_record_t,
+    uid: u32,
+    err_msg: *mut *mut c_char,
+) -> i32 {
     let policy = cache().policy();
-    let comment = text(desc.comment);
-    let admin_comment = text(desc.admin_comment);
-    let partition = text(desc.partition);
-    let qos = text(desc.qos);
-    let current_partition = text(job.partition);
-    // SAFETY: qos_ptr is NULL or a valid QOS record while the job lock is held.
-    let current_qos = unsafe { job.qos_ptr.as_ref() }.and_then(|q| text(q.name));
-    let stored = text(job.admin_comment)
-        .as_deref()
-        .and_then(parse_admin_comment);
+    // SAFETY: string fields of the valid description and record, NULL or
+    // NUL-terminated; qos_ptr is NULL or a valid QOS record while the job lock is held.
+    let (comment, admin_comment, partition, qos, current_partition, current_qos, stored) = unsafe {
+        (
+            opt_string(desc.comment),
+            opt_string(desc.admin_comment),
+            opt_string(desc.partition),
+            opt_string(desc.qos),
+            opt_string(job.partition),
+            job.qos_ptr.as_ref().and_then(|q| opt_string(q.name)),
+            opt_string(job.admin_comment),
+        )
+    };
+    let stored = stored.as_deref().and_then(parse_admin_comment);
     let req = ModifyRequest {
         privileged: is_privileged(uid),
         comment: comment.as_deref(),
@@ -283,7 +285,8 @@ pub extern "C" fn job_submit(
     ffi_guard(sys::SLURM_SUCCESS, || {
         // SAFETY: Slurm passes a valid, exclusively owned job description.
         match unsafe { job_desc.as_mut() } {
-            Some(desc) => submit(desc, submit_uid, err_msg),
+            // SAFETY: as above, under job_submit's locks.
+            Some(desc) => unsafe { submit(desc, submit_uid, err_msg) },
             None => sys::SLURM_SUCCESS,
         }
     })
@@ -302,7 +305,8 @@ pub extern "C" fn job_modify(
         // SAFETY: valid pointers from slurmctld's update_job, under the job lock.
         match unsafe { (job_desc.as_ref(), job_ptr.as_ref()) } {
             // 22.05 has no err_msg here: the user sees the error code's text only.
-            (Some(d), Some(j)) => modify(d, j, submit_uid, std::ptr::null_mut()),
+            // SAFETY: as above.
+            (Some(d), Some(j)) => unsafe { modify(d, j, submit_uid, std::ptr::null_mut()) },
             _ => sys::SLURM_SUCCESS,
         }
     })
@@ -320,7 +324,8 @@ pub extern "C" fn job_modify(
     ffi_guard(sys::SLURM_SUCCESS, || {
         // SAFETY: valid pointers from slurmctld's update_job, under the job lock.
         match unsafe { (job_desc.as_ref(), job_ptr.as_ref()) } {
-            (Some(d), Some(j)) => modify(d, j, submit_uid, err_msg),
+            // SAFETY: as above.
+            (Some(d), Some(j)) => unsafe { modify(d, j, submit_uid, err_msg) },
             _ => sys::SLURM_SUCCESS,
         }
     })

@@ -18,8 +18,8 @@
 use budget_protocol::Policy;
 use policy_core::FairShare;
 use policy_core::comment::{CommentError, parse_comment};
+use policy_core::contract::{Contract, format_admin_comment, is_free_name};
 use policy_core::format_duration;
-use slurm_plugin_common::contract::{Contract, format_admin_comment, is_free_name};
 
 /// What a submission asks for.
 #[derive(Debug, Clone, Default)]

@@ -32,17 +32,21 @@ pub mod jobs;
 pub mod report;
 pub mod rule;
 
-use std::ffi::{c_char, c_void};
+use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
+use budget_protocol::preemption::{self, PreemptionReason, RecordOutcome};
 use slurm_ffi::api::preempt as api;
 use slurm_ffi::sys::{self, job_queue_rec_t, job_record_t};
+use slurm_plugin_common::settings::Settings;
 use slurm_plugin_common::snapshot::{SnapshotCache, spawn_fetcher, unix_now};
+use slurm_plugin_common::users::{UserCache, lookup_uid};
 use slurm_plugin_common::worker::Worker;
 use slurm_plugin_common::{controller, ffi_guard, install_panic_hook, log};
 
-use crate::jobs::{UserCache, facts, is_running, lookup_uid};
+use crate::jobs::{JobFacts, facts, is_running};
 use crate::rule::{Holdings, decide};
 
 /// Human-readable plugin name (Slurm reads the bytes of this symbol).
@@ -57,10 +61,14 @@ pub static plugin_version: u32 = slurm_ffi::SLURM_VERSION_NUMBER;
 
 const PLUGIN_TYPE: &str = "preempt/budget";
 
+/// What safe mode means for preemption (logged when entering it).
+const SAFE_MODE_EFFECT: &str = "contracts still honoured, budgeted jobs not rebalanced, \
+                                free-tier jobs still preemptable";
+
 struct Plugin {
     snapshots: Arc<SnapshotCache>,
-    users: Arc<UserCache>,
-    holdings: Mutex<Option<Arc<Holdings>>>,
+    users: UserCache,
+    holdings: ArcSwapOption<Holdings>,
     workers: Mutex<Vec<Worker>>,
     /// Allowed preemptions awaiting confirmation (see `report`).
     pending: report::Pending,
@@ -70,8 +78,8 @@ fn plugin() -> &'static Plugin {
     static P: OnceLock<Plugin> = OnceLock::new();
     P.get_or_init(|| Plugin {
         snapshots: Arc::new(SnapshotCache::new()),
-        users: Arc::new(UserCache::default()),
-        holdings: Mutex::new(None),
+        users: UserCache::default(),
+        holdings: ArcSwapOption::empty(),
         workers: Mutex::new(Vec::new()),
         pending: report::Pending::default(),
     })
@@ -88,14 +96,20 @@ pub extern "C" fn init() -> i32 {
             return sys::SLURM_ERROR;
         };
         if workers.is_empty() {
-            match spawn_fetcher("budget-preempt", Arc::clone(&p.snapshots)) {
+            let settings = Settings::load_and_log();
+            let reporter = settings.client();
+            match spawn_fetcher(
+                "budget-preempt",
+                Arc::clone(&p.snapshots),
+                settings.clone(),
+                SAFE_MODE_EFFECT,
+            ) {
                 Ok(w) => workers.push(w),
                 Err(e) => log::error(&format!("cannot start snapshot thread: {e}; safe mode")),
             }
-            let mut reporter: Option<budget_client::Client> = None;
             match Worker::spawn("budget-holdings", Duration::from_secs(1), move || {
                 refresh_holdings(plugin());
-                report_preemptions(plugin(), &mut reporter);
+                report_preemptions(plugin(), &reporter);
             }) {
                 Ok(w) => workers.push(w),
                 Err(e) => log::error(&format!("cannot start holdings thread: {e}; safe mode")),
@@ -133,17 +147,6 @@ pub extern "C" fn fini() -> i32 {
     })
 }
 
-fn last_job_update() -> Option<i64> {
-    unsafe extern "C" {
-        fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
-    }
-    // SAFETY: dlsym(RTLD_DEFAULT, name) only looks a symbol up.
-    let p =
-        unsafe { dlsym(std::ptr::null_mut(), c"last_job_update".as_ptr()) } as *const sys::time_t;
-    // SAFETY: a time_t global of slurmctld; a racy read only delays a refresh by a tick.
-    (!p.is_null()).then(|| unsafe { p.read_volatile() })
-}
-
 /// Background refresh of the holdings (GPUs held per tree node by running jobs).
 ///
 /// Why not in the callback: Slurm calls `preempt_p_preemptable` from inside
@@ -157,41 +160,38 @@ fn refresh_holdings(p: &Plugin) {
     p.users.resolve_misses(lookup_uid);
     let now = unix_now();
     let snap = p.snapshots.fresh(now);
-    let Some(stamp) = last_job_update() else {
+    let Ok(ctl) = controller::Controller::get() else {
         return;
     };
-    let current = match p.holdings.lock() {
-        Ok(g) => g.clone(),
-        Err(_) => return,
-    };
-    if current
+    let stamp = ctl.last_job_update();
+    if p.holdings
+        .load()
         .as_ref()
         .is_some_and(|h| h.matches(stamp, snap.as_ref()))
     {
         return;
     }
-    let Ok(ctl) = controller::Controller::get() else {
-        return;
-    };
     let default_min = p.snapshots.policy().default_min_runtime_secs;
     let mut running = Vec::new();
     {
         let guard = ctl.job_read_lock();
         guard.for_each_job(|job| {
             if is_running(job) {
-                running.push(facts(job, &p.users, default_min));
+                // SAFETY: a valid record, read under the job read lock `guard` holds.
+                running.push(unsafe { facts(job, &p.users, default_min) });
             }
         });
     }
-    let h = Arc::new(Holdings::compute(stamp, snap, running));
-    if let Ok(mut g) = p.holdings.lock() {
-        *g = Some(h);
-    }
+    p.holdings
+        .store(Some(Arc::new(Holdings::compute(stamp, snap, running))));
 }
 
 /// Confirm remembered preemptions against the job records (read lock, one walk, only
 /// when something is remembered) and post them to budgetd after the lock is released.
-fn report_preemptions(p: &Plugin, client: &mut Option<budget_client::Client>) {
+fn report_preemptions(
+    p: &Plugin,
+    client: &Result<budget_client::Client, budget_client::ClientError>,
+) {
     use std::collections::{HashMap, HashSet};
     let watched: HashSet<u32> = p.pending.watched().into_iter().collect();
     if watched.is_empty() {
@@ -222,37 +222,30 @@ fn report_preemptions(p: &Plugin, client: &mut Option<budget_client::Client>) {
     if confirmed.is_empty() {
         return;
     }
-    if client.is_none() {
-        let (cfg, _) = slurm_plugin_common::snapshot::FetcherConfig::load();
-        match budget_client::Endpoint::parse(&cfg.endpoint) {
-            Ok(ep) => *client = Some(budget_client::Client::new(ep).with_timeout(cfg.timeout)),
-            Err(e) => {
-                log::error(&format!(
-                    "cannot report preemptions to {:?}: {e}",
-                    cfg.endpoint
-                ));
-                return;
-            }
+    let c = match client {
+        Ok(c) => c,
+        Err(e) => {
+            log::error(&format!("cannot report preemptions: {e}"));
+            return;
         }
-    }
-    let Some(c) = client.as_ref() else { return };
+    };
     for x in confirmed {
-        let body = x.body(now);
-        let sent = c.request(
-            "POST",
-            "/v1/preemptions",
-            &[("Content-Type", "application/json")],
-            Some(body.as_bytes()),
-        );
-        match sent {
-            Ok(r) if r.is_success() => log::info(&format!(
-                "job {} run {} preempted by job {} ({}); recorded",
-                x.victim, x.c.run, x.c.preemptor, x.c.reason
+        match c.post_json::<_, RecordOutcome>(preemption::ROUTE, &x.record(now)) {
+            Ok(out) => log::info(&format!(
+                "job {} run {} preempted by job {} ({}); {}",
+                x.victim,
+                x.c.run,
+                x.c.preemptor,
+                x.c.reason,
+                if out.inserted {
+                    "recorded"
+                } else {
+                    "already recorded"
+                }
             )),
-            Ok(r) => log::error(&format!(
-                "budgetd refused a preemption record: HTTP {}",
-                r.status
-            )),
+            Err(e) if e.status().is_some() => {
+                log::error(&format!("budgetd refused a preemption record: {e}"))
+            }
             Err(e) => log::error(&format!(
                 "cannot record preemption of job {}: {e}",
                 x.victim
@@ -265,20 +258,27 @@ fn report_preemptions(p: &Plugin, client: &mut Option<budget_client::Client>) {
 /// safe mode (free-tier victims only).
 fn current_holdings(now: i64) -> Option<Arc<Holdings>> {
     let p = plugin();
-    let h = p.holdings.lock().ok()?.clone()?;
+    let h = p.holdings.load_full()?;
     (h.has_snapshot() && p.snapshots.fresh(now).is_some()).then_some(h)
 }
 
-fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
+/// # Safety
+/// Both records must be valid, under the job lock (every preempt hook holds it).
+unsafe fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
     if !is_running(victim) {
         return false;
     }
     let now = unix_now();
     let p = plugin();
-    let default_min = p.snapshots.policy().default_min_runtime_secs;
     let policy = p.snapshots.policy();
-    let v = facts(victim, &p.users, default_min);
-    let r = facts(preemptor, &p.users, default_min);
+    let default_min = policy.default_min_runtime_secs;
+    // SAFETY: forwarded contract.
+    let (v, r) = unsafe {
+        (
+            facts(victim, &p.users, default_min),
+            facts(preemptor, &p.users, default_min),
+        )
+    };
     let h = current_holdings(now);
     let decision = decide(h.as_deref(), &policy, &r, &v, now);
     if let Ok(allowed) = &decision {
@@ -287,7 +287,7 @@ fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
             report::Candidate {
                 run: u32::from(victim.restart_cnt),
                 preemptor: r.job_id,
-                reason: report::reason_of(allowed.as_ref()),
+                reason: PreemptionReason::of(allowed.as_ref()),
                 at: now,
                 account: v.account.clone(),
                 user: v.user.clone(),
@@ -305,12 +305,25 @@ fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
     decision.is_ok()
 }
 
-fn victim_prio(job: &job_record_t) -> u32 {
+/// # Safety
+/// `job` must be a valid record under the job lock.
+unsafe fn victim_prio(job: &job_record_t) -> u32 {
     let now = unix_now();
     let p = plugin();
     let snap = p.snapshots.fresh(now);
-    let v = facts(job, &p.users, p.snapshots.policy().default_min_runtime_secs);
+    // SAFETY: forwarded contract.
+    let v = unsafe { facts(job, &p.users, p.snapshots.policy().default_min_runtime_secs) };
     policy_core::preempt::victim_order(snap.as_ref().map(|s| &s.fair_share), &v.view(), now)
+}
+
+/// The stored free-tier flag of a queued job: fixed per job, so a strict weak order.
+///
+/// # Safety
+/// `job` must be a valid record under the job lock.
+unsafe fn queued_free_tier(job: &job_record_t) -> bool {
+    // SAFETY: forwarded contract.
+    let f: JobFacts = unsafe { facts(job, &plugin().users, 0) };
+    f.contract.free_tier
 }
 
 fn grace_time(job: &job_record_t) -> u32 {
@@ -332,7 +345,8 @@ pub extern "C" fn preempt_p_preemptable(
     ffi_guard(false, || {
         // SAFETY: valid job records from slurmctld, under the job lock.
         match unsafe { (preemptee.as_ref(), preemptor.as_ref()) } {
-            (Some(v), Some(p)) => preemptable(v, p),
+            // SAFETY: as above.
+            (Some(v), Some(p)) => unsafe { preemptable(v, p) },
             _ => false,
         }
     })
@@ -349,11 +363,8 @@ pub extern "C" fn preempt_p_job_preempt_check(
         // SAFETY: valid queue records whose job_ptr is a valid job record (job lock held).
         let job = |q: *mut job_queue_rec_t| unsafe { q.as_ref().and_then(|q| q.job_ptr.as_ref()) };
         match (job(preemptor), job(preemptee)) {
-            (Some(a), Some(b)) => {
-                let users = &plugin().users;
-                // Only the stored free-tier flag: fixed per job, so a strict weak order.
-                !facts(a, users, 0).contract.free_tier && facts(b, users, 0).contract.free_tier
-            }
+            // SAFETY: records under the job lock, as above.
+            (Some(a), Some(b)) => unsafe { !queued_free_tier(a) && queued_free_tier(b) },
             _ => false,
         }
     })
@@ -383,7 +394,8 @@ pub extern "C" fn preempt_p_get_data(
             }
             sys::PREEMPT_DATA_MODE => unsafe { *data.cast::<u16>() = MODE },
             sys::PREEMPT_DATA_PRIO => {
-                let prio = job.map(victim_prio).unwrap_or(u32::MAX);
+                // SAFETY: a valid record under the job lock.
+                let prio = job.map(|j| unsafe { victim_prio(j) }).unwrap_or(u32::MAX);
                 unsafe { *data.cast::<u32>() = prio };
             }
             sys::PREEMPT_DATA_GRACE_TIME => {
@@ -429,7 +441,8 @@ pub extern "C" fn preempt_p_get_prio(job_ptr: *mut job_record_t) -> u32 {
     // SAFETY: valid job record under the job lock.
     ffi_guard(u32::MAX, || {
         unsafe { job_ptr.as_ref() }
-            .map(victim_prio)
+            // SAFETY: as above.
+            .map(|j| unsafe { victim_prio(j) })
             .unwrap_or(u32::MAX)
     })
 }

@@ -1,5 +1,6 @@
-//! Reporting Slurm's preemptions to budgetd (`POST /v1/preemptions`), so every lost
-//! run is recorded with its preemptor, reason and GPU-hours (issue 4, item 5).
+//! Reporting Slurm's preemptions to budgetd (`POST /v1/preemptions`, the
+//! [`budget_protocol::preemption`] record), so every lost run is recorded with its
+//! preemptor, reason and GPU-hours (issue 4, item 5).
 //!
 //! Slurm never tells a preempt plugin that a preemption happened: it asks
 //! `preemptable(victim, preemptor)` for many candidates and then preempts a subset.
@@ -24,7 +25,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use policy_core::preempt::Allowed;
+use budget_protocol::preemption::{PreemptionReason, PreemptionRecord};
 
 /// Remembered candidates older than this are forgotten (a preemption completes within
 /// GraceTime + KillWait + a few scheduling cycles).
@@ -34,22 +35,12 @@ pub const CAPACITY: usize = 8192;
 /// Bound on remembered preemptors per victim (the most recently allowed are kept).
 pub const PER_VICTIM: usize = 8;
 
-/// Reason string as budgetd's `Reason` spells it.
-pub fn reason_of(allowed: Option<&Allowed>) -> &'static str {
-    match allowed {
-        Some(Allowed::VictimFreeTier) => "free_tier",
-        Some(Allowed::VictimOverBudget) => "over_budget",
-        Some(Allowed::Rebalance { .. }) => "rebalance",
-        None => "drain",
-    }
-}
-
 /// An allowed preemption not yet confirmed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
     pub run: u32,
     pub preemptor: u32,
-    pub reason: &'static str,
+    pub reason: PreemptionReason,
     /// When `preemptable` allowed it.
     pub at: i64,
     pub account: String,
@@ -77,14 +68,19 @@ pub struct Confirmed {
 }
 
 impl Confirmed {
-    /// The `POST /v1/preemptions` body.
-    pub fn body(&self, at: i64) -> String {
-        serde_json::json!({
-            "victim": self.victim, "run": self.c.run, "preemptor": self.c.preemptor,
-            "reason": self.c.reason, "at": at, "account": self.c.account,
-            "user": self.c.user, "gpus": self.c.gpus, "start": self.c.start,
-        })
-        .to_string()
+    /// The `POST /v1/preemptions` body, confirmed at `at`.
+    pub fn record(&self, at: i64) -> PreemptionRecord {
+        PreemptionRecord {
+            victim: self.victim,
+            run: self.c.run,
+            preemptor: Some(self.c.preemptor),
+            reason: self.c.reason,
+            at,
+            account: Some(self.c.account.clone()),
+            user: Some(self.c.user.clone()),
+            gpus: Some(self.c.gpus),
+            start: Some(self.c.start),
+        }
     }
 }
 
@@ -193,7 +189,7 @@ mod tests {
         Candidate {
             run,
             preemptor,
-            reason: "over_budget",
+            reason: PreemptionReason::OverBudget,
             at,
             account: "teamb".into(),
             user: "bob".into(),
@@ -230,7 +226,14 @@ mod tests {
         let c = p.resolve(&seen, 102);
         assert_eq!(c.len(), 1);
         assert_eq!((c[0].victim, c[0].c.preemptor), (1, 9));
-        assert!(c[0].body(102).contains("\"reason\":\"over_budget\""));
+        let body = serde_json::to_value(c[0].record(102)).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "victim": 1, "run": 0, "preemptor": 9, "reason": "over_budget", "at": 102,
+                "account": "teamb", "user": "bob", "gpus": 2, "start": 10,
+            })
+        );
         // 2 is still a candidate, 1 and 3 are resolved.
         let mut w = p.watched();
         w.sort_unstable();
@@ -238,7 +241,6 @@ mod tests {
         // Old candidates expire.
         assert!(p.resolve(&seen, 100 + MAX_AGE_SECS + 1).is_empty());
         assert!(p.watched().is_empty());
-        assert_eq!(reason_of(None), "drain");
     }
 
     #[test]

@@ -5,11 +5,12 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use budget_protocol::{PluginSnapshot, Policy};
+use policy_core::hostlist;
 use policy_core::preempt::{
     Allowed, Context, Decision, Denied, PreemptPolicy, drain_may_take, may_preempt,
 };
 
-use crate::jobs::{JobFacts, expand_hostlist};
+use crate::jobs::JobFacts;
 
 /// State computed once per scheduling pass: the snapshot it was computed with, GPUs
 /// held per fair-share node by running non-free jobs, and the drained nodes.
@@ -64,15 +65,16 @@ impl Holdings {
         self.snapshot.is_some()
     }
 
-    /// Whether `nodes` (a hostlist) touches a drained node.
+    /// Whether `nodes` (a hostlist) touches a drained node. A list that does not
+    /// parse (never seen from Slurm) touches none: a drain never takes a job by
+    /// guesswork; budgetd's drain worker still requeues it at its window end.
     pub fn on_drained_node(&self, nodes: Option<&str>) -> bool {
         !self.drained.is_empty()
-            && nodes.is_some_and(|n| expand_hostlist(n).iter().any(|h| self.drained.contains(h)))
+            && nodes
+                .and_then(|n| hostlist::expand(n).ok())
+                .is_some_and(|hosts| hosts.iter().any(|h| self.drained.contains(h)))
     }
 }
-
-/// Why a drain allows taking a job (on top of the policy core's reasons).
-pub const DRAIN_REASON: &str = "drain";
 
 /// May `preemptor` take `victim` now? `None` holdings = safe mode with no drains.
 pub fn decide(
@@ -118,9 +120,9 @@ pub fn decide(
 mod tests {
     use super::*;
     use budget_protocol::DrainSpec;
+    use policy_core::contract::Contract;
     use policy_core::tree::{AccountSpec, MemberSpec, TreeSpec};
     use policy_core::{FairShare, GpuWeights};
-    use slurm_plugin_common::contract::Contract;
 
     fn snapshot(a_used: f64, b_used: f64, drains: Vec<DrainSpec>) -> Arc<PluginSnapshot> {
         let tree = TreeSpec {
@@ -261,5 +263,8 @@ mod tests {
         let mut elsewhere = victim.clone();
         elsewhere.nodes = Some("gpu3".into());
         assert!(decide(Some(&h), &pol, &p, &elsewhere, 1020).is_err());
+        let mut unparsable = victim.clone();
+        unparsable.nodes = Some("gpu[2".into());
+        assert!(decide(Some(&h), &pol, &p, &unparsable, 1020).is_err());
     }
 }

@@ -1,7 +1,8 @@
 //! `cargo bench -p priority-budget --bench priority_set`: cost of the exported
 //! `priority_p_set` callback (what slurmctld calls under the job write lock), on a
 //! realistic job record and a budget snapshot of 1,000 ranked users (10 organisations
-//! x 10 teams x 10 users), plus the pure decision alone (`compute::decide`).
+//! x 10 teams x 10 users), for a job with the contract job_submit/budget stores and for
+//! one without (read from its comment), plus the pure decision alone (`compute::decide`).
 //!
 //! Prints one line per case: `NAME: median N ns, p99 M ns (K calls)`; scripts/bench-slurm
 //! parses them. No Slurm process is needed: the record is built here, and the snapshot
@@ -9,14 +10,12 @@
 
 use std::ffi::CString;
 use std::hint::black_box;
-use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
 use std::time::Instant;
 
 use budget_protocol::PluginSnapshot;
 use policy_core::{AccountSpec, FairShare, GpuWeights, MemberSpec, TreeSpec};
 use priority_budget::compute::{self, JobKey};
-use priority_budget::state::{Loaded, state};
+use priority_budget::state::state;
 use slurm_ffi::sys::{job_details, job_record_t};
 
 fn snapshot() -> PluginSnapshot {
@@ -97,16 +96,14 @@ fn measure(mut f: impl FnMut(), rounds: usize, batch: u32) -> Vec<u64> {
 fn main() {
     let snap = snapshot();
     let st = state();
-    st.snapshot.store(Some(Arc::new(Loaded {
-        snapshot: snap.clone(),
-        confirmed_at: AtomicI64::new(1_000_000),
-    })));
+    st.snapshots.store(snap.clone(), 1_000_000);
     // A pending job as slurmctld holds it: account, comment with a contract, no user
     // name yet (Slurm fills it at launch; the plugin's uid cache knows it).
     st.users.learn(4242, "user555");
     let account = CString::new("org5team5").unwrap_or_default();
     let comment = CString::new("min_runtime=4h").unwrap_or_default();
-    let admin = CString::new("min_runtime=4h").unwrap_or_default();
+    // The contract as job_submit/budget stores it.
+    let admin = CString::new("budget:min_runtime=14400").unwrap_or_default();
     // SAFETY: plain C structs; all-zero is a valid "empty" record (NULL pointers).
     let mut details: job_details = unsafe { std::mem::zeroed() };
     details.submit_time = 999_000;
@@ -122,25 +119,29 @@ fn main() {
     job.details = &mut details;
     job.priority = 1;
 
-    let jp: *mut job_record_t = &mut job;
-    let prio = measure(
-        // SAFETY: a valid record with valid strings, used by this thread only.
-        || {
-            black_box(unsafe { priority_budget::priority_p_set(1, black_box(jp)) });
-        },
-        2_000,
-        500,
-    );
-    // SAFETY: as above.
-    let p = unsafe { priority_budget::priority_p_set(1, jp) };
-    assert!(p > 1, "priority_p_set returned {p}");
-    report("priority_p_set", prio);
+    // SAFETY (both calls): a valid record with valid strings, used by this thread only.
+    let set = |jp: *mut job_record_t| unsafe { priority_budget::priority_p_set(1, jp) };
+    let time_set = |jp: *mut job_record_t| {
+        let p = set(jp);
+        assert!(p > 1, "priority_p_set returned {p}");
+        measure(
+            || {
+                black_box(set(black_box(jp)));
+            },
+            2_000,
+            500,
+        )
+    };
+    report("priority_p_set", time_set(&mut job));
+    // A job without a stored contract (job_submit/budget not loaded): the contract is
+    // read from its comment, partition and QOS instead.
+    job.admin_comment = std::ptr::null_mut();
+    report("priority_p_set (no stored contract)", time_set(&mut job));
 
     let key = JobKey {
         account: "org5team5",
         user: Some("user555"),
-        comment: Some("min_runtime=4h"),
-        admin_comment: Some("min_runtime=4h"),
+        free_tier: false,
         age_secs: 1_000,
         nice: slurm_ffi::NICE_OFFSET,
     };

@@ -11,19 +11,18 @@
 
 use budget_protocol::PluginSnapshot;
 use policy_core::Tier;
-use policy_core::comment::parse_comment;
 use policy_core::priority::{self, PriorityParts};
 
 /// What the priority depends on, read from a job record.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JobKey<'a> {
     pub account: &'a str,
-    /// User name, if known (Slurm leaves it NULL for pending jobs; see `users.rs`).
+    /// User name, if known (Slurm leaves it NULL for pending jobs; see
+    /// `slurm_plugin_common::users`).
     pub user: Option<&'a str>,
-    /// `--comment` text.
-    pub comment: Option<&'a str>,
-    /// `admin_comment`, where job_submit/budget stores validated values.
-    pub admin_comment: Option<&'a str>,
+    /// The job's contract puts it in the free tier (`policy_core::contract`: the one
+    /// stored by job_submit/budget, else its comment, partition or QOS).
+    pub free_tier: bool,
     /// Seconds the job has been eligible to run.
     pub age_secs: i64,
     /// `details->nice` (NICE_OFFSET is neutral).
@@ -43,15 +42,6 @@ pub struct Decision {
     pub priority: u32,
 }
 
-/// True when the job opted into the free tier (`unallocated`/`free` in a comment).
-/// Malformed comments are not free: job_submit/budget rejects them at submission.
-pub fn is_free_tier(key: &JobKey<'_>) -> bool {
-    [key.admin_comment, key.comment]
-        .into_iter()
-        .flatten()
-        .any(|c| parse_comment(c).map(|r| r.free_tier).unwrap_or(false))
-}
-
 /// Where a job's account/user (and free-tier opt-in) puts it in a snapshot: everything
 /// of the decision except age and nice, so the background pass can keep it between
 /// passes while neither the snapshot nor the job's key changed.
@@ -65,12 +55,7 @@ pub struct Placement {
 
 /// Tier and rank of a job in `snapshot` (FIFO-budgeted without one).
 pub fn place(snapshot: Option<&PluginSnapshot>, key: &JobKey<'_>) -> Placement {
-    place_key(
-        snapshot,
-        key.account,
-        key.user.unwrap_or(""),
-        is_free_tier(key),
-    )
+    place_key(snapshot, key.account, key.user.unwrap_or(""), key.free_tier)
 }
 
 /// [`place`] from the parts of a key that matter: account, user, free-tier opt-in.
@@ -215,7 +200,7 @@ mod tests {
         assert_eq!(old.parts.tier, Tier::Budgeted);
         assert!(old.priority > young.priority && young.priority > 0);
         let mut free = key("teama", "alice", 6000);
-        free.comment = Some("unallocated");
+        free.free_tier = true;
         assert!(decide(None, &free).priority < young.priority);
     }
 

@@ -23,6 +23,7 @@ use slurm_plugin_common::cstr;
 
 use crate::compute;
 use crate::job;
+use crate::pass::default_min_runtime;
 use crate::state::State;
 
 /// List destructor for our objects (`ListDelF`).
@@ -102,7 +103,8 @@ pub fn factors_list(state: &State, filter: &Filter, own_lock: bool, now: i64) ->
         return std::ptr::null_mut();
     };
     let _guard = own_lock.then(|| ctl.job_read_lock());
-    let snapshot = state.current();
+    let snapshot = state.snapshots.latest();
+    let default_min = default_min_runtime(snapshot.as_deref());
     // SAFETY: list_create with our destructor.
     let list = unsafe { sys::list_create(Some(destroy_factors)) };
     if list.is_null() {
@@ -121,7 +123,7 @@ pub fn factors_list(state: &State, filter: &Filter, own_lock: bool, now: i64) ->
         o.job_id = job.job_id;
         o.user_id = job.user_id;
         // SAFETY: job fields read under the job lock.
-        let part = unsafe { job::text(job.partition) };
+        let part = unsafe { cstr::opt_str(job.partition) };
         o.partition = part
             .as_deref()
             .map(cstr::xstrdup)
@@ -130,8 +132,8 @@ pub fn factors_list(state: &State, filter: &Filter, own_lock: bool, now: i64) ->
             o.direct_prio = f64::from(job.priority);
         } else {
             // SAFETY: valid record under the lock.
-            let v = unsafe { job::view(job, &state.users) };
-            let d = compute::decide(snapshot.as_deref().map(|l| &l.snapshot), &v.key(now));
+            let v = unsafe { job::view(job, &state.users, default_min) };
+            let d = compute::decide(snapshot.as_deref(), &v.key(now));
             o.priority_qos = f64::from(policy_core::priority::tier_base(d.parts.tier));
             o.priority_fs =
                 f64::from(d.parts.rank_level) * f64::from(policy_core::priority::AGE_SPAN);

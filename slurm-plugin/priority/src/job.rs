@@ -5,28 +5,17 @@
 //! `set_job_prio` hold the write lock).
 
 use std::borrow::Cow;
-use std::ffi::{CStr, c_char};
+use std::ffi::c_char;
 
 use budget_protocol::{JobRun, RunState};
-use slurm_ffi::sys::{gres_job_state_t, gres_state_t, job_record_t};
-use slurm_ffi::{NO_VAL, NO_VAL64, job_state};
-use slurm_plugin_common::controller::for_each;
+use policy_core::contract::{Contract, effective_contract, is_free_name, parse_admin_comment};
+use slurm_ffi::job_state;
+use slurm_ffi::sys::job_record_t;
+use slurm_plugin_common::cstr::opt_str;
+use slurm_plugin_common::gpus::{Gpus, job_gpus};
+use slurm_plugin_common::users::UserCache;
 
 use crate::compute::{self, JobKey};
-use crate::users::UserCache;
-
-/// Borrow a C string as text (lossy); `None` for NULL.
-///
-/// # Safety
-/// `p` must be NULL or a NUL-terminated string that outlives `'a`.
-pub unsafe fn text<'a>(p: *const c_char) -> Option<Cow<'a, str>> {
-    if p.is_null() {
-        None
-    } else {
-        // SAFETY: caller's contract.
-        Some(unsafe { CStr::from_ptr(p) }.to_string_lossy())
-    }
-}
 
 /// Borrowed view of the fields the policy needs.
 #[derive(Debug)]
@@ -34,8 +23,8 @@ pub struct JobView<'a> {
     pub job_id: u32,
     pub account: Cow<'a, str>,
     pub user: Option<Cow<'a, str>>,
-    pub comment: Option<Cow<'a, str>>,
-    pub admin_comment: Option<Cow<'a, str>>,
+    /// The contract the job runs under (`policy_core::contract`).
+    pub contract: Contract,
     pub submit_time: i64,
     pub begin_time: i64,
     pub nice: u32,
@@ -47,8 +36,7 @@ impl JobView<'_> {
         JobKey {
             account: &self.account,
             user: self.user.as_deref(),
-            comment: self.comment.as_deref(),
-            admin_comment: self.admin_comment.as_deref(),
+            free_tier: self.contract.free_tier,
             age_secs: compute::age_secs(now, self.submit_time, self.begin_time),
             nice: self.nice,
         }
@@ -61,7 +49,7 @@ impl JobView<'_> {
 /// `job` must be a valid job record under a Slurm job lock.
 pub unsafe fn user_name<'a>(job: &'a job_record_t, users: &UserCache) -> Option<Cow<'a, str>> {
     // SAFETY: user_name is NULL or an xmalloc'ed string owned by the record.
-    match unsafe { text(job.user_name) } {
+    match unsafe { opt_str(job.user_name) } {
         Some(n) if !n.is_empty() => {
             users.learn(job.user_id, &n);
             Some(n)
@@ -70,139 +58,54 @@ pub unsafe fn user_name<'a>(job: &'a job_record_t, users: &UserCache) -> Option<
     }
 }
 
-/// Read a job record into a [`JobView`].
+/// The contract a job runs under: the one job_submit/budget stored in
+/// `admin_comment`; only without one, its comment, partition and QOS are read
+/// (`policy_core::contract::effective_contract`), with `default_min_runtime`.
 ///
 /// # Safety
 /// `job` must be a valid job record under a Slurm job lock.
-pub unsafe fn view<'a>(job: &'a job_record_t, users: &UserCache) -> JobView<'a> {
+pub unsafe fn contract(job: &job_record_t, default_min_runtime: i64) -> Contract {
+    // SAFETY: admin_comment is NULL or a string owned by the record.
+    let admin = unsafe { opt_str(job.admin_comment) };
+    if let Some(c) = admin.as_deref().and_then(parse_admin_comment) {
+        return c;
+    }
+    // SAFETY: string fields of a valid record; qos_ptr is NULL or a valid QOS record.
+    let (comment, partition, qos) = unsafe {
+        (
+            opt_str(job.comment),
+            opt_str(job.partition),
+            job.qos_ptr.as_ref().and_then(|q| opt_str(q.name)),
+        )
+    };
+    let free_by_name = is_free_name(partition.as_deref()) || is_free_name(qos.as_deref());
+    effective_contract(None, comment.as_deref(), free_by_name, default_min_runtime)
+}
+
+/// Read a job record into a [`JobView`]; `default_min_runtime` is the site default
+/// for jobs without a stored contract.
+///
+/// # Safety
+/// `job` must be a valid job record under a Slurm job lock.
+pub unsafe fn view<'a>(
+    job: &'a job_record_t,
+    users: &UserCache,
+    default_min_runtime: i64,
+) -> JobView<'a> {
     // SAFETY: details is NULL or a valid struct owned by the record.
     let details = unsafe { job.details.as_ref() };
     JobView {
         job_id: job.job_id,
         // SAFETY: string fields of a valid record.
-        account: unsafe { text(job.account) }.unwrap_or(Cow::Borrowed("")),
+        account: unsafe { opt_str(job.account) }.unwrap_or(Cow::Borrowed("")),
         // SAFETY: as above.
         user: unsafe { user_name(job, users) },
         // SAFETY: as above.
-        comment: unsafe { text(job.comment) },
-        // SAFETY: as above.
-        admin_comment: unsafe { text(job.admin_comment) },
+        contract: unsafe { contract(job, default_min_runtime) },
         submit_time: details.map(|d| d.submit_time).unwrap_or(0),
         begin_time: details.map(|d| d.begin_time).unwrap_or(0),
         nice: details.map(|d| d.nice).unwrap_or(slurm_ffi::NICE_OFFSET),
     }
-}
-
-/// GPU count and type requested by / allocated to a job.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Gpus {
-    pub count: u32,
-    pub gpu_type: Option<String>,
-}
-
-fn valid(n: u64) -> bool {
-    n != 0 && n != NO_VAL64 && n != u64::MAX
-}
-
-/// GPUs of a job: from `gres_list_req` (the structured request), else parsed from
-/// `tres_per_job`/`tres_per_node`. Without slurmdbd `tres_req_cnt` has no GPU slot,
-/// so these are the reliable sources (SLURM-NOTES).
-///
-/// # Safety
-/// `job` must be a valid job record under a Slurm job lock.
-pub unsafe fn gpus(job: &job_record_t) -> Gpus {
-    // SAFETY: details is NULL or valid.
-    let details = unsafe { job.details.as_ref() };
-    let nodes = if job.node_cnt > 0 && job.node_cnt != NO_VAL {
-        job.node_cnt
-    } else {
-        details
-            .map(|d| d.min_nodes)
-            .filter(|n| *n > 0 && *n != NO_VAL)
-            .unwrap_or(1)
-    };
-    let tasks = details
-        .map(|d| d.num_tasks)
-        .filter(|n| *n > 0 && *n != NO_VAL)
-        .unwrap_or(nodes);
-    let mut out = Gpus::default();
-    // SAFETY: gres_list_req is NULL or a list of gres_state_t* under the job lock.
-    unsafe {
-        for_each(job.gres_list_req, |p: *mut gres_state_t| {
-            let Some(g) = p.as_ref() else { return };
-            if text(g.gres_name).as_deref() != Some("gpu") {
-                return;
-            }
-            let Some(js) = (g.gres_data as *const gres_job_state_t).as_ref() else {
-                return;
-            };
-            let n = if valid(js.total_gres) {
-                js.total_gres
-            } else if valid(js.gres_per_job) {
-                js.gres_per_job
-            } else if valid(js.gres_per_node) {
-                js.gres_per_node * u64::from(nodes)
-            } else if valid(js.gres_per_task) {
-                js.gres_per_task * u64::from(tasks)
-            } else if valid(js.gres_per_socket) {
-                // Socket count per node is not known here; count one socket per node.
-                js.gres_per_socket * u64::from(nodes)
-            } else {
-                0
-            };
-            out.count = out
-                .count
-                .saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
-            if out.gpu_type.is_none() {
-                out.gpu_type = text(js.type_name).map(|t| t.into_owned());
-            }
-        });
-    }
-    if out.count == 0 {
-        // SAFETY: string fields of a valid record.
-        let per_job = unsafe { text(job.tres_per_job) };
-        // SAFETY: as above.
-        let per_node = unsafe { text(job.tres_per_node) };
-        if let Some(g) = per_job.as_deref().and_then(parse_tres_gpus) {
-            out = g;
-        } else if let Some(mut g) = per_node.as_deref().and_then(parse_tres_gpus) {
-            g.count = g.count.saturating_mul(nodes);
-            out = g;
-        }
-    }
-    out
-}
-
-/// Parse GPUs out of a TRES string like `gres:gpu:2`, `gres:gpu:h100:4`, `gres/gpu=2`
-/// or `gpu:1,gres:shard:3`. `None` when it names no GPU.
-pub fn parse_tres_gpus(s: &str) -> Option<Gpus> {
-    let mut found: Option<Gpus> = None;
-    for item in s.split(',') {
-        let item = item.trim();
-        let item = item
-            .strip_prefix("gres:")
-            .or_else(|| item.strip_prefix("gres/"))
-            .unwrap_or(item);
-        let fields: Vec<&str> = item.split([':', '=']).collect();
-        if fields.first() != Some(&"gpu") {
-            continue;
-        }
-        let (gpu_type, count) = match fields.as_slice() {
-            [_] => (None, Some(1)),
-            [_, c] => match c.parse::<u32>() {
-                Ok(n) => (None, Some(n)),
-                Err(_) => (Some(c.to_string()), Some(1)),
-            },
-            [_, t, c, ..] => (Some(t.to_string()), c.parse::<u32>().ok()),
-            [] => continue,
-        };
-        let g = found.get_or_insert_with(Gpus::default);
-        g.count = g.count.saturating_add(count.unwrap_or(1));
-        if g.gpu_type.is_none() {
-            g.gpu_type = gpu_type;
-        }
-    }
-    found
 }
 
 /// The state a run is reported in, or `None` for jobs not worth syncing.
@@ -285,9 +188,9 @@ fn ptr(p: *const c_char) -> i64 {
     p as usize as i64
 }
 
-/// Fingerprint of everything [`compute::place`] reads from a job (account, user,
-/// comments). The background pass keeps a job's placement while this and the snapshot
-/// stay the same. `users_generation` stands for the uid cache (jobs without a
+/// Fingerprint of everything [`compute::place`] reads from a job (account, user, and
+/// what its contract is read from: comments, partition, QOS). The background pass keeps
+/// a job's placement while this and the snapshot stay the same. `users_generation` stands for the uid cache (jobs without a
 /// `user_name` are placed by the cached name).
 ///
 /// String fields are fingerprinted by address, not content: reading every string of
@@ -300,17 +203,21 @@ pub fn key_fingerprint(job: &job_record_t, users_generation: u64) -> u64 {
     h = fnv_int(h, ptr(job.comment));
     h = fnv_int(h, ptr(job.admin_comment));
     h = fnv_int(h, ptr(job.user_name));
+    h = fnv_int(h, ptr(job.partition));
+    h = fnv_int(h, job.qos_ptr as usize as i64);
     h = fnv_int(h, i64::from(job.user_id));
     fnv_int(h, users_generation as i64)
 }
 
-/// Fingerprint of everything [`runs`] reports for a job, given its `key_fp`: when it
+/// Fingerprint of everything [`runs`] reports for a job, given its `key_fp` and the
+/// site's default `min_runtime` (reported for jobs without a stored contract): when it
 /// equals what budgetd last acknowledged, the pass does not rebuild or resend the job.
 /// Strings by address, as in [`key_fingerprint`].
-pub fn sync_fingerprint(job: &job_record_t, key_fp: u64) -> u64 {
+pub fn sync_fingerprint(job: &job_record_t, key_fp: u64, default_min_runtime: i64) -> u64 {
     let pending = job_state::is_pending(job.job_state);
     let finished = job_state::is_finished(job.job_state);
-    let mut h = fnv_int(key_fp, i64::from(job.job_state));
+    let mut h = fnv_int(key_fp, default_min_runtime);
+    h = fnv_int(h, i64::from(job.job_state));
     h = fnv_int(h, i64::from(job.restart_cnt));
     // A pending job's start_time is only the scheduler's estimate: not reported.
     h = fnv_int(h, if pending { 0 } else { job.start_time });
@@ -356,35 +263,49 @@ pub fn ledger_name(s: &str) -> String {
     out
 }
 
-/// Build the sync record(s) for one job at `now`: its current run, plus, for a job
-/// requeued since (restart_cnt > 0 and pending), the end of the previous run.
+/// Build the sync record(s) for one job: its current run, plus, for a job requeued
+/// since (restart_cnt > 0 and pending), the end of the previous run. The contract
+/// reported is the one `preempt/budget` enforces (`default_min_runtime` for a job
+/// without a stored or declared one).
 ///
 /// # Safety
 /// `job` must be a valid job record under a Slurm job lock.
-pub unsafe fn runs(job: &job_record_t, users: &UserCache, now: i64, out: &mut Vec<JobRun>) {
+pub unsafe fn runs(
+    job: &job_record_t,
+    users: &UserCache,
+    default_min_runtime: i64,
+    out: &mut Vec<JobRun>,
+) {
+    if run_state(job.job_state, job.start_time).is_none() {
+        return;
+    }
     // SAFETY: forwarded contract.
-    let v = unsafe { view(job, users) };
+    unsafe { runs_with_gpus(job, users, default_min_runtime, job_gpus(job), out) }
+}
+
+/// [`runs`] with the job's GPUs already read (the GRES list walk needs a live Slurm).
+///
+/// # Safety
+/// `job` must be a valid job record under a Slurm job lock.
+pub unsafe fn runs_with_gpus(
+    job: &job_record_t,
+    users: &UserCache,
+    default_min_runtime: i64,
+    g: Gpus,
+    out: &mut Vec<JobRun>,
+) {
+    // SAFETY: forwarded contract.
+    let v = unsafe { view(job, users, default_min_runtime) };
     let Some(state) = run_state(job.job_state, job.start_time) else {
         return;
     };
     let start = (state != RunState::Pending && job.start_time > 0).then_some(job.start_time);
-    // SAFETY: forwarded contract.
-    let g = unsafe { gpus(job) };
     // SAFETY: string fields of a valid record.
-    let partition = unsafe { text(job.partition) }.map(|p| p.into_owned());
+    let partition = unsafe { opt_str(job.partition) }.map(|p| p.into_owned());
     // SAFETY: as above.
-    let nodes = unsafe { text(job.nodes) }.map(|p| p.into_owned());
-    let key = v.key(now);
-    let free_tier = compute::is_free_tier(&key);
-    let min_runtime_secs = [v.admin_comment.as_deref(), v.comment.as_deref()]
-        .into_iter()
-        .flatten()
-        .find_map(|c| {
-            policy_core::comment::parse_comment(c)
-                .ok()
-                .and_then(|r| r.min_runtime)
-        })
-        .unwrap_or(0);
+    let nodes = unsafe { opt_str(job.nodes) }.map(|p| p.into_owned());
+    let free_tier = v.contract.free_tier;
+    let min_runtime_secs = v.contract.min_runtime;
     let end = match state {
         RunState::Ended | RunState::Requeued => (job.end_time > 0).then_some(job.end_time),
         _ => None,
@@ -438,54 +359,80 @@ pub unsafe fn runs(job: &job_record_t, users: &UserCache, now: i64, out: &mut Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use slurm_ffi::sys::slurmdb_qos_rec_t;
+    use slurm_plugin_common::gpus::requested_gpus;
 
     #[test]
-    fn tres_strings() {
-        let g = |s| parse_tres_gpus(s);
+    fn contract_is_the_stored_one_else_read_like_job_submit() {
+        // SAFETY: plain C structs; all-zero is an empty record (NULL pointers).
+        let (mut job, mut qos): (job_record_t, slurmdb_qos_rec_t) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // SAFETY: a valid record with literal strings, read by this thread only.
+        let read = |job: &job_record_t| unsafe { contract(job, 3600) };
+        let c = |min_runtime, free_tier| Contract {
+            min_runtime,
+            free_tier,
+        };
+        job.comment = c"exp42 min_runtime=2h".as_ptr().cast_mut();
+        job.admin_comment = c"ticket#7 budget:min_runtime=600".as_ptr().cast_mut();
+        assert_eq!(read(&job), c(600, false), "the stored contract wins");
+        job.admin_comment = c"budget:min_runtime=0 budget:free".as_ptr().cast_mut();
+        assert_eq!(read(&job), c(0, true), "free by partition at submission");
+        job.admin_comment = c"ticket#7".as_ptr().cast_mut();
         assert_eq!(
-            g("gres:gpu:2"),
-            Some(Gpus {
-                count: 2,
-                gpu_type: None
-            })
+            read(&job),
+            c(7200, false),
+            "no stored contract: the comment"
         );
+        job.comment = std::ptr::null_mut();
         assert_eq!(
-            g("gres:gpu:h100:4"),
-            Some(Gpus {
-                count: 4,
-                gpu_type: Some("h100".into())
-            })
+            read(&job),
+            c(3600, false),
+            "nothing declared: the site default"
         );
-        assert_eq!(
-            g("gres/gpu=3"),
-            Some(Gpus {
-                count: 3,
-                gpu_type: None
-            })
-        );
-        assert_eq!(
-            g("gres:gpu"),
-            Some(Gpus {
-                count: 1,
-                gpu_type: None
-            })
-        );
-        assert_eq!(
-            g("gres:gpu:b200"),
-            Some(Gpus {
-                count: 1,
-                gpu_type: Some("b200".into())
-            })
-        );
-        assert_eq!(g("gres:shard:3"), None);
-        assert_eq!(
-            g("gres:shard:3,gres:gpu:1"),
-            Some(Gpus {
-                count: 1,
-                gpu_type: None
-            })
-        );
-        assert_eq!(g(""), None);
+        job.partition = c"gpu,FREE".as_ptr().cast_mut();
+        assert_eq!(read(&job), c(0, true));
+        job.partition = c"gpu".as_ptr().cast_mut();
+        qos.name = c"free".as_ptr().cast_mut();
+        job.qos_ptr = &mut qos;
+        assert_eq!(read(&job), c(0, true));
+    }
+
+    #[test]
+    fn synced_runs_carry_the_enforced_contract() {
+        // SAFETY: as above.
+        let mut job: job_record_t = unsafe { std::mem::zeroed() };
+        job.job_id = 7;
+        job.job_state = slurm_ffi::sys::JOB_RUNNING;
+        job.start_time = 1000;
+        job.node_cnt = 1;
+        job.account = c"teama".as_ptr().cast_mut();
+        job.user_name = c"alice".as_ptr().cast_mut();
+        job.tres_per_node = c"gres:gpu:2".as_ptr().cast_mut();
+        // Submitted to the free partition: job_submit/budget stored the free tier; the
+        // user's comment says nothing about it.
+        job.comment = c"exp42".as_ptr().cast_mut();
+        job.admin_comment = c"budget:min_runtime=0 budget:free".as_ptr().cast_mut();
+        let users = UserCache::default();
+        let mut out = Vec::new();
+        // SAFETY: a valid record with literal strings.
+        let with_gpus = |job: &job_record_t, out: &mut Vec<JobRun>| unsafe {
+            runs_with_gpus(job, &users, 3600, requested_gpus(job), out)
+        };
+        with_gpus(&job, &mut out);
+        assert_eq!(out.len(), 1);
+        let r = &out[0];
+        assert_eq!((r.job_id, r.run, r.state), (7, 0, RunState::Running));
+        assert_eq!((r.account.as_str(), r.user.as_str()), ("teama", "alice"));
+        assert_eq!((r.gpus, r.start), (2, Some(1000)));
+        assert!(r.free_tier);
+        assert_eq!(r.min_runtime_secs, 0);
+        // Relying on the site default: the ledger gets the window preempt/budget keeps.
+        job.admin_comment = c"budget:min_runtime=3600".as_ptr().cast_mut();
+        out.clear();
+        with_gpus(&job, &mut out);
+        assert!(!out[0].free_tier);
+        assert_eq!(out[0].min_runtime_secs, 3600);
     }
 
     #[test]

@@ -4,12 +4,14 @@
 //! `slurm_ffi::api::priority` types) and their wiring; each export is a thin,
 //! panic-guarded shim. The logic lives in the modules:
 //! - [`compute`]: pure priority decision (tier, rank, age) from the snapshot;
-//! - [`job`]: reading `job_record_t` (GPU counts, runs for the ledger);
+//! - [`job`]: reading `job_record_t` (contract, runs for the ledger);
 //! - [`pass`]: the periodic recalculation + collection under the job write lock;
-//! - [`service`]: budgetd I/O (background thread only);
-//! - [`state`]: the atomically swapped snapshot, safe mode, config, worker handle;
-//! - [`factors`]: `sprio`; [`job_end`]: unused TRES run-seconds give-back;
-//! - [`config`]: `PriorityParameters`; [`users`]: uid -> name cache.
+//! - [`sync`]: job-state sync to budgetd (background thread only);
+//! - [`state`]: the plugin's statics (snapshot cache, uid cache, settings, worker);
+//! - [`factors`]: `sprio`; [`job_end`]: unused TRES run-seconds give-back.
+//!
+//! Settings (`PriorityParameters`), the snapshot fetcher and safe mode, the uid cache
+//! and GPU counts are `slurm-plugin-common`'s, shared with the other two plugins.
 //!
 //! Invariants (ARCHITECTURE.md): callbacks do no I/O and take no lock the background
 //! thread holds across I/O; no panic crosses the FFI boundary; the thread is joined
@@ -18,14 +20,12 @@
 #![allow(non_upper_case_globals)]
 
 pub mod compute;
-pub mod config;
 pub mod factors;
 pub mod job;
 pub mod job_end;
 pub mod pass;
-pub mod service;
 pub mod state;
-pub mod users;
+pub mod sync;
 
 use std::ffi::CStr;
 
@@ -34,12 +34,14 @@ use slurm_ffi::api::priority as api;
 use slurm_ffi::sys::{self, job_record_t, slurmdb_assoc_rec_t};
 use slurm_plugin_common::controller::Controller;
 use slurm_plugin_common::log;
+use slurm_plugin_common::settings::Settings;
+use slurm_plugin_common::snapshot::{SnapshotFetcher, unix_now};
 use slurm_plugin_common::worker::Worker;
 use slurm_plugin_common::{ffi_guard, install_panic_hook};
 
-use crate::config::Config;
-use crate::service::Service;
-use crate::state::state;
+use crate::pass::Budgetd;
+use crate::state::{SAFE_MODE_EFFECT, state};
+use crate::sync::Syncer;
 
 /// Human-readable plugin name (Slurm reads the bytes of this symbol).
 #[unsafe(no_mangle)]
@@ -53,21 +55,6 @@ pub static plugin_version: u32 = slurm_ffi::SLURM_VERSION_NUMBER;
 
 const PLUGIN_TYPE: &str = "priority/budget";
 
-fn read_config() -> Config {
-    // SAFETY: slurm_conf is libslurmfull's global config, read-only after startup
-    // (reconfigure replaces it under the config write lock, which our callers hold).
-    let params = unsafe { sys::slurm_conf.priority_params };
-    // SAFETY: NULL or a NUL-terminated string owned by slurm_conf.
-    let text = unsafe { job::text(params) }
-        .map(|c| c.into_owned())
-        .unwrap_or_default();
-    let (cfg, errors) = Config::parse(&text);
-    for e in errors {
-        log::error(&format!("{e}; using the default"));
-    }
-    cfg
-}
-
 fn start_worker() {
     let st = state();
     let Ok(mut slot) = st.worker.lock() else {
@@ -76,28 +63,20 @@ fn start_worker() {
     if slot.is_some() {
         return;
     }
-    let cfg = st.config();
-    let mut service: Option<Service> = None;
+    let cfg = st.settings();
+    let mut budgetd = Budgetd {
+        fetcher: SnapshotFetcher::new(std::sync::Arc::clone(&st.snapshots), &cfg, SAFE_MODE_EFFECT),
+        syncer: Syncer::new(&cfg),
+    };
     let mut memo = pass::PassMemo::default();
     let spawned = Worker::spawn("budget-prio", cfg.period, move || {
-        let st = state();
-        let cfg = st.config();
-        if !service.as_ref().is_some_and(|s| s.matches(&cfg)) {
-            service = match Service::new(&cfg) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    log::error(&format!("budget_socket {:?}: {e}", cfg.socket));
-                    None
-                }
-            };
-        }
-        pass::run_pass(st, service.as_mut(), &mut memo);
+        pass::run_pass(state(), &mut budgetd, &mut memo);
     });
     match spawned {
         Ok(w) => {
             log::info(&format!(
                 "background thread started: budgetd at {}, period {} s, timeout {} ms",
-                cfg.socket,
+                cfg.endpoint,
                 cfg.period.as_secs(),
                 cfg.timeout.as_millis()
             ));
@@ -114,7 +93,7 @@ pub extern "C" fn init() -> i32 {
         log::set_prefix(PLUGIN_TYPE);
         install_panic_hook();
         let st = state();
-        st.config.store(std::sync::Arc::new(read_config()));
+        st.set_settings(Settings::load_and_log());
         let in_ctld = Controller::get().is_ok();
         log::info(&format!(
             "loaded: slurm-budget {} built for Slurm {} (plugin_version 0x{:06x}){}",
@@ -168,21 +147,22 @@ pub unsafe extern "C" fn priority_p_set(last_prio: u32, job: *mut job_record_t) 
         }
         let st = state();
         st.mark_dirty(job.job_id);
-        let snap = st.current();
+        let snap = st.snapshots.latest();
+        let default_min = pass::default_min_runtime(snap.as_deref());
         // SAFETY: valid record under the job write lock.
-        let v = unsafe { job::view(job, &st.users) };
-        compute::decide(snap.as_deref().map(|l| &l.snapshot), &v.key(pass::now())).priority
+        let v = unsafe { job::view(job, &st.users, default_min) };
+        compute::decide(snap.as_deref(), &v.key(unix_now())).priority
     })
 }
 const _: api::SetFn = priority_p_set;
 
-/// `priority_p_reconfig`: re-read PriorityParameters (socket, timeout, max age apply
-/// at the next pass; a new period applies after a restart). Never joins the thread:
-/// Slurm may hold locks here that the thread waits for.
+/// `priority_p_reconfig`: re-read PriorityParameters (endpoint, timeout, max age, sync
+/// and pass log apply at the next pass; a new period applies after a restart). Never
+/// joins the thread: Slurm may hold locks here that the thread waits for.
 #[unsafe(no_mangle)]
 pub extern "C" fn priority_p_reconfig(_assoc_clear: bool) {
     ffi_guard((), || {
-        state().config.store(std::sync::Arc::new(read_config()));
+        state().set_settings(Settings::load_and_log());
         log::verbose("reconfigured");
     });
 }
@@ -235,7 +215,7 @@ pub unsafe extern "C" fn priority_p_get_priority_factors_list(
             },
             None => factors::Filter::default(),
         };
-        factors::factors_list(state(), &filter, api::FACTORS_NEEDS_OWN_LOCK, pass::now())
+        factors::factors_list(state(), &filter, api::FACTORS_NEEDS_OWN_LOCK, unix_now())
     })
 }
 /// `priority_p_get_priority_factors_list` for `sprio` (24.05+: no filters; sprio
@@ -248,7 +228,7 @@ pub extern "C" fn priority_p_get_priority_factors_list(_uid: sys::uid_t) -> Slur
             state(),
             &factors::Filter::default(),
             api::FACTORS_NEEDS_OWN_LOCK,
-            pass::now(),
+            unix_now(),
         )
     })
 }

@@ -1,6 +1,7 @@
 //! The background pass (every `budget_period` seconds, on the plugin's own thread):
-//! 1. refresh the snapshot from budgetd (hard timeouts; no Slurm lock held),
-//! 2. update safe mode, resolve user names recorded as unknown (NSS, no lock held),
+//! 1. refresh the snapshot from budgetd and log safe-mode transitions
+//!    (`slurm_plugin_common::snapshot`; hard timeouts, no Slurm lock held),
+//! 2. resolve user names recorded as unknown (NSS, no lock held),
 //! 3. under the job write lock: recompute the priority of every pending job and collect
 //!    the runs of pending, running and recently ended jobs whose reported state changed
 //!    since budgetd last acknowledged it ([`PassMemo`]),
@@ -14,17 +15,17 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
 
-use budget_protocol::{JobRun, JobSync};
+use budget_protocol::{JobRun, JobSync, PluginSnapshot, Policy};
 use slurm_ffi::job_state;
-use slurm_ffi::sys::job_record_t;
 use slurm_plugin_common::controller::Controller;
 use slurm_plugin_common::log;
+use slurm_plugin_common::snapshot::{SnapshotFetcher, unix_now};
+use slurm_plugin_common::users::lookup_uid;
 
 use crate::compute;
 use crate::job;
-use crate::service::Service;
-use crate::state::{Loaded, State};
-use crate::users;
+use crate::state::State;
+use crate::sync::Syncer;
 
 /// Figures of one pass, for logs and benchmarks.
 #[derive(Debug, Default, Clone, Copy)]
@@ -35,39 +36,6 @@ pub struct PassStats {
     pub lock_micros: u128,
     /// Time spent sending the runs to budgetd (after unlocking).
     pub sync_micros: u128,
-}
-
-/// Current Unix time.
-pub fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
-/// Recompute one pending job's priority; true when it changed.
-/// Held jobs (priority 0) and admin-set priorities are left alone.
-///
-/// # Safety
-/// `job` must be valid, with the job write lock held.
-pub unsafe fn recompute(
-    state: &State,
-    snap: Option<&budget_protocol::PluginSnapshot>,
-    job: &mut job_record_t,
-    now: i64,
-) -> bool {
-    if !job_state::is_pending(job.job_state) || job.priority == 0 || job.direct_set_prio != 0 {
-        return false;
-    }
-    // SAFETY: forwarded contract.
-    let v = unsafe { job::view(job, &state.users) };
-    let p = compute::decide(snap, &v.key(now)).priority;
-    if p != job.priority {
-        job.priority = p;
-        true
-    } else {
-        false
-    }
 }
 
 /// Hasher for job ids (dense, sequential u32, and `job_list` holds jobs in submission
@@ -131,7 +99,7 @@ pub struct PassMemo {
     placements: Vec<compute::Placement>,
     pass: u64,
     /// Keeps the snapshot alive, so its address identifies it.
-    snap: Option<Arc<Loaded>>,
+    snap: Option<Arc<PluginSnapshot>>,
     users_gen: u64,
     force_full: bool,
     /// Fingerprints sent in the last batch, acknowledged when the sync succeeds.
@@ -147,7 +115,7 @@ const MAX_KEYS: usize = 200_000;
 
 impl PassMemo {
     /// Start a pass; returns whether every job must be re-read.
-    fn begin(&mut self, snapshot: &Option<Arc<Loaded>>, users_gen: u64) -> bool {
+    fn begin(&mut self, snapshot: &Option<Arc<PluginSnapshot>>, users_gen: u64) -> bool {
         self.pass += 1;
         let mut full = self.force_full
             || self.pass % FULL_CHECK_EVERY == 1
@@ -169,7 +137,7 @@ impl PassMemo {
         };
         if !same {
             self.snap.clone_from(snapshot);
-            let snap = snapshot.as_deref().map(|l| &l.snapshot);
+            let snap = snapshot.as_deref();
             self.placements = self
                 .keys
                 .iter()
@@ -188,7 +156,7 @@ impl PassMemo {
             return i;
         }
         let i = self.keys.len() as u32;
-        let snap = self.snap.as_deref().map(|l| &l.snapshot);
+        let snap = self.snap.as_deref();
         self.placements
             .push(compute::place_key(snap, account, user, free));
         self.keys.push(k.clone());
@@ -229,29 +197,44 @@ impl PassMemo {
     }
 }
 
-/// One pass. Without a `service` (budgetd disabled) only priorities are recomputed.
-pub fn run_pass(state: &State, service: Option<&mut Service>, memo: &mut PassMemo) -> PassStats {
-    let cfg = state.config();
-    let mut service = service;
-    if let Some(svc) = service.as_deref_mut() {
-        svc.refresh_snapshot(state, now());
-    }
-    state.update_safe_mode(now(), "budgetd unreachable or slow");
-    state.users.resolve_misses(users::lookup_uid);
+/// The site's default `min_runtime` in `snapshot`, or the built-in default before any.
+pub fn default_min_runtime(snapshot: Option<&PluginSnapshot>) -> i64 {
+    snapshot.map_or_else(
+        || Policy::default().default_min_runtime_secs,
+        |s| s.policy.default_min_runtime_secs,
+    )
+}
+
+/// budgetd as the pass talks to it: the snapshot fetcher and the job-state syncer.
+#[derive(Debug)]
+pub struct Budgetd {
+    pub fetcher: SnapshotFetcher,
+    pub syncer: Syncer,
+}
+
+/// One pass with the current settings.
+pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> PassStats {
+    let cfg = state.settings();
+    budgetd.fetcher.tick(&cfg, unix_now());
+    budgetd.syncer.reconfigure(&cfg);
+    state.users.resolve_misses(lookup_uid);
 
     let Ok(ctl) = Controller::get() else {
         return PassStats::default();
     };
-    let snapshot = state.current();
+    // Priorities follow the newest snapshot however old (safe mode keeps the last
+    // ranking); the site default contract comes with it.
+    let snapshot = state.snapshots.latest();
+    let default_min = default_min_runtime(snapshot.as_deref());
     let users_gen = state.users.generation();
     let mut full = memo.begin(&snapshot, users_gen);
     let mut stats = PassStats::default();
     let mut runs: Vec<JobRun> = Vec::new();
-    let collect = cfg.sync_jobs && service.is_some();
+    let collect = cfg.sync_jobs;
     {
         let guard = ctl.job_write_lock();
         let t = Instant::now();
-        let now = now();
+        let now = unix_now();
         let pass = memo.pass;
         // Taken under the lock: priority_p_set adds to it under the same lock.
         let dirty = state.take_dirty();
@@ -280,10 +263,9 @@ pub fn run_pass(state: &State, service: Option<&mut Service>, memo: &mut PassMem
                 key_fp = job::key_fingerprint(job, users_gen);
                 if key_fp != m.key_fp || m.key == NO_KEY {
                     // SAFETY: valid record, job write lock held by `guard`.
-                    let v = unsafe { job::view(job, &state.users) };
+                    let v = unsafe { job::view(job, &state.users, default_min) };
                     let k = v.key(now);
-                    let free = compute::is_free_tier(&k);
-                    m.key = memo.intern(k.account, k.user.unwrap_or(""), free);
+                    m.key = memo.intern(k.account, k.user.unwrap_or(""), k.free_tier);
                     m.key_fp = key_fp;
                 }
             }
@@ -305,10 +287,10 @@ pub fn run_pass(state: &State, service: Option<&mut Service>, memo: &mut PassMem
                 }
             }
             if collect && check {
-                let fp = job::sync_fingerprint(job, key_fp);
+                let fp = job::sync_fingerprint(job, key_fp, default_min);
                 if fp != m.synced_fp {
                     // SAFETY: as above.
-                    unsafe { job::runs(job, &state.users, now, &mut runs) };
+                    unsafe { job::runs(job, &state.users, default_min, &mut runs) };
                     memo.unacked.push((id, fp));
                 }
             }
@@ -321,12 +303,10 @@ pub fn run_pass(state: &State, service: Option<&mut Service>, memo: &mut PassMem
         stats.lock_micros = t.elapsed().as_micros();
     }
     stats.runs = runs.len() as u32;
-    if let Some(svc) = service
-        && collect
-    {
+    if collect {
         let t = Instant::now();
-        let ok = svc.send_jobs(JobSync {
-            collected_at: now(),
+        let ok = budgetd.syncer.send_jobs(JobSync {
+            collected_at: unix_now(),
             runs,
         });
         memo.acknowledge(ok);

@@ -1,30 +1,27 @@
-//! Talking to budgetd from the background thread (never from a callback).
+//! Job-state sync to budgetd (`POST /v1/sync/jobs`), from the background thread
+//! (never from a callback), bounded by `budget_timeout_ms` through `budget-client`.
+//! The snapshot comes through `slurm_plugin_common::snapshot`, like in the other
+//! plugins.
 //!
-//! `GET /v1/snapshot` with `If-None-Match` (a 304 just confirms the snapshot is
-//! current) and `POST /v1/sync/jobs`, each bounded by `budget_timeout_ms` through
-//! `budget-client`. Failures are logged once when they start (and when the error
-//! changes) and once when they end, never on every pass.
+//! Ingestion is idempotent (keyed by job and run), so a failed batch is simply sent
+//! again. Ended runs are kept until budgetd acknowledges them, so an outage longer
+//! than Slurm's `MinJobAge` loses no run. Failures are logged once when they start
+//! (and when the error changes) and once when they end, never on every pass.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
 
-use budget_client::{Client, Endpoint};
-use budget_protocol::{
-    JobRun, JobSync, PluginSnapshot, RunState, SNAPSHOT_PATH, SYNC_PATH, SyncOutcome,
-};
+use budget_client::Client;
+use budget_protocol::{JobRun, JobSync, RunState, SYNC_PATH, SyncOutcome};
 use slurm_plugin_common::log;
+use slurm_plugin_common::settings::Settings;
 
-use crate::config::Config;
-use crate::state::{Loaded, State};
-
-/// Connection to budgetd plus the error-reporting state.
+/// Connection to budgetd's sync endpoint plus what must survive a failed batch.
 #[derive(Debug)]
-pub struct Service {
-    client: Client,
-    socket: String,
-    etag: Option<String>,
-    snapshot_error: Option<String>,
+pub struct Syncer {
+    /// The client, or why the endpoint is unusable (every send then fails with it).
+    client: Result<Client, String>,
+    /// The settings `client` was built from.
+    built_from: Settings,
     sync_error: Option<String>,
     /// Ended/requeued runs not yet acknowledged by budgetd. Slurm forgets finished jobs
     /// after MinJobAge; keeping them here means an outage longer than that loses no run.
@@ -40,26 +37,31 @@ pub struct Service {
 /// tracked; beyond this, new ones are dropped and an error is logged).
 pub const OUTBOX_MAX: usize = 200_000;
 
-impl Service {
-    /// A service handle for `cfg`, or an error if the socket path is unusable.
-    pub fn new(cfg: &Config) -> Result<Service, String> {
-        let endpoint = Endpoint::parse(&cfg.socket).map_err(|e| e.to_string())?;
-        Ok(Service {
-            client: Client::new(endpoint)
-                .with_timeout(cfg.timeout)
-                .with_max_body(64 << 20),
-            socket: cfg.socket.clone(),
-            etag: None,
-            snapshot_error: None,
+fn client(settings: &Settings) -> Result<Client, String> {
+    settings
+        .client()
+        .map_err(|e| format!("bad budgetd endpoint {:?}: {e}", settings.endpoint))
+}
+
+impl Syncer {
+    /// A syncer for `settings`' endpoint and timeout.
+    pub fn new(settings: &Settings) -> Syncer {
+        Syncer {
+            client: client(settings),
+            built_from: settings.clone(),
             sync_error: None,
             outbox: HashMap::new(),
             starts: HashMap::new(),
-        })
+        }
     }
 
-    /// Whether this handle still matches `cfg` (after `scontrol reconfigure`).
-    pub fn matches(&self, cfg: &Config) -> bool {
-        self.socket == cfg.socket && self.client.timeout() == cfg.timeout
+    /// Follow `scontrol reconfigure`: a new endpoint or timeout gets a new client
+    /// (the outbox and the remembered starts are kept).
+    pub fn reconfigure(&mut self, settings: &Settings) {
+        if !self.built_from.same_connection(settings) {
+            self.client = client(settings);
+            self.built_from = settings.clone();
+        }
     }
 
     fn report(slot: &mut Option<String>, what: &str, result: Result<(), String>) {
@@ -80,59 +82,19 @@ impl Service {
         }
     }
 
-    /// Fetch the snapshot; on success store it (or re-confirm it on 304).
-    pub fn refresh_snapshot(&mut self, state: &State, now: i64) {
-        let current = state.current();
-        let etag = if current.is_some() {
-            self.etag.as_deref()
-        } else {
-            None
-        };
-        let result = match self.client.get_if_none_match(SNAPSHOT_PATH, etag) {
-            Ok(None) => {
-                if let Some(l) = &current {
-                    l.confirmed_at.store(now, Ordering::Relaxed);
-                }
-                Ok(())
-            }
-            Ok(Some(resp)) => match resp.json::<PluginSnapshot>() {
-                Ok(snapshot) => {
-                    let first = current.is_none();
-                    self.etag = resp
-                        .etag()
-                        .map(str::to_string)
-                        .or_else(|| Some(snapshot.version.clone()));
-                    if first {
-                        log::info(&format!(
-                            "budget snapshot {} loaded: {} accounts/users ranked",
-                            snapshot.version, snapshot.fair_share.num_leaves
-                        ));
-                    }
-                    state.snapshot.store(Some(Arc::new(Loaded {
-                        snapshot,
-                        confirmed_at: AtomicI64::new(now),
-                    })));
-                    Ok(())
-                }
-                Err(e) => Err(format!("bad snapshot from {}: {e}", self.socket)),
-            },
-            Err(e) => Err(e.to_string()),
-        };
-        Self::report(&mut self.snapshot_error, "snapshot fetch", result);
-    }
-
-    /// Send job state. Ingestion is idempotent (keyed by job and run), so a retry
-    /// resends; ended runs missing from the current view (purged by Slurm) are added
-    /// from the outbox until budgetd acknowledges them.
+    /// Send job state. Ended runs missing from the current view (purged by Slurm) are
+    /// added from the outbox until budgetd acknowledges them.
     /// Returns true when budgetd acknowledged the batch.
     pub fn send_jobs(&mut self, mut sync: JobSync) -> bool {
         fill_starts(&mut self.starts, &mut sync.runs);
         merge_outbox(&mut self.outbox, &mut sync.runs);
-        let result = self
-            .client
-            .post_json::<_, SyncOutcome>(SYNC_PATH, &sync)
-            .map(|_| ())
-            .map_err(|e| e.to_string());
+        let result = match &self.client {
+            Ok(c) => c
+                .post_json::<_, SyncOutcome>(SYNC_PATH, &sync)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.clone()),
+        };
         if result.is_ok() {
             self.outbox.clear();
             for r in sync.runs.iter().filter(|r| is_final(r)) {

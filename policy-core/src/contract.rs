@@ -1,15 +1,20 @@
-//! The validated scheduling contract as stored on a job (DESIGN 3.4).
+//! The validated scheduling contract as stored on a job (DESIGN 3.4): its one writer
+//! and its one reader.
 //!
 //! `job_submit/budget` validates `--comment min_runtime=...` once, at submission, and
-//! writes the result into the job's `admin_comment`, which only operators can change
-//! (Slurm refuses `AdminComment` updates from users; `job_modify` guards `Comment`).
-//! Every other reader (`preempt/budget`, `priority/budget`, the usage sync) trusts only
-//! this stored form, never the user-editable comment.
+//! writes the result with [`format_admin_comment`] into the job's `admin_comment`, which
+//! only operators can change (Slurm refuses `AdminComment` updates from users;
+//! `job_modify` guards `Comment`). Every reader (`preempt/budget`, `priority/budget` and
+//! its usage sync, budgetd's drain worker reading `scontrol show job`) goes through
+//! [`effective_contract`], which trusts this stored form and reads the user-editable
+//! comment only for jobs that have none (submitted before the plugin was enabled, or
+//! created by an operator bypassing it).
 //!
-//! Format: white-space separated tokens `budget:min_runtime=<seconds>` and, for the free
-//! tier, `budget:free`. Other tokens an administrator put in `admin_comment` are kept.
+//! Stored format: white-space separated tokens `budget:min_runtime=<seconds>` and, for
+//! the free tier, `budget:free`. Other tokens an administrator put in `admin_comment`
+//! are kept by the writer and ignored by the reader.
 
-use policy_core::comment::parse_comment;
+use crate::comment::parse_comment;
 
 /// Prefix of every token this product writes into `admin_comment`.
 pub const TOKEN_PREFIX: &str = "budget:";
@@ -21,13 +26,14 @@ pub const FREE_TIER_NAME: &str = "free";
 /// A job's contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Contract {
-    /// Protected seconds from the start of each run.
+    /// Protected seconds from the start of each run (0 for the free tier).
     pub min_runtime: i64,
     /// Free (unallocated) tier: never charged, preemptable at any time.
     pub free_tier: bool,
 }
 
-/// The contract stored in `admin_comment`, if any.
+/// The contract stored in `admin_comment`, if any. A free-tier contract has no
+/// protection, whatever `min_runtime` a hand-edited comment says.
 pub fn parse_admin_comment(admin_comment: &str) -> Option<Contract> {
     let mut min = None;
     let mut free = false;
@@ -39,7 +45,7 @@ pub fn parse_admin_comment(admin_comment: &str) -> Option<Contract> {
         }
     }
     min.map(|min_runtime| Contract {
-        min_runtime,
+        min_runtime: if free { 0 } else { min_runtime },
         free_tier: free,
     })
 }
@@ -60,7 +66,8 @@ pub fn format_admin_comment(existing: Option<&str>, c: &Contract) -> String {
     out.join(" ")
 }
 
-/// Whether a partition or QOS name opts into the free tier.
+/// Whether a partition or QOS name (or a comma-separated list of them) opts into the
+/// free tier.
 pub fn is_free_name(name: Option<&str>) -> bool {
     name.is_some_and(|n| {
         n.split(',')
@@ -68,10 +75,10 @@ pub fn is_free_name(name: Option<&str>) -> bool {
     })
 }
 
-/// The contract a job runs under: the stored one; for a job without one (submitted
-/// before the plugin was enabled, or created by an operator bypassing it) the comment
-/// is read as it would have been, with `default_min_runtime` when it declares none
-/// or cannot be parsed.
+/// The contract a job runs under: the stored one; for a job without one, the comment
+/// read as `job_submit/budget` would have read it, with `default_min_runtime` when it
+/// declares none or cannot be parsed. `free_by_name`: the job's partition or QOS is
+/// the free tier ([`is_free_name`]).
 pub fn effective_contract(
     admin_comment: Option<&str>,
     comment: Option<&str>,
@@ -99,6 +106,7 @@ pub fn effective_contract(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn round_trip_and_keeps_admin_text() {
@@ -118,6 +126,12 @@ mod tests {
         assert_eq!(parse_admin_comment(&s2), Some(f));
         assert_eq!(parse_admin_comment("ticket#42"), None);
         assert_eq!(parse_admin_comment("budget:min_runtime=-3"), None);
+        assert_eq!(parse_admin_comment(""), None);
+        // A hand-edited free contract with a window still has none.
+        assert_eq!(
+            parse_admin_comment("budget:min_runtime=60 budget:free"),
+            Some(f)
+        );
     }
 
     #[test]
@@ -133,7 +147,13 @@ mod tests {
             effective_contract(None, Some("bad min_runtime=4x"), false, 60).min_runtime,
             60
         );
+        assert_eq!(
+            effective_contract(Some(""), None, false, 60).min_runtime,
+            60
+        );
         assert!(effective_contract(None, None, true, 60).free_tier);
+        assert_eq!(effective_contract(None, None, true, 60).min_runtime, 0);
+        assert!(effective_contract(None, Some("unallocated"), false, 60).free_tier);
         assert_eq!(
             effective_contract(
                 Some("budget:min_runtime=9"),
@@ -144,8 +164,29 @@ mod tests {
             .min_runtime,
             9
         );
+        // The stored contract wins over the partition name too.
+        assert!(!effective_contract(Some("budget:min_runtime=9"), None, true, 60).free_tier);
         assert!(is_free_name(Some("gpu,FREE")));
         assert!(!is_free_name(Some("freebie")));
         assert!(!is_free_name(None));
+    }
+
+    proptest! {
+        /// Whatever an administrator wrote beside it, the reader gets back what the
+        /// writer stored, and the administrator's text survives.
+        #[test]
+        fn writer_and_reader_agree(
+            admin in proptest::collection::vec("[a-z#0-9:=]{1,8}", 0..4),
+            min in 0i64..10_000_000,
+            free: bool,
+        ) {
+            let c = Contract { min_runtime: if free { 0 } else { min }, free_tier: free };
+            let existing = admin.join(" ");
+            let s = format_admin_comment(Some(&existing), &c);
+            prop_assert_eq!(parse_admin_comment(&s), Some(c));
+            for t in admin.iter().filter(|t| !t.starts_with(TOKEN_PREFIX)) {
+                prop_assert!(s.split_whitespace().any(|x| x == t));
+            }
+        }
     }
 }

@@ -1,0 +1,127 @@
+//! GPU counts from Slurm's per-job and per-node TRES request strings.
+//!
+//! Owns the one reading of `tres_per_job` / `tres_per_node` (`scontrol`'s `TresPerJob`
+//! and `TresPerNode`) that every part of the product uses: `priority/budget` reports a
+//! job's GPUs to budgetd's ledger, `preempt/budget` weighs holdings with them, and
+//! budgetd's drain view shows them. Slurm writes these strings in several spellings
+//! across releases and commands: `gres:gpu:2`, `gres:gpu:h100:4` (22.05),
+//! `gres/gpu=2`, `gres/gpu:h100=1` (23.02+), and other GRES beside the GPUs
+//! (`gres/gpu:2,gres/shard:3`). Items naming GPUs are summed.
+//!
+//! Not for `AllocTRES` accounting strings (`gres/gpu:h100=4,gres/gpu=4`), which list
+//! the typed count *and* the total: summing those would count twice.
+
+/// GPUs named by a TRES string, with the first GPU type named, if any.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuRequest<'a> {
+    pub count: u32,
+    pub gpu_type: Option<&'a str>,
+}
+
+/// GPUs in a TRES request string; `None` when it names no GPU.
+///
+/// In each comma-separated item (after an optional `gres:` or `gres/` prefix), fields
+/// are separated by `:` or `=`; the first must be `gpu`. The count is the last field
+/// when there are several and it is a number, else 1 (`gpu`, `gpu:h100`); the type is
+/// the field after `gpu` when it is not the count.
+pub fn gpus(s: &str) -> Option<GpuRequest<'_>> {
+    let mut found: Option<GpuRequest<'_>> = None;
+    for item in s.split(',') {
+        let item = item.trim();
+        let item = item
+            .strip_prefix("gres:")
+            .or_else(|| item.strip_prefix("gres/"))
+            .unwrap_or(item);
+        let mut fields = item.split([':', '=']);
+        if fields.next() != Some("gpu") {
+            continue;
+        }
+        let second = fields.next();
+        let last = fields.next_back().or(second);
+        let count = last.and_then(|c| c.parse::<u32>().ok());
+        // `gpu:2`: the second field is the count; `gpu:h100` / `gpu:h100:2`: the type.
+        let gpu_type = second.filter(|t| !t.is_empty() && t.parse::<u32>().is_err());
+        let g = found.get_or_insert_with(GpuRequest::default);
+        g.count = g.count.saturating_add(count.unwrap_or(1));
+        if g.gpu_type.is_none() {
+            g.gpu_type = gpu_type;
+        }
+    }
+    found
+}
+
+/// GPUs of a job from its per-job request, else its per-node request times `nodes`
+/// (how `scontrol show job` and the job record both carry them). 0 when neither
+/// names a GPU.
+pub fn job_gpus<'a>(
+    per_job: Option<&'a str>,
+    per_node: Option<&'a str>,
+    nodes: u32,
+) -> GpuRequest<'a> {
+    if let Some(g) = per_job.and_then(gpus) {
+        return g;
+    }
+    match per_node.and_then(gpus) {
+        Some(mut g) => {
+            g.count = g.count.saturating_mul(nodes.max(1));
+            g
+        }
+        None => GpuRequest::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn g(count: u32, gpu_type: Option<&str>) -> Option<GpuRequest<'_>> {
+        Some(GpuRequest { count, gpu_type })
+    }
+
+    #[test]
+    fn every_spelling_slurm_writes() {
+        assert_eq!(gpus("gres:gpu:2"), g(2, None));
+        assert_eq!(gpus("gres:gpu:h100:4"), g(4, Some("h100")));
+        assert_eq!(gpus("gres/gpu=3"), g(3, None));
+        assert_eq!(gpus("gres/gpu:h100=1"), g(1, Some("h100")));
+        assert_eq!(gpus("gres:gpu"), g(1, None));
+        assert_eq!(gpus("gres:gpu:b200"), g(1, Some("b200")));
+        assert_eq!(gpus("gpu:1"), g(1, None));
+        assert_eq!(gpus("gres/gpu:h100=1,gres/shard:3"), g(1, Some("h100")));
+        assert_eq!(gpus("gres:shard:3,gres:gpu:1"), g(1, None));
+        assert_eq!(gpus("gres:gpu:a100:2, gres:gpu:h100:1"), g(3, Some("a100")));
+        assert_eq!(gpus("gres:shard:2"), None);
+        assert_eq!(gpus("gres:gpus:2"), None);
+        assert_eq!(gpus(""), None);
+    }
+
+    #[test]
+    fn per_job_wins_else_per_node_times_nodes() {
+        assert_eq!(job_gpus(Some("gres:gpu:2"), Some("gres:gpu:8"), 4).count, 2);
+        assert_eq!(
+            job_gpus(Some("(null)"), Some("gres:gpu:h100:2"), 2),
+            GpuRequest {
+                count: 4,
+                gpu_type: Some("h100")
+            }
+        );
+        assert_eq!(job_gpus(None, Some("gres/gpu=2"), 0).count, 2);
+        assert_eq!(job_gpus(None, None, 3), GpuRequest::default());
+        assert_eq!(
+            job_gpus(None, Some("gres:gpu:4000000000"), 2).count,
+            u32::MAX
+        );
+    }
+
+    proptest! {
+        /// Counts of GPU items add up whatever else stands beside them.
+        #[test]
+        fn sums_gpu_items(counts in proptest::collection::vec(0u32..64, 1..5), other in 0u32..9) {
+            let mut items: Vec<String> = counts.iter().map(|c| format!("gres/gpu={c}")).collect();
+            items.insert(items.len() / 2, format!("gres/shard:{other}"));
+            let total: u32 = counts.iter().sum();
+            prop_assert_eq!(gpus(&items.join(",")).map(|g| g.count), Some(total));
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! The preemption record on the wire: `POST /v1/preemptions` from `preempt/budget`'s
+//! background thread (and the same record written by budgetd's drain worker).
+//!
+//! Slurm never tells a preempt plugin which candidates it took, so the plugin confirms
+//! a preemption itself and reports it here: which run lost its GPUs, to whom, why, and
+//! the victim's facts (budgetd fills missing ones from its ledger). budgetd keys the
+//! record by `(victim, run)` and keeps the first one, so repeats change nothing.
+
+use policy_core::preempt::Allowed;
+use serde::{Deserialize, Serialize};
+
+/// Route of the preemption record (`POST` to add, `GET` to list).
+pub const ROUTE: &str = "/v1/preemptions";
+
+/// Why a run was preempted. Serialised in snake case (`free_tier`, `over_budget`,
+/// `rebalance`, `drain`), the spelling budgetd stores and reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PreemptionReason {
+    /// The victim was in the free tier.
+    FreeTier,
+    /// The victim's path was over budget.
+    OverBudget,
+    /// Hierarchical rebalancing: the victim's side held more than its share.
+    Rebalance,
+    /// A maintenance drain took the node.
+    Drain,
+}
+
+impl PreemptionReason {
+    /// Every reason, in declaration order.
+    pub const ALL: [PreemptionReason; 4] = [
+        PreemptionReason::FreeTier,
+        PreemptionReason::OverBudget,
+        PreemptionReason::Rebalance,
+        PreemptionReason::Drain,
+    ];
+
+    /// The wire (and database) spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PreemptionReason::FreeTier => "free_tier",
+            PreemptionReason::OverBudget => "over_budget",
+            PreemptionReason::Rebalance => "rebalance",
+            PreemptionReason::Drain => "drain",
+        }
+    }
+
+    /// The reason spelled `s`, if any.
+    pub fn parse(s: &str) -> Option<PreemptionReason> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// The reason of a preemption `preempt/budget` allowed: the policy core's rule
+    /// (`Some`), or the drain hook (`None`, a drained node's job past its window).
+    pub fn of(allowed: Option<&Allowed>) -> PreemptionReason {
+        allowed.map_or(PreemptionReason::Drain, PreemptionReason::from)
+    }
+}
+
+impl From<&Allowed> for PreemptionReason {
+    fn from(a: &Allowed) -> Self {
+        match a {
+            Allowed::VictimFreeTier => PreemptionReason::FreeTier,
+            Allowed::VictimOverBudget => PreemptionReason::OverBudget,
+            Allowed::Rebalance { .. } => PreemptionReason::Rebalance,
+        }
+    }
+}
+
+impl std::fmt::Display for PreemptionReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `POST /v1/preemptions` body. Victim facts are optional: budgetd fills them from
+/// its ledger when the run is known there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreemptionRecord {
+    pub victim: u32,
+    /// The victim's run (`restart_cnt` of the run that was lost).
+    pub run: u32,
+    #[serde(default)]
+    pub preemptor: Option<u32>,
+    pub reason: PreemptionReason,
+    /// When the victim lost its GPUs (Unix seconds).
+    pub at: i64,
+    #[serde(default)]
+    pub account: Option<String>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub gpus: Option<u32>,
+    /// Start of the lost run.
+    #[serde(default)]
+    pub start: Option<i64>,
+}
+
+/// budgetd's answer to a `POST /v1/preemptions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordOutcome {
+    /// `false` when `(victim, run)` was already recorded (the first record wins).
+    pub inserted: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reasons_spell_as_budgetd_stores_them() {
+        for r in PreemptionReason::ALL {
+            let wire = serde_json::to_value(r).unwrap();
+            assert_eq!(wire, json!(r.as_str()));
+            assert_eq!(PreemptionReason::parse(r.as_str()), Some(r));
+            assert_eq!(r.to_string(), r.as_str());
+        }
+        assert_eq!(PreemptionReason::parse("nope"), None);
+        assert_eq!(PreemptionReason::of(None), PreemptionReason::Drain);
+        assert_eq!(
+            PreemptionReason::of(Some(&Allowed::VictimOverBudget)),
+            PreemptionReason::OverBudget
+        );
+    }
+
+    #[test]
+    fn record_body_matches_the_wire_format() {
+        // What preempt/budget has always posted, built by hand.
+        let posted = json!({
+            "victim": 7, "run": 1, "preemptor": 9, "reason": "over_budget", "at": 100,
+            "account": "teamb", "user": "bob", "gpus": 2, "start": 10,
+        });
+        let r: PreemptionRecord = serde_json::from_value(posted.clone()).unwrap();
+        assert_eq!(r.reason, PreemptionReason::OverBudget);
+        assert_eq!(serde_json::to_value(&r).unwrap(), posted);
+        // Victim facts may be left out; unknown fields are refused.
+        let minimal: PreemptionRecord =
+            serde_json::from_value(json!({"victim": 7, "run": 0, "reason": "drain", "at": 1}))
+                .unwrap();
+        assert_eq!((minimal.preemptor, minimal.gpus), (None, None));
+        assert!(
+            serde_json::from_value::<PreemptionRecord>(
+                json!({"victim": 7, "run": 0, "reason": "drain", "at": 1, "x": 1})
+            )
+            .is_err()
+        );
+        assert!(
+            serde_json::from_value::<PreemptionRecord>(
+                json!({"victim": 7, "run": 0, "reason": "maintenance", "at": 1})
+            )
+            .is_err()
+        );
+        let out: RecordOutcome = serde_json::from_value(json!({"inserted": false})).unwrap();
+        assert!(!out.inserted);
+    }
+}
