@@ -45,7 +45,8 @@ sb_docker_rootfs() { # NAME SUITE PKG...
     flock "$_sb_docker_lock"
     if [[ ! -f "$root/.sb-rootfs" || "$(cat "$root/.sb-rootfs")" != "$want" ]]; then
         command -v debootstrap >/dev/null \
-            || flock /tmp/apt.lock apt-get install -y -qq --no-install-recommends debootstrap >/dev/null \
+            || DEBIAN_FRONTEND=noninteractive flock /tmp/apt.lock sh -c \
+                'apt-get update -qq && apt-get install -y -qq --no-install-recommends debootstrap' >/dev/null \
             || sb_die "cannot install debootstrap"
         mirror="$(sb_docker_mirror)"
         t0=$(date +%s)
