@@ -80,7 +80,7 @@ sb_docker_base_image() { # IMAGE NAME SUITE PKG...
     # (local, nothing pulled) adds what systemd as PID 1 needs. container=docker tells
     # systemd where it runs; SIGRTMIN+3 is its clean shutdown.
     printf 'FROM %s\nLABEL sb.rootfs="%s"\nENV container=docker\nSTOPSIGNAL SIGRTMIN+3\nCMD ["/lib/systemd/systemd"]\n' \
-        "$image-rootfs" "$stamp" | docker build -q -t "$image" - >/dev/null \
-        || sb_die "docker build of $image failed"
+        "$image-rootfs" "$stamp" | docker build -q -t "$image" - >/dev/null 2>"$(sb_docker_cache)/$name.build.log" \
+        || sb_die "docker build of $image failed: $(tail -n 5 "$(sb_docker_cache)/$name.build.log")"
     docker rmi "$image-rootfs" >/dev/null 2>&1 || true
 }
