@@ -43,6 +43,9 @@ pub struct Counters {
     pub auth_refusals: AtomicU64,
     /// Unix time of the last successful sync (0: none yet).
     pub last_sync_at: AtomicU64,
+    /// Unix time of the last plugin snapshot request answered 200 or 304 (0: none
+    /// yet): the plugins are in safe mode once this is older than their maximum age.
+    pub last_snapshot_fetch_at: AtomicU64,
 }
 
 /// Everything handlers share.

@@ -101,6 +101,9 @@ pub async fn snapshot(
     caller.require_admin(&st, "read the plugin snapshot")?;
     let snap = st.snapshot(now()).await?;
     let etag = format!("\"{}\"", snap.snapshot.version);
+    st.counters
+        .last_snapshot_fetch_at
+        .store(u64::try_from(now()).unwrap_or(0), Ordering::Relaxed);
     if etag_matches(&headers, &snap.snapshot.version) {
         st.counters
             .snapshots_not_modified

@@ -120,3 +120,40 @@ fn metrics_report_usage_tiers_and_errors() {
         401
     );
 }
+
+#[test]
+fn metrics_tell_when_the_plugins_last_fetched_their_snapshot() {
+    // Dashboards and the safe-mode alert (observability/) compare this timestamp with
+    // the policy's maximum age: 0 until a plugin fetches, then the time of the fetch,
+    // for a full answer and for a 304 alike.
+    let s = Server::start();
+    let c = s.unix();
+    let value = |name: &str| -> i64 {
+        let r = c.request("GET", "/metrics", &[], None).expect("metrics");
+        let text = String::from_utf8(r.body).expect("utf8");
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+    };
+    assert_eq!(value("budget_snapshot_last_fetch_timestamp_seconds"), 0);
+    assert_eq!(value("budget_policy_snapshot_max_age_seconds"), 60);
+    let before = budget_service::timefmt::now();
+    let r = c
+        .request("GET", "/v1/snapshot", &[], None)
+        .expect("snapshot");
+    assert_eq!(r.status, 200);
+    let fetched = value("budget_snapshot_last_fetch_timestamp_seconds");
+    assert!(fetched >= before, "{fetched} < {before}");
+    let etag = r.etag().expect("etag").to_string();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let r = c
+        .request(
+            "GET",
+            "/v1/snapshot",
+            &[("If-None-Match", etag.as_str())],
+            None,
+        )
+        .expect("snapshot");
+    assert_eq!(r.status, 304);
+    assert!(value("budget_snapshot_last_fetch_timestamp_seconds") > fetched);
+}

@@ -11,6 +11,10 @@
 //!   default 1000;
 //! - `budget_max_age=SECS`  snapshot age that enters safe mode; overrides the
 //!   snapshot's own `policy.snapshot_max_age_secs` (see [`crate::snapshot`]);
+//! - `budget_token_file=PATH` a file holding the bearer token sent to budgetd (needed
+//!   over TCP; budgetd gives the plugins' requests the token's role, `admin` today).
+//!   Read by the background threads when they first connect ([`LazyClient`]), never in
+//!   a Slurm callback; a changed path takes effect at `scontrol reconfigure`;
 //! - `budget_sync=0|1`      `priority/budget` sends job state to budgetd (default 1);
 //! - `budget_pass_log=0|1`  `priority/budget` logs every pass at info level with its
 //!   timings (default 0: the same line at debug level; `scripts/bench-slurm` parses it).
@@ -53,6 +57,8 @@ pub struct Settings {
     pub sync_jobs: bool,
     /// `priority/budget` logs each pass at info level.
     pub pass_log: bool,
+    /// File with the bearer token for budgetd (`budget_token_file`).
+    pub token_file: Option<String>,
 }
 
 impl Default for Settings {
@@ -64,6 +70,7 @@ impl Default for Settings {
             max_age_secs: None,
             sync_jobs: true,
             pass_log: false,
+            token_file: None,
         }
     }
 }
@@ -117,6 +124,19 @@ impl Settings {
                 }
                 "budget_sync" => num(key, value, 0, 1).map(|n| s.sync_jobs = n == 1),
                 "budget_pass_log" => num(key, value, 0, 1).map(|n| s.pass_log = n == 1),
+                "budget_token_file" => {
+                    let path = value.trim();
+                    if path.starts_with('/') {
+                        s.token_file = Some(path.to_string());
+                        Ok(())
+                    } else {
+                        Err(SettingsError {
+                            key: key.to_string(),
+                            value: value.to_string(),
+                            why: "not an absolute path",
+                        })
+                    }
+                }
                 _ => Ok(()),
             };
             if let Err(e) = r {
@@ -161,10 +181,88 @@ impl Settings {
             .with_connect_hint(ENDPOINT_HINT))
     }
 
-    /// Whether a client built from `self` still serves `other` (same endpoint and
-    /// timeout): after `scontrol reconfigure` only a change of these needs a new one.
+    /// [`Settings::client`] with the token of `budget_token_file`, if set. Reads that
+    /// file: call it on a background thread only (through [`LazyClient`]).
+    pub fn connect(&self) -> Result<Client, String> {
+        let client = self
+            .client()
+            .map_err(|e| format!("bad budgetd endpoint {:?}: {e}", self.endpoint))?;
+        match &self.token_file {
+            None => Ok(client),
+            Some(path) => Ok(client.with_token(read_token(path)?)),
+        }
+    }
+
+    /// Whether a client built from `self` still serves `other` (same endpoint, timeout
+    /// and token file): after `scontrol reconfigure` only a change of these needs a
+    /// new one.
     pub fn same_connection(&self, other: &Settings) -> bool {
-        self.endpoint == other.endpoint && self.timeout == other.timeout
+        self.endpoint == other.endpoint
+            && self.timeout == other.timeout
+            && self.token_file == other.token_file
+    }
+}
+
+/// Largest token file accepted (a token is tens of characters).
+const MAX_TOKEN_FILE_BYTES: u64 = 4096;
+
+/// The token in `path`: the file's text without surrounding white space; refused when
+/// empty, too long, or holding white space or control characters (it is sent in an
+/// HTTP header, where a line break would forge another header).
+pub fn read_token(path: &str) -> Result<String, String> {
+    use std::io::Read;
+    let bad = |why: String| format!("budget_token_file {path}: {why}");
+    let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+    let mut text = String::new();
+    file.take(MAX_TOKEN_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| bad(e.to_string()))?;
+    if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        return Err(bad(format!("longer than {MAX_TOKEN_FILE_BYTES} bytes")));
+    }
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(bad("empty".into()));
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad(
+            "the token holds white space or control characters".into()
+        ));
+    }
+    Ok(token.to_string())
+}
+
+/// A budgetd client made on first use, on the thread that uses it: making it may read
+/// `budget_token_file`, which must never happen in a Slurm callback (`init` only
+/// creates this). A failure (bad endpoint, unreadable token) is kept and returned by
+/// every request, so the plugin stays in safe mode and logs why.
+#[derive(Debug)]
+pub struct LazyClient {
+    settings: Settings,
+    client: Option<Result<Client, String>>,
+}
+
+impl LazyClient {
+    /// A client for `settings`, not made yet (no I/O).
+    pub fn new(settings: &Settings) -> Self {
+        LazyClient {
+            settings: settings.clone(),
+            client: None,
+        }
+    }
+
+    /// The client, made now if needed (reads the token file).
+    pub fn get(&mut self) -> Result<&Client, String> {
+        let settings = &self.settings;
+        self.client
+            .get_or_insert_with(|| settings.connect())
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The settings it was made from.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 }
 
@@ -225,5 +323,49 @@ mod tests {
             ..Settings::default()
         };
         assert!(bad.client().is_err());
+    }
+
+    #[test]
+    fn token_file_is_read_by_the_lazy_client_only() {
+        let dir = std::env::temp_dir().join(format!("budget-token-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("budget.token");
+        let path_s = path.to_str().expect("utf8 path").to_string();
+        let (s, e) = Settings::parse(&format!(
+            "budget_socket=http://budgetd:8700,budget_token_file={path_s}"
+        ));
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(s.token_file.as_deref(), Some(path_s.as_str()));
+        let (rel, e) = Settings::parse("budget_token_file=etc/token");
+        assert_eq!((rel.token_file, e[0].why), (None, "not an absolute path"));
+        // Made lazily: nothing is read until the first use, so a file written after
+        // init (or fixed after an error is logged at the next reconfigure) counts.
+        let mut lazy = LazyClient::new(&s);
+        std::fs::write(&path, "  s3cret-token-0123\n").expect("write");
+        assert!(lazy.get().is_ok());
+        assert_eq!(read_token(&path_s).as_deref(), Ok("s3cret-token-0123"));
+        for (text, why) in [
+            ("", "empty"),
+            ("two words", "white space"),
+            ("tok\r\nX-Evil: 1", "white space"),
+        ] {
+            std::fs::write(&path, text).expect("write");
+            let err = LazyClient::new(&s).get().map(|_| ()).unwrap_err();
+            assert!(
+                err.contains(&path_s) && err.contains(why),
+                "{text:?}: {err}"
+            );
+        }
+        std::fs::write(&path, "x".repeat(5000)).expect("write");
+        assert!(read_token(&path_s).unwrap_err().contains("longer than"));
+        let missing = format!("{path_s}.missing");
+        assert!(read_token(&missing).unwrap_err().contains(&missing));
+        let mut other = s.clone();
+        other.token_file = Some("/etc/other.token".into());
+        assert!(
+            !other.same_connection(&s),
+            "a new token file needs a new client"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

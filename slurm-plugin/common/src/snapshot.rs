@@ -34,11 +34,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwapOption;
-use budget_client::Client;
 use budget_protocol::{PluginSnapshot, Policy, SNAPSHOT_PATH};
 
 use crate::log;
-use crate::settings::Settings;
+use crate::settings::{LazyClient, Settings};
 use crate::worker::Worker;
 
 /// Unix time in seconds (callbacks and the background threads agree on one clock).
@@ -135,27 +134,26 @@ pub trait SnapshotSource: Send {
 }
 
 /// budgetd over its Unix socket (or TCP) as the settings say, with a hard deadline
-/// per request. An unusable endpoint makes every fetch fail with its reason, so the
-/// plugin stays in safe mode and says why, like any other failure.
+/// per request. The client is made on the first fetch, on the fetcher's thread (it may
+/// read `budget_token_file`). An unusable endpoint or token makes every fetch fail with
+/// its reason, so the plugin stays in safe mode and says why, like any other failure.
 #[derive(Debug)]
 pub struct HttpSource {
-    client: Result<Client, String>,
+    client: LazyClient,
 }
 
 impl HttpSource {
-    /// A source for `settings`' endpoint and timeout.
+    /// A source for `settings`' endpoint, timeout and token (no I/O yet).
     pub fn new(settings: &Settings) -> Self {
         Self {
-            client: settings
-                .client()
-                .map_err(|e| format!("bad budgetd endpoint {:?}: {e}", settings.endpoint)),
+            client: LazyClient::new(settings),
         }
     }
 }
 
 impl SnapshotSource for HttpSource {
     fn fetch(&mut self, etag: Option<&str>) -> Result<Fetched, String> {
-        let client = self.client.as_ref().map_err(Clone::clone)?;
+        let client = self.client.get()?;
         match client.get_if_none_match(SNAPSHOT_PATH, etag) {
             Ok(None) => Ok(Fetched::NotModified),
             Ok(Some(resp)) => {
@@ -353,10 +351,14 @@ impl SnapshotFetcher {
 
 fn log_source(s: &Settings) {
     log::verbose(&format!(
-        "fetching {SNAPSHOT_PATH} from {} every {} s (timeout {} ms)",
+        "fetching {SNAPSHOT_PATH} from {} every {} s (timeout {} ms){}",
         s.endpoint,
         s.period.as_secs(),
-        s.timeout.as_millis()
+        s.timeout.as_millis(),
+        match &s.token_file {
+            Some(f) => format!(", token from {f}"),
+            None => String::new(),
+        }
     ));
 }
 

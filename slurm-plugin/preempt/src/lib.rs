@@ -40,7 +40,7 @@ use arc_swap::ArcSwapOption;
 use budget_protocol::preemption::{self, PreemptionReason, RecordOutcome};
 use slurm_ffi::api::preempt as api;
 use slurm_ffi::sys::{self, job_queue_rec_t, job_record_t};
-use slurm_plugin_common::settings::Settings;
+use slurm_plugin_common::settings::{LazyClient, Settings};
 use slurm_plugin_common::snapshot::{SnapshotCache, spawn_fetcher, unix_now};
 use slurm_plugin_common::users::{UserCache, lookup_uid};
 use slurm_plugin_common::worker::Worker;
@@ -97,7 +97,8 @@ pub extern "C" fn init() -> i32 {
         };
         if workers.is_empty() {
             let settings = Settings::load_and_log();
-            let reporter = settings.client();
+            // Made on the holdings thread at its first report (it may read the token file).
+            let mut reporter = LazyClient::new(&settings);
             match spawn_fetcher(
                 "budget-preempt",
                 Arc::clone(&p.snapshots),
@@ -109,7 +110,7 @@ pub extern "C" fn init() -> i32 {
             }
             match Worker::spawn("budget-holdings", Duration::from_secs(1), move || {
                 refresh_holdings(plugin());
-                report_preemptions(plugin(), &reporter);
+                report_preemptions(plugin(), &mut reporter);
             }) {
                 Ok(w) => workers.push(w),
                 Err(e) => log::error(&format!("cannot start holdings thread: {e}; safe mode")),
@@ -188,10 +189,7 @@ fn refresh_holdings(p: &Plugin) {
 
 /// Confirm remembered preemptions against the job records (read lock, one walk, only
 /// when something is remembered) and post them to budgetd after the lock is released.
-fn report_preemptions(
-    p: &Plugin,
-    client: &Result<budget_client::Client, budget_client::ClientError>,
-) {
+fn report_preemptions(p: &Plugin, client: &mut LazyClient) {
     use std::collections::{HashMap, HashSet};
     let watched: HashSet<u32> = p.pending.watched().into_iter().collect();
     if watched.is_empty() {
@@ -222,7 +220,7 @@ fn report_preemptions(
     if confirmed.is_empty() {
         return;
     }
-    let c = match client {
+    let c = match client.get() {
         Ok(c) => c,
         Err(e) => {
             log::error(&format!("cannot report preemptions: {e}"));

@@ -10,16 +10,16 @@
 
 use std::collections::HashMap;
 
-use budget_client::Client;
 use budget_protocol::{JobRun, JobSync, RunState, SYNC_PATH, SyncOutcome};
 use slurm_plugin_common::log;
-use slurm_plugin_common::settings::Settings;
+use slurm_plugin_common::settings::{LazyClient, Settings};
 
 /// Connection to budgetd's sync endpoint plus what must survive a failed batch.
 #[derive(Debug)]
 pub struct Syncer {
-    /// The client, or why the endpoint is unusable (every send then fails with it).
-    client: Result<Client, String>,
+    /// The client, made on the first send on the background thread (it may read
+    /// `budget_token_file`), or why it is unusable (every send then fails with it).
+    client: LazyClient,
     /// The settings `client` was built from.
     built_from: Settings,
     sync_error: Option<String>,
@@ -37,17 +37,11 @@ pub struct Syncer {
 /// tracked; beyond this, new ones are dropped and an error is logged).
 pub const OUTBOX_MAX: usize = 200_000;
 
-fn client(settings: &Settings) -> Result<Client, String> {
-    settings
-        .client()
-        .map_err(|e| format!("bad budgetd endpoint {:?}: {e}", settings.endpoint))
-}
-
 impl Syncer {
     /// A syncer for `settings`' endpoint and timeout.
     pub fn new(settings: &Settings) -> Syncer {
         Syncer {
-            client: client(settings),
+            client: LazyClient::new(settings),
             built_from: settings.clone(),
             sync_error: None,
             outbox: HashMap::new(),
@@ -59,7 +53,7 @@ impl Syncer {
     /// (the outbox and the remembered starts are kept).
     pub fn reconfigure(&mut self, settings: &Settings) {
         if !self.built_from.same_connection(settings) {
-            self.client = client(settings);
+            self.client = LazyClient::new(settings);
             self.built_from = settings.clone();
         }
     }
@@ -88,12 +82,12 @@ impl Syncer {
     pub fn send_jobs(&mut self, mut sync: JobSync) -> bool {
         fill_starts(&mut self.starts, &mut sync.runs);
         merge_outbox(&mut self.outbox, &mut sync.runs);
-        let result = match &self.client {
+        let result = match self.client.get() {
             Ok(c) => c
                 .post_json::<_, SyncOutcome>(SYNC_PATH, &sync)
                 .map(|_| ())
                 .map_err(|e| e.to_string()),
-            Err(e) => Err(e.clone()),
+            Err(e) => Err(e),
         };
         if result.is_ok() {
             self.outbox.clear();
