@@ -161,16 +161,13 @@ pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) 
         "version",
         [(snap.snapshot.version.as_str(), 1)],
     );
-    family(
-        &mut out,
-        "budget_policy_snapshot_max_age_seconds",
-        "gauge",
-        "Snapshot age at which the plugins enter safe mode (policy; budget_max_age overrides it).",
-    );
-    let _ = writeln!(
-        out,
-        "budget_policy_snapshot_max_age_seconds {}",
-        snap.snapshot.policy.snapshot_max_age_secs
+    x.single(
+        (
+            "budget_policy_snapshot_max_age_seconds",
+            "gauge",
+            "Snapshot age at which the plugins enter safe mode (policy; budget_max_age overrides it).",
+        ),
+        snap.snapshot.policy.snapshot_max_age_secs,
     );
     let c = &state.counters;
     let counters: [(&str, &str, u64); 9] = [
@@ -212,7 +209,7 @@ pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) 
         (
             "budget_snapshot_last_fetch_timestamp_seconds",
             "Unix time a plugin last fetched the snapshot (200 or 304; 0: none).",
-            c.last_snapshot_fetch_at.load(Ordering::Relaxed),
+            load(&c.last_snapshot_fetch_at),
         ),
         (
             "budget_start_timestamp_seconds",

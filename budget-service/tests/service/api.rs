@@ -126,7 +126,7 @@ fn metrics_tell_when_the_plugins_last_fetched_their_snapshot() {
     // Dashboards and the safe-mode alert (observability/) compare this timestamp with
     // the policy's maximum age: 0 until a plugin fetches, then the time of the fetch,
     // for a full answer and for a 304 alike.
-    let s = Server::start();
+    let s = start();
     let c = s.unix();
     let value = |name: &str| -> i64 {
         let r = c.request("GET", "/metrics", &[], None).expect("metrics");
@@ -137,7 +137,7 @@ fn metrics_tell_when_the_plugins_last_fetched_their_snapshot() {
     };
     assert_eq!(value("budget_snapshot_last_fetch_timestamp_seconds"), 0);
     assert_eq!(value("budget_policy_snapshot_max_age_seconds"), 60);
-    let before = budget_service::timefmt::now();
+    let before = budget_service::clock::now();
     let r = c
         .request("GET", "/v1/snapshot", &[], None)
         .expect("snapshot");
