@@ -101,6 +101,8 @@ impl Controller {
             node: sys::READ_LOCK,
             part: sys::READ_LOCK,
             fed: sys::NO_LOCK,
+            // NO_LOCK (0) for the levels a release added (26.05: select_node).
+            ..Default::default()
         })
     }
 
@@ -112,6 +114,8 @@ impl Controller {
             node: sys::READ_LOCK,
             part: sys::READ_LOCK,
             fed: sys::NO_LOCK,
+            // NO_LOCK (0) for the levels a release added (26.05: select_node).
+            ..Default::default()
         })
     }
 

@@ -32,6 +32,7 @@ pub mod jobs;
 pub mod report;
 pub mod rule;
 
+#[cfg(not(slurm_25_05))]
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
