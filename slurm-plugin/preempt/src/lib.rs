@@ -265,6 +265,10 @@ fn current_holdings(now: i64) -> Option<Arc<Holdings>> {
 /// Both records must be valid, under the job lock (every preempt hook holds it).
 unsafe fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
     if !is_running(victim) {
+        log::debug(&format!(
+            "job {} not a victim of job {}: not running (state 0x{:x})",
+            victim.job_id, preemptor.job_id, victim.job_state
+        ));
         return false;
     }
     let now = unix_now();
@@ -295,12 +299,19 @@ unsafe fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
             },
         );
     }
-    if decision.is_ok() {
-        log::debug(&format!(
-            "job {} may preempt job {}: {decision:?}",
-            r.job_id, v.job_id
-        ));
-    }
+    // Debug level (SlurmctldDebug=debug): why each candidate was or was not taken.
+    log::debug(&format!(
+        "job {} {} job {}: {decision:?} (victim: {} GPUs, run start {})",
+        r.job_id,
+        if decision.is_ok() {
+            "may preempt"
+        } else {
+            "may not preempt"
+        },
+        v.job_id,
+        v.gpus,
+        v.run_start
+    ));
     decision.is_ok()
 }
 
