@@ -152,3 +152,31 @@ sb_release_src_prepare() {
     fi
     printf '%s\n' "$dest"
 }
+
+# Checks the bindings of a build against the installed release's own binary: the
+# offset of job_record_t's part_ptr that the stock preempt/partition_prio plugin of
+# that release loads first in preempt_p_preemptable (`preemptor->part_ptr` /
+# `preemptee->part_ptr`) must equal the one bindgen computed from the source tree.
+# A source tree of another micro release can shift job_record_t (seen: the 26.05 tree
+# in ../shared/slurm-src vs Debian's 26.05.5: 776 vs 784), and a plugin reading the
+# wrong offsets loads fine but reads garbage. $1 release, $2 the cargo target folder.
+# Prints what it compared; returns 1 on a mismatch, 2 when it cannot tell.
+sb_layout_check() {
+    local rel="$1" target="$2" root="" so bindings ours theirs
+    sb_release_in_root "$rel" && root="$(sb_root_dir "$rel")"
+    so="$root$SB_SYSTEM_PLUGIN_DIR/preempt_partition_prio.so"
+    bindings="$(ls -t "$target"/release/build/slurm-ffi-*/out/bindings.rs 2>/dev/null | head -n1)"
+    [[ -f "$so" && -n "$bindings" ]] || { echo "layout check: cannot tell (no $so or bindings)"; return 2; }
+    command -v objdump >/dev/null || { echo "layout check: cannot tell (no objdump)"; return 2; }
+    ours="$(grep -oE 'offset_of!\(job_record, part_ptr\) - [0-9]+' "$bindings" | head -n1 | awk '{print $NF}')"
+    theirs="$(objdump -d --no-show-raw-insn "$so" | awk '/<preempt_p_preemptable(@@Base)?>:/,/^$/' \
+        | grep -oE 'mov +0x[0-9a-f]+\(%r[sd]i\),%r[a-z0-9]+$' | head -n1 | grep -oE '0x[0-9a-f]+' || true)"
+    [[ -n "$ours" && -n "$theirs" ]] || { echo "layout check: cannot tell (offsets not found)"; return 2; }
+    theirs=$((theirs))
+    if [[ "$ours" == "$theirs" ]]; then
+        echo "layout check: job_record_t.part_ptr at $ours in the bindings and in Slurm $rel's own preempt_partition_prio.so"
+        return 0
+    fi
+    echo "layout check: job_record_t.part_ptr at $ours in the bindings but at $theirs in the installed Slurm $rel ($so): the source tree is not the installed release's"
+    return 1
+}
