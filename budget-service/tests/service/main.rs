@@ -7,6 +7,8 @@ mod daemon;
 
 mod api;
 mod auth;
+mod backup;
+mod migrations;
 mod crash;
 mod idle;
 mod import;
