@@ -272,8 +272,8 @@ pub fn restore(db: &Path, socket: &Path, file: &Path, now: i64) -> Result<Restor
         )));
     }
     std::fs::metadata(file).map_err(io(file))?;
-    let src = Connection::open_with_flags(file, OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .map_err(sql(file))?;
+    let src =
+        Connection::open_with_flags(file, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(sql(file))?;
     let check: String = src
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))
         .map_err(sql(file))?;

@@ -169,7 +169,12 @@ pub fn migration_backup_path(path: &Path, from: i64, now: i64) -> PathBuf {
 /// a failure leaves the database exactly as it was (and says so). A database that
 /// holds data (`from > 0`) is first copied with the online backup API to
 /// [`migration_backup_path`]; no copy, no migration.
-fn migrate(conn: &mut Connection, path: &Path, from: i64, migrations: &[&str]) -> Result<(), DbError> {
+fn migrate(
+    conn: &mut Connection,
+    path: &Path,
+    from: i64,
+    migrations: &[&str],
+) -> Result<(), DbError> {
     let p = path.display().to_string();
     let to = migrations.len() as i64;
     let mut backup = None;

@@ -15,7 +15,9 @@ use budget_protocol::service::{
 };
 
 use crate::api::Api;
-use crate::args::{AccountCmd, Command, CoordinatorCmd, PolicyCmd, UsageCmd, UsageError, WeightsCmd};
+use crate::args::{
+    AccountCmd, Command, CoordinatorCmd, PolicyCmd, UsageCmd, UsageError, WeightsCmd,
+};
 use crate::output::{Out, render};
 
 /// Whether `cmd` changes what the plugins' snapshot holds (tree, budgets, weights,

@@ -41,11 +41,10 @@ pub async fn backup(
     let target = PathBuf::from(&req.path);
     // Outside the store's lock: the copy reads through a connection of its own
     // and writers go on meanwhile (WAL).
-    let report = tokio::task::spawn_blocking(move || {
-        crate::backup::backup(&db, &target, req.overwrite, t)
-    })
-    .await
-    .map_err(|e| AppError::Internal(format!("backup worker failed: {e}")))??;
+    let report =
+        tokio::task::spawn_blocking(move || crate::backup::backup(&db, &target, req.overwrite, t))
+            .await
+            .map_err(|e| AppError::Internal(format!("backup worker failed: {e}")))??;
     tracing::info!(
         caller = %caller.actor(),
         path = %report.path,
@@ -88,10 +87,7 @@ pub fn record_fetch(st: &AppState, headers: &HeaderMap, generation: u64, at: i64
     else {
         return;
     };
-    let mut map = st
-        .plugin_fetches
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let mut map = st.plugin_fetches.lock().unwrap_or_else(|p| p.into_inner());
     if map.len() >= MAX_PLUGINS && !map.contains_key(&plugin) {
         // Forget the stalest entry.
         if let Some(k) = map
@@ -116,7 +112,9 @@ pub fn record_fetch(st: &AppState, headers: &HeaderMap, generation: u64, at: i64
 /// Plugins that fetched within the horizon, and the generation all of them hold.
 pub async fn plugins(State(st): State<AppState>, _caller: Caller) -> AppResult<Json<PluginsState>> {
     let t = now();
-    let max_age = st.with_store(|s| Ok(s.policy().snapshot_max_age_secs)).await?;
+    let max_age = st
+        .with_store(|s| Ok(s.policy().snapshot_max_age_secs))
+        .await?;
     // A plugin silent for longer than the snapshot's maximum age is in safe mode or
     // gone (a replaced controller): it must not hold back the others.
     let horizon_secs = max_age.max(60);
