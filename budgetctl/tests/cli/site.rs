@@ -37,24 +37,47 @@ fn text(o: &Output) -> (String, String) {
 fn backup_writes_a_file_refuses_to_overwrite_and_force_replaces() {
     let d = budgetd();
     let dir = tempfile::tempdir().expect("tempdir");
-    ctl_ok(&d.socket, &["account", "add", "teama", "--allocation", "10"]);
+    ctl_ok(
+        &d.socket,
+        &["account", "add", "teama", "--allocation", "10"],
+    );
     let o = ctl_in(dir.path(), &d.socket, &["backup", "nightly.sqlite"]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
     let file = dir.path().join("nightly.sqlite");
-    assert!(out.starts_with(&format!("backup written: {}", file.display())), "{out}");
-    assert!(out.contains("holds generation 1, audit log up to id 1, 0 runs"), "{out}");
-    assert!(std::fs::read(&file).expect("file").starts_with(b"SQLite format 3\0"));
+    assert!(
+        out.starts_with(&format!("backup written: {}", file.display())),
+        "{out}"
+    );
+    assert!(
+        out.contains("holds generation 1, audit log up to id 1, 0 runs"),
+        "{out}"
+    );
+    assert!(
+        std::fs::read(&file)
+            .expect("file")
+            .starts_with(b"SQLite format 3\0")
+    );
 
     let o = ctl_in(dir.path(), &d.socket, &["backup", "nightly.sqlite"]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(
         err.trim(),
-        format!("budgetctl: {} already exists (pass --force to replace it)", file.display())
+        format!(
+            "budgetctl: {} already exists (pass --force to replace it)",
+            file.display()
+        )
     );
-    ctl_ok(&d.socket, &["account", "add", "teamb", "--allocation", "10"]);
-    let o = ctl_in(dir.path(), &d.socket, &["backup", "--force", "--json", "nightly.sqlite"]);
+    ctl_ok(
+        &d.socket,
+        &["account", "add", "teamb", "--allocation", "10"],
+    );
+    let o = ctl_in(
+        dir.path(),
+        &d.socket,
+        &["backup", "--force", "--json", "nightly.sqlite"],
+    );
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
@@ -63,7 +86,14 @@ fn backup_writes_a_file_refuses_to_overwrite_and_force_replaces() {
     let o = ctl_in(
         dir.path(),
         &d.socket,
-        &["--url", "http://127.0.0.1:9", "--token", "x", "backup", "b.sqlite"],
+        &[
+            "--url",
+            "http://127.0.0.1:9",
+            "--token",
+            "x",
+            "backup",
+            "b.sqlite",
+        ],
     );
     assert_eq!(o.status.code(), Some(2), "{:?}", text(&o));
     assert!(text(&o).1.contains("FILE must be absolute"));
@@ -116,18 +146,32 @@ impl Drop for FakePlugin {
 fn budgetctl_says_when_a_change_is_in_effect_in_slurmctld_and_waits_for_it() {
     let d = budgetd();
     // No plugin has fetched: said after the change; --wait times out, bounded.
-    let o = ctl(&d.socket, &["account", "add", "teamx", "--allocation", "10"]);
+    let o = ctl(
+        &d.socket,
+        &["account", "add", "teamx", "--allocation", "10"],
+    );
     let (out, err) = text(&o);
     assert!(o.status.success(), "{err}");
     assert!(out.contains("teamx"), "{out}");
     assert!(
-        err.contains("not yet in effect in slurmctld: no plugin fetched a snapshot in the last 60 s"),
+        err.contains(
+            "not yet in effect in slurmctld: no plugin fetched a snapshot in the last 60 s"
+        ),
         "{err}"
     );
     let t = Instant::now();
     let o = ctl(
         &d.socket,
-        &["--wait", "--wait-timeout", "1", "user", "add", "alice", "--account", "teamx"],
+        &[
+            "--wait",
+            "--wait-timeout",
+            "1",
+            "user",
+            "add",
+            "alice",
+            "--account",
+            "teamx",
+        ],
     );
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
@@ -136,7 +180,10 @@ fn budgetctl_says_when_a_change_is_in_effect_in_slurmctld_and_waits_for_it() {
         "{err}"
     );
     let waited = t.elapsed();
-    assert!(waited >= Duration::from_secs(1) && waited < Duration::from_secs(5), "{waited:?}");
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
 
     // Two plugins fetching every 2 s: a change waits for the slower of them.
     let p1 = FakePlugin::start(&d, "job_submit/budget", Duration::from_secs(2));
@@ -152,12 +199,24 @@ fn budgetctl_says_when_a_change_is_in_effect_in_slurmctld_and_waits_for_it() {
     let t = Instant::now();
     let o = ctl(
         &d.socket,
-        &["--wait", "--wait-timeout", "10", "account", "add", "teamy", "--allocation", "5"],
+        &[
+            "--wait",
+            "--wait-timeout",
+            "10",
+            "account",
+            "add",
+            "teamy",
+            "--allocation",
+            "5",
+        ],
     );
     let (_, err) = text(&o);
     let waited = t.elapsed();
     assert!(o.status.success(), "{err}");
-    assert!(err.contains("in effect in slurmctld (its plugins hold generation 4)"), "{err}");
+    assert!(
+        err.contains("in effect in slurmctld (its plugins hold generation 4)"),
+        "{err}"
+    );
     assert!(waited < Duration::from_secs(5), "{waited:?}");
     let st: serde_json::Value =
         serde_json::from_str(&ctl_ok(&d.socket, &["status", "--json"])).expect("json");
@@ -171,13 +230,25 @@ fn budgetctl_says_when_a_change_is_in_effect_in_slurmctld_and_waits_for_it() {
         .collect();
     assert_eq!(names, ["job_submit/budget", "priority/budget"]);
     let human = ctl_ok(&d.socket, &["status"]);
-    assert!(human.contains("budgetd generation 4") && human.contains("in effect in slurmctld"), "{human}");
+    assert!(
+        human.contains("budgetd generation 4") && human.contains("in effect in slurmctld"),
+        "{human}"
+    );
     // A plugin that stopped fetching does not hold back the others forever, but
     // while within the horizon it does: stop one, change, and the wait times out.
     drop(p2);
     let o = ctl(
         &d.socket,
-        &["--wait", "--wait-timeout", "3", "user", "add", "bob", "--account", "teamy"],
+        &[
+            "--wait",
+            "--wait-timeout",
+            "3",
+            "user",
+            "add",
+            "bob",
+            "--account",
+            "teamy",
+        ],
     );
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
