@@ -43,6 +43,9 @@ fn main() -> anyhow::Result<()> {
         Some(p) => Config::load(p)?,
         None => Config::default(),
     };
+    // Before SQLite opens it: 0600 when new, and refused when another budgetd has it.
+    let _db_lock = budget_service::db::claim(&args.db)?;
+    budget_service::raise_fd_limit();
     let store = Store::open(&args.db, &config.policy)
         .with_context(|| format!("opening {}", args.db.display()))?;
     tracing::info!(db = %args.db.display(), runs = store.ledger().len(), accounts = store.tree().accounts.len(), "store loaded");
