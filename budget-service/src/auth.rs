@@ -304,7 +304,14 @@ pub fn lookup_uid(uid: u32) -> Lookup {
             } else {
                 None
             };
-            (rc, if rc == 0 && result.is_null() { Some(None) } else { name.map(Some) })
+            (
+                rc,
+                if rc == 0 && result.is_null() {
+                    Some(None)
+                } else {
+                    name.map(Some)
+                },
+            )
         };
         match (rc, found) {
             (0, Some(Some(name))) => return Lookup::Found(name),
@@ -398,7 +405,8 @@ pub async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, App
     match peer {
         Some(Peer::Unix { uid: Some(uid), .. }) => {
             let name = resolve_user(state, uid).await?;
-            let admin = state.admin_uids.contains(&uid) || state.config.admins.users.contains(&name);
+            let admin =
+                state.admin_uids.contains(&uid) || state.config.admins.users.contains(&name);
             let controller = state.controller_uids.contains(&uid)
                 || state.config.controller.users.contains(&name);
             let role = if admin {

@@ -238,7 +238,11 @@ pub fn claim(path: &Path) -> Result<std::fs::File, ClaimError> {
             let holder = holder.trim();
             return Err(ClaimError::Locked {
                 path: p,
-                holder: if holder.is_empty() { "unknown".into() } else { holder.to_string() },
+                holder: if holder.is_empty() {
+                    "unknown".into()
+                } else {
+                    holder.to_string()
+                },
             });
         }
         return Err(ClaimError::Lock { path: p, source: e });

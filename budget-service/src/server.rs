@@ -16,8 +16,8 @@ use std::future::Future;
 use std::net::IpAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -99,7 +99,11 @@ impl Drop for ConnSlot {
 
 /// Counts a new connection of `peer`, or refuses it (`None`) when a cap is
 /// reached. Privileged uids on the socket are not counted.
-fn admit(state: &AppState, counts: &Arc<Mutex<ConnCount>>, peer: &Peer) -> Option<Option<ConnSlot>> {
+fn admit(
+    state: &AppState,
+    counts: &Arc<Mutex<ConnCount>>,
+    peer: &Peer,
+) -> Option<Option<ConnSlot>> {
     let key = match peer {
         Peer::Unix { uid: Some(uid), .. } => {
             if state.admin_uids.contains(uid) || state.controller_uids.contains(uid) {
@@ -219,7 +223,10 @@ async fn accept_loop(
         let rx = shutdown.clone();
         // Admission is decided here, synchronously, before any byte is read.
         let Some(slot) = admit(&state, &counts, &peer) else {
-            state.counters.connections_refused.fetch_add(1, Ordering::Relaxed);
+            state
+                .counters
+                .connections_refused
+                .fetch_add(1, Ordering::Relaxed);
             tracing::debug!(?peer, "connection cap reached; closing the new connection");
             drop(stream);
             continue;

@@ -221,7 +221,9 @@ impl AppState {
             let mut m = self.read_budgets.lock().unwrap_or_else(|p| p.into_inner());
             let now = Instant::now();
             let b = m.entry(key.clone()).or_default();
-            if b.window_start.is_none_or(|w| now.duration_since(w) >= Duration::from_secs(60)) {
+            if b.window_start
+                .is_none_or(|w| now.duration_since(w) >= Duration::from_secs(60))
+            {
                 b.window_start = Some(now);
                 b.count = 0;
             }
@@ -233,7 +235,9 @@ impl AppState {
                 None
             };
             if let Some(why) = refusal {
-                self.counters.reads_throttled.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .reads_throttled
+                    .fetch_add(1, Ordering::Relaxed);
                 return Err(AppError::TooMany(format!("{why}; try again shortly")));
             }
             b.count += 1;

@@ -136,11 +136,26 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
         // A job step in Slurm's cgroup (v2 and v1).
-        write(d, 100, "cgroup", b"0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n");
-        write(d, 101, "cgroup", b"4:devices:/slurm/uid_1000/job_17/step_batch\n");
+        write(
+            d,
+            100,
+            "cgroup",
+            b"0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n",
+        );
+        write(
+            d,
+            101,
+            "cgroup",
+            b"4:devices:/slurm/uid_1000/job_17/step_batch\n",
+        );
         // A user's own process claiming another user's job 77 in its environment and
         // in a cgroup of its own delegated subtree: not a job.
-        write(d, 200, "cgroup", b"0::/user.slice/user-1000.slice/user@1000.service/job_77\n");
+        write(
+            d,
+            200,
+            "cgroup",
+            b"0::/user.slice/user-1000.slice/user@1000.service/job_77\n",
+        );
         write(d, 200, "environ", b"HOME=/home/u\0SLURM_JOB_ID=77\0");
         write(d, 200, "status", &status("python", 150, 1000));
         write(d, 150, "status", &status("bash", 1, 1000));
@@ -158,8 +173,16 @@ mod tests {
         let m = JobMapper::new(d);
         assert_eq!(m.job_of(100), Some(4242));
         assert_eq!(m.job_of(101), Some(17));
-        assert_eq!(m.job_of(200), None, "environment and user cgroups are not trusted");
-        assert_eq!(m.job_of(300), None, "a user's own slurmstepd is not Slurm's");
+        assert_eq!(
+            m.job_of(200),
+            None,
+            "environment and user cgroups are not trusted"
+        );
+        assert_eq!(
+            m.job_of(300),
+            None,
+            "a user's own slurmstepd is not Slurm's"
+        );
         assert_eq!(m.job_of(400), Some(555));
         assert_eq!(m.job_of(999), None, "a vanished process is not an error");
     }

@@ -231,10 +231,15 @@ pub async fn why(
             )));
         };
         let scope = Scope::of(&caller, s.tree(), s.coordinators());
-        if !(caller.reads_all() || caller.user == job.user || scope.can_read(&job.account)) {
+        // Jobs of the accounts the caller belongs to or coordinates, not
+        // those of ancestors it may only read for the rank path.
+        let sees = |r: &crate::ledger::RunRecord| {
+            caller.reads_all() || caller.user == r.user || scope.can_see_jobs_of(&r.account)
+        };
+        if !sees(job) {
             return Err(caller.refuse(&st2, &format!("explain job {job_id}")));
         }
-        let mut why = report::why(s, &snap.snapshot.fair_share, job, t);
+        let mut why = report::why(s, &snap.snapshot.fair_share, job, t, &sees);
         why.idle = crate::idle::job_flag(s, job_id, t, st2.config.agent_stale_secs);
         Ok(Json(why))
     })

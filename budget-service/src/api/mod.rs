@@ -21,9 +21,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request, State};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
@@ -149,7 +149,11 @@ async fn authenticate_first(State(state): State<AppState>, req: Request, next: N
             let secs = state.config.request_timeout_secs;
             (
                 body_limit(c, parts.uri.path(), &state.config),
-                if c.is_admin() { secs.saturating_mul(10) } else { secs },
+                if c.is_admin() {
+                    secs.saturating_mul(10)
+                } else {
+                    secs
+                },
             )
         }
         // Refused callers get no body at all; the handler answers 401.
@@ -174,7 +178,9 @@ async fn authenticate_first(State(state): State<AppState>, req: Request, next: N
     let req = Request::from_parts(parts, body);
     match tokio::time::timeout(Duration::from_secs(secs), next.run(req)).await {
         Ok(res) => res,
-        Err(_) => AppError::Timeout(format!("request not completed within {secs} s")).into_response(),
+        Err(_) => {
+            AppError::Timeout(format!("request not completed within {secs} s")).into_response()
+        }
     }
 }
 

@@ -8,6 +8,7 @@ mod daemon;
 mod api;
 mod auth;
 mod crash;
+mod hardening;
 mod idle;
 mod import;
 mod sync;
