@@ -27,6 +27,9 @@ struct Args {
     /// `scontrol` used by drains (needs SLURM_CONF of the cluster in the environment).
     #[arg(long, env = "BUDGET_SCONTROL", default_value = "scontrol")]
     scontrol: String,
+    /// `squeue` used by drains to read jobs (`--json`); default: next to `scontrol`.
+    #[arg(long, env = "BUDGET_SQUEUE")]
+    squeue: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,6 +54,10 @@ fn main() -> anyhow::Result<()> {
     tracing::info!(db = %args.db.display(), runs = store.ledger().len(), accounts = store.tree().accounts.len(), "store loaded");
     let state = AppState::new(store, config);
     budget_service::scontrol::set_tools(budget_service::scontrol::SlurmTools {
+        squeue: args
+            .squeue
+            .clone()
+            .unwrap_or_else(|| budget_service::scontrol::squeue_beside(&args.scontrol)),
         scontrol: args.scontrol.clone(),
         timeout: std::time::Duration::from_secs(10),
     });
