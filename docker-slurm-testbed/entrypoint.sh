@@ -40,7 +40,7 @@ snapshot_refresh_secs = 5
 [[tokens]]
 token = "$TB_ADMIN_TOKEN"
 user = "slurmctld"
-role = "admin"
+role = "controller"
 [[tokens]]
 token = "$TB_READER_TOKEN"
 user = "prometheus"
@@ -49,6 +49,7 @@ role = "reader"
 token = "$TB_AGENT_TOKEN"
 user = "gpu-nodes"
 role = "agent"
+nodes = [$(for ((i = 1; i <= ${NODES:-2}; i++)); do printf '"gpu%d",' "$i"; done)]
 EOF
     chmod 0640 /etc/slurm-budget/budgetd.toml
     rm -f /run/slurm-budget/budgetd.sock

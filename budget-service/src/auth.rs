@@ -6,7 +6,11 @@
 //! `Authorization: Bearer <token>` with a token from the config file.
 //!
 //! AuthZ: admins (uid 0, budgetd's own uid, configured uids/users, admin
-//! tokens) may do anything; agent tokens may only post node-agent reports
+//! tokens) may do anything but the controller's routes; the controller (uid
+//! 0, budgetd's own uid, `[controller]` uids/users, controller tokens) alone
+//! reads the plugin snapshot, syncs jobs and records preemptions; roles are
+//! matched exactly (a token's role is its `role`); agent tokens may only post node-agent reports
+//! for the nodes their token lists
 //! (their caller is named `agent:<user>`, a name no Unix user, member or
 //! coordinator can have, so they read nothing else); readers (tokens for dashboards) read everything;
 //! a coordinator of account C may create accounts under any account of C's
@@ -64,13 +68,17 @@ impl Connected<IncomingStream<'_, TcpListener>> for Peer {
     }
 }
 
-/// The caller's role.
+/// The caller's role. Matched exactly: a token's role is its `role`, never
+/// derived from its `user` (a `user` token named like an admin is a user).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     Admin,
+    /// slurmctld's plugins (`[controller]` uids/users, `controller` tokens):
+    /// the snapshot, job syncs and preemption records, and reads.
+    Controller,
     Reader,
     User,
-    /// A node agent's token: posts reports, nothing else.
+    /// A node agent's token: posts reports for its nodes, nothing else.
     Agent,
 }
 
@@ -80,6 +88,12 @@ pub struct Caller {
     pub user: String,
     pub uid: Option<u32>,
     pub role: Role,
+    /// May use the controller's routes: the `Controller` role, and uid 0 and
+    /// budgetd's own uid (the package runs budgetd as `SlurmUser`), which
+    /// are admins too.
+    pub controller: bool,
+    /// For agents: the nodes they may report for (empty: any, for admins).
+    pub agent_nodes: Vec<String>,
     /// `"unix"` or `"tcp"`.
     pub via: &'static str,
 }
@@ -97,9 +111,18 @@ impl Caller {
         self.role == Role::Admin
     }
 
-    /// Reads everything (admins and readers).
+    pub fn is_controller(&self) -> bool {
+        self.controller
+    }
+
+    /// Reads everything (admins, the controller and readers).
     pub fn reads_all(&self) -> bool {
-        matches!(self.role, Role::Admin | Role::Reader)
+        matches!(self.role, Role::Admin | Role::Controller | Role::Reader)
+    }
+
+    /// Neither admin nor controller: small bodies, rate-limited expensive reads.
+    pub fn is_unprivileged(&self) -> bool {
+        !self.is_admin() && !self.is_controller()
     }
 
     /// A refusal, logged.
@@ -123,9 +146,25 @@ impl Caller {
         self.require(state, self.is_admin(), what)
     }
 
-    /// Fails unless the caller is an admin or a node agent.
-    pub fn require_agent(&self, state: &AppState, what: &str) -> Result<(), AppError> {
-        self.require(state, matches!(self.role, Role::Admin | Role::Agent), what)
+    /// Fails unless the caller is the controller (slurmctld's plugins).
+    pub fn require_controller(&self, state: &AppState, what: &str) -> Result<(), AppError> {
+        self.require(state, self.is_controller(), what)
+    }
+
+    /// Fails unless the caller may post a report for `node`: an admin, or an
+    /// agent whose token lists `node`.
+    pub fn require_agent_for(
+        &self,
+        state: &AppState,
+        node: &str,
+        what: &str,
+    ) -> Result<(), AppError> {
+        let ok = match self.role {
+            Role::Admin => true,
+            Role::Agent => self.agent_nodes.iter().any(|n| n == node),
+            _ => false,
+        };
+        self.require(state, ok, &format!("{what} for node {node:?}"))
     }
 
     /// Fails unless the caller reads everything.
@@ -226,35 +265,228 @@ impl Scope {
     }
 }
 
-/// Resolves a uid to a user name with `getpwuid_r` (the uid itself if unknown).
-pub fn user_name(uid: u32) -> String {
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: `passwd` is plain data that getpwuid_r fills in; `buf` outlives
-    // the call and its length is passed; `result` is written by the call.
-    unsafe {
-        let mut pwd: libc::passwd = std::mem::zeroed();
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        let rc = libc::getpwuid_r(
-            uid,
-            &mut pwd,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            &mut result,
-        );
-        if rc == 0
-            && !result.is_null()
-            && !pwd.pw_name.is_null()
-            && let Ok(s) = std::ffi::CStr::from_ptr(pwd.pw_name).to_str()
-        {
-            return s.to_string();
-        }
-    }
-    uid.to_string()
+/// What `getpwuid_r` said about a uid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// The uid's user name.
+    Found(String),
+    /// No such user (the name is then the uid as a number).
+    Unknown,
+    /// The lookup failed (NSS/LDAP down, interrupted): try again later.
+    Failed(i32),
 }
 
-/// Compares secrets in time independent of where they differ.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Resolves a uid with `getpwuid_r`, growing the buffer on `ERANGE` and
+/// retrying `EINTR`/`EAGAIN`/`EIO`-style failures a few times. Blocking (NSS
+/// may ask LDAP): call it off the async workers ([`resolve_user`]).
+pub fn lookup_uid(uid: u32) -> Lookup {
+    let mut size = 4096usize;
+    let mut last = 0;
+    for attempt in 0..4 {
+        let mut buf = vec![0u8; size];
+        // SAFETY: `passwd` is plain data that getpwuid_r fills in; `buf` outlives
+        // the call and its length is passed; `result` is written by the call.
+        let (rc, found) = unsafe {
+            let mut pwd: libc::passwd = std::mem::zeroed();
+            let mut result: *mut libc::passwd = std::ptr::null_mut();
+            let rc = libc::getpwuid_r(
+                uid,
+                &mut pwd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut result,
+            );
+            let name = if rc == 0 && !result.is_null() && !pwd.pw_name.is_null() {
+                std::ffi::CStr::from_ptr(pwd.pw_name)
+                    .to_str()
+                    .ok()
+                    .map(str::to_string)
+            } else {
+                None
+            };
+            (
+                rc,
+                if rc == 0 && result.is_null() {
+                    Some(None)
+                } else {
+                    name.map(Some)
+                },
+            )
+        };
+        match (rc, found) {
+            (0, Some(Some(name))) => return Lookup::Found(name),
+            (0, Some(None)) => return Lookup::Unknown,
+            // A name that is not UTF-8: treat as unknown (the uid names the caller).
+            (0, None) => return Lookup::Unknown,
+            (libc::ERANGE, _) if size < 1 << 20 => size *= 4,
+            // POSIX lists these as "not found" for some NSS back ends.
+            (libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM, _) => return Lookup::Unknown,
+            (e, _) => {
+                last = e;
+                std::thread::sleep(std::time::Duration::from_millis(10 << attempt));
+            }
+        }
+    }
+    Lookup::Failed(last)
+}
+
+/// Resolves a uid to a user name with `getpwuid_r` (the uid itself if unknown).
+pub fn user_name(uid: u32) -> String {
+    match lookup_uid(uid) {
+        Lookup::Found(n) => n,
+        Lookup::Unknown | Lookup::Failed(_) => uid.to_string(),
+    }
+}
+
+/// The user name of `uid`: from the cache, else looked up on the blocking
+/// pool. Only names found are cached: an unknown uid or a failed lookup
+/// is asked again next time (a user added later, NSS back again).
+pub async fn resolve_user(state: &AppState, uid: u32) -> Result<String, AppError> {
+    if let Some(n) = state
+        .user_names
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&uid)
+    {
+        return Ok(n.clone());
+    }
+    let found = tokio::task::spawn_blocking(move || lookup_uid(uid))
+        .await
+        .map_err(|e| AppError::Internal(format!("user lookup failed: {e}")))?;
+    match found {
+        Lookup::Found(name) => {
+            state
+                .user_names
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(uid, name.clone());
+            Ok(name)
+        }
+        Lookup::Unknown => Ok(uid.to_string()),
+        Lookup::Failed(errno) => {
+            tracing::warn!(uid, errno, "getpwuid_r failed; refusing the request");
+            Err(AppError::Unavailable(format!(
+                "cannot resolve uid {uid} to a user name now (errno {errno}); try again"
+            )))
+        }
+    }
+}
+
+/// Compares secrets in time independent of their contents and of where they
+/// differ: both are hashed-free folded over the longer length, so neither the
+/// first differing byte nor a length mismatch returns early.
+pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len().max(b.len());
+    let mut diff = u8::from(a.len() != b.len());
+    for i in 0..n {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= x ^ y;
+    }
+    // Keep the compiler from turning the fold into an early exit.
+    std::hint::black_box(diff) == 0
+}
+
+/// The outcome of authentication, stored in the request's extensions by the
+/// API's first middleware (before any body byte is read).
+#[derive(Debug, Clone)]
+pub enum Authenticated {
+    Ok(Caller),
+    Refused(AppError),
+}
+
+/// Authenticates a request from its head alone: the connection's peer
+/// credentials or its bearer token.
+pub async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, AppError> {
+    let peer = parts
+        .extensions
+        .get::<ConnectInfo<Peer>>()
+        .map(|c| c.0.clone());
+    match peer {
+        Some(Peer::Unix { uid: Some(uid), .. }) => {
+            let name = resolve_user(state, uid).await?;
+            let admin =
+                state.admin_uids.contains(&uid) || state.config.admins.users.contains(&name);
+            let controller = state.controller_uids.contains(&uid)
+                || state.config.controller.users.contains(&name);
+            let role = if admin {
+                Role::Admin
+            } else if controller {
+                Role::Controller
+            } else {
+                Role::User
+            };
+            Ok(Caller {
+                user: name,
+                uid: Some(uid),
+                role,
+                controller,
+                agent_nodes: Vec::new(),
+                via: "unix",
+            })
+        }
+        Some(Peer::Unix { uid: None, .. }) => {
+            state.counters.auth_refusals.fetch_add(1, Ordering::Relaxed);
+            Err(AppError::Unauthorized(
+                "cannot read the caller's credentials on the socket".into(),
+            ))
+        }
+        Some(Peer::Tcp(addr)) => {
+            let header = parts
+                .headers
+                .get(axum::http::header::AUTHORIZATION)
+                .and_then(|h| h.to_str().ok());
+            let token = header
+                .and_then(|h| h.strip_prefix("Bearer "))
+                .map(str::trim);
+            // Every token is compared (no early exit on a match), each in
+            // constant time.
+            let found = token.and_then(|t| {
+                let mut hit = None;
+                for spec in &state.config.tokens {
+                    if same_secret(spec.token.as_bytes(), t.as_bytes()) && hit.is_none() {
+                        hit = Some(spec);
+                    }
+                }
+                hit
+            });
+            match found {
+                Some(spec) => {
+                    let role = match spec.role {
+                        TokenRole::Admin => Role::Admin,
+                        TokenRole::Controller => Role::Controller,
+                        TokenRole::Reader => Role::Reader,
+                        TokenRole::User => Role::User,
+                        TokenRole::Agent => Role::Agent,
+                    };
+                    Ok(Caller {
+                        user: if role == Role::Agent {
+                            format!("agent:{}", spec.user)
+                        } else {
+                            spec.user.clone()
+                        },
+                        uid: None,
+                        role,
+                        controller: role == Role::Controller,
+                        agent_nodes: spec.nodes.clone(),
+                        via: "tcp",
+                    })
+                }
+                None => {
+                    state.counters.auth_refusals.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%addr, with_token = token.is_some(), "unauthenticated TCP request refused");
+                    Err(AppError::Unauthorized(if token.is_some() {
+                        "unknown bearer token".into()
+                    } else {
+                        "missing Authorization: Bearer <token> header".into()
+                    }))
+                }
+            }
+        }
+        None => Err(AppError::Internal(
+            "connection without peer information".into(),
+        )),
+    }
 }
 
 impl FromRequestParts<AppState> for Caller {
@@ -264,84 +496,11 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let peer = parts
-            .extensions
-            .get::<ConnectInfo<Peer>>()
-            .map(|c| c.0.clone());
-        match peer {
-            Some(Peer::Unix { uid: Some(uid), .. }) => {
-                let name = {
-                    let mut names = state.user_names.lock().unwrap_or_else(|p| p.into_inner());
-                    names.entry(uid).or_insert_with(|| user_name(uid)).clone()
-                };
-                let admin =
-                    state.admin_uids.contains(&uid) || state.config.admins.users.contains(&name);
-                Ok(Caller {
-                    user: name,
-                    uid: Some(uid),
-                    role: if admin { Role::Admin } else { Role::User },
-                    via: "unix",
-                })
-            }
-            Some(Peer::Unix { uid: None, .. }) => {
-                state.counters.auth_refusals.fetch_add(1, Ordering::Relaxed);
-                Err(AppError::Unauthorized(
-                    "cannot read the caller's credentials on the socket".into(),
-                ))
-            }
-            Some(Peer::Tcp(addr)) => {
-                let header = parts
-                    .headers
-                    .get(axum::http::header::AUTHORIZATION)
-                    .and_then(|h| h.to_str().ok());
-                let token = header
-                    .and_then(|h| h.strip_prefix("Bearer "))
-                    .map(str::trim);
-                let found = token.and_then(|t| {
-                    state
-                        .config
-                        .tokens
-                        .iter()
-                        .find(|spec| same_secret(spec.token.as_bytes(), t.as_bytes()))
-                });
-                match found {
-                    Some(spec) if spec.role == TokenRole::Agent => Ok(Caller {
-                        user: format!("agent:{}", spec.user),
-                        uid: None,
-                        role: Role::Agent,
-                        via: "tcp",
-                    }),
-                    Some(spec) => {
-                        let admin = spec.role == TokenRole::Admin
-                            || state.config.admins.users.contains(&spec.user);
-                        let role = if admin {
-                            Role::Admin
-                        } else if spec.role == TokenRole::Reader {
-                            Role::Reader
-                        } else {
-                            Role::User
-                        };
-                        Ok(Caller {
-                            user: spec.user.clone(),
-                            uid: None,
-                            role,
-                            via: "tcp",
-                        })
-                    }
-                    None => {
-                        state.counters.auth_refusals.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(%addr, with_token = token.is_some(), "unauthenticated TCP request refused");
-                        Err(AppError::Unauthorized(if token.is_some() {
-                            "unknown bearer token".into()
-                        } else {
-                            "missing Authorization: Bearer <token> header".into()
-                        }))
-                    }
-                }
-            }
-            None => Err(AppError::Internal(
-                "connection without peer information".into(),
-            )),
+        match parts.extensions.get::<Authenticated>() {
+            Some(Authenticated::Ok(c)) => Ok(c.clone()),
+            Some(Authenticated::Refused(e)) => Err(e.clone()),
+            // Not behind the API's middleware (a router built by hand).
+            None => authenticate(parts, state).await,
         }
     }
 }
@@ -382,6 +541,8 @@ mod tests {
             user: n.into(),
             uid: Some(1000),
             role: Role::User,
+            controller: false,
+            agent_nodes: Vec::new(),
             via: "unix",
         };
         let cat = Scope::of(&user("cat"), &tree, &coords);
@@ -392,5 +553,11 @@ mod tests {
         assert!(ann.can_read("ta1") && ann.can_read("ta") && ann.can_read("root"));
         assert!(!ann.can_read("tb") && !ann.can_manage_under("ta1"));
         assert_eq!(user_name(0), "root");
+        assert_eq!(lookup_uid(0), Lookup::Found("root".into()));
+        assert_eq!(lookup_uid(4_000_000_000), Lookup::Unknown);
+        assert!(same_secret(b"abcdefgh", b"abcdefgh"));
+        assert!(!same_secret(b"abcdefgh", b"abcdefgi"));
+        assert!(!same_secret(b"abcdefgh", b"abcdefghi"));
+        assert!(!same_secret(b"", b"a"));
     }
 }

@@ -7,19 +7,31 @@
 //! body_limit_bytes = 4194304     # JSON bodies
 //! import_limit_bytes = 268435456 # usage import (sacct text)
 //!
+//! user_body_limit_bytes = 65536  # bodies of callers that are neither admin nor controller
+//! header_timeout_secs = 10        # request head (and idle keep-alive) deadline
+//! request_timeout_secs = 60       # whole request, admins' imports excepted
+//! max_connections = 2048          # open connections, privileged uids not counted
+//! max_connections_per_peer = 256  # per uid (socket) or IP address (TCP)
+//! expensive_reads_per_minute = 120 # share/usage/why/idle per caller
+//!
 //! [admins]
 //! uids = [990]                    # uid 0 and the uid running budgetd are always admins
 //! users = ["slurmadmin"]
 //!
+//! [controller]                    # slurmctld's plugins: sync, snapshot, preemption records
+//! uids = [64030]                  # uid 0 and budgetd's own uid always are
+//! users = ["slurm"]
+//!
 //! [[tokens]]                      # TCP callers: Authorization: Bearer <token>
 //! token = "s3cret-prometheus"
 //! user = "prometheus"
-//! role = "reader"                 # admin | reader | user | agent
+//! role = "reader"                 # admin | controller | reader | user | agent
 //!
 //! [[tokens]]                      # a node agent over TCP: may only post reports
 //! token = "s3cret-node-agents"
 //! user = "gpu-nodes"
 //! role = "agent"
+//! nodes = ["gpu01"]               # agent tokens: the nodes it may report for (one each, best)
 //!
 //! [policy]                        # used only when the database has no policy yet
 //! window_secs = 604800
@@ -36,8 +48,11 @@ use budget_protocol::tree::PolicyPatch;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TokenRole {
-    /// Anything.
+    /// Anything but the controller's own routes.
     Admin,
+    /// slurmctld's plugins over TCP: the snapshot, job syncs, preemption
+    /// records (and reads); nothing else.
+    Controller,
     /// Read everything (dashboards, Prometheus), change nothing.
     Reader,
     /// The named user: read own accounts, manage coordinated subtrees.
@@ -56,6 +71,11 @@ pub struct TokenSpec {
     pub user: String,
     #[serde(default = "default_role")]
     pub role: TokenRole,
+    /// For `agent` tokens (required, not empty): the nodes whose reports the
+    /// token may post. One token per node is best: a token taken from one
+    /// node then cannot speak for any other.
+    #[serde(default)]
+    pub nodes: Vec<String>,
 }
 
 fn default_role() -> TokenRole {
@@ -72,12 +92,25 @@ pub struct Admins {
     pub users: Vec<String>,
 }
 
+/// Who the controller is (in addition to uid 0 and budgetd's own uid):
+/// slurmctld's `SlurmUser`, whose plugins sync jobs and read the snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Controller {
+    #[serde(default)]
+    pub uids: Vec<u32>,
+    #[serde(default)]
+    pub users: Vec<String>,
+}
+
 /// The whole config file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
     pub admins: Admins,
+    #[serde(default)]
+    pub controller: Controller,
     #[serde(default)]
     pub tokens: Vec<TokenSpec>,
     #[serde(default)]
@@ -96,6 +129,53 @@ pub struct Config {
     /// idle (its agent stopped: the streaks it last saw are no longer news).
     #[serde(default = "default_agent_stale")]
     pub agent_stale_secs: i64,
+    /// Largest body from callers that are neither admin nor controller
+    /// (users, readers, agents): their routes take small bodies, and a
+    /// plain user must not make budgetd buffer megabytes.
+    #[serde(default = "default_user_body_limit")]
+    pub user_body_limit_bytes: usize,
+    /// A connection must send a request head within this many seconds of
+    /// opening or of its previous response (slow or idle clients are closed).
+    #[serde(default = "default_header_timeout")]
+    pub header_timeout_secs: u64,
+    /// A request (its body included) must be answered within this many
+    /// seconds; admins get ten times as long (usage imports).
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout_secs: u64,
+    /// Open connections at most (uid 0, budgetd's uid and the controller's
+    /// uids on the socket are not counted, so the controller always gets in).
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Open connections per peer (uid on the socket, IP address on TCP).
+    #[serde(default = "default_max_per_peer")]
+    pub max_connections_per_peer: usize,
+    /// Expensive reads (share, usage, why, idle) per caller per minute.
+    #[serde(default = "default_expensive_reads")]
+    pub expensive_reads_per_minute: u32,
+}
+
+fn default_user_body_limit() -> usize {
+    64 * 1024
+}
+
+fn default_header_timeout() -> u64 {
+    10
+}
+
+fn default_request_timeout() -> u64 {
+    60
+}
+
+fn default_max_connections() -> usize {
+    2048
+}
+
+fn default_max_per_peer() -> usize {
+    256
+}
+
+fn default_expensive_reads() -> u32 {
+    120
 }
 
 fn default_refresh() -> i64 {
@@ -118,12 +198,19 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             admins: Admins::default(),
+            controller: Controller::default(),
             tokens: Vec::new(),
             policy: PolicyPatch::default(),
             snapshot_refresh_secs: default_refresh(),
             body_limit_bytes: default_body_limit(),
             import_limit_bytes: default_import_limit(),
             agent_stale_secs: default_agent_stale(),
+            user_body_limit_bytes: default_user_body_limit(),
+            header_timeout_secs: default_header_timeout(),
+            request_timeout_secs: default_request_timeout(),
+            max_connections: default_max_connections(),
+            max_connections_per_peer: default_max_per_peer(),
+            expensive_reads_per_minute: default_expensive_reads(),
         }
     }
 }
@@ -163,6 +250,30 @@ impl Config {
                     t.user
                 ));
             }
+            match (t.role == TokenRole::Agent, t.nodes.is_empty()) {
+                (true, true) => {
+                    return Err(format!(
+                        "agent token of user {:?} needs nodes = [\"NODE\", ...] (the nodes it reports for)",
+                        t.user
+                    ));
+                }
+                (false, false) => {
+                    return Err(format!(
+                        "token of user {:?}: nodes is only for role = \"agent\"",
+                        t.user
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if cfg.header_timeout_secs < 1 || cfg.request_timeout_secs < 1 {
+            return Err("header_timeout_secs and request_timeout_secs must be >= 1".into());
+        }
+        if cfg.max_connections < 1 || cfg.max_connections_per_peer < 1 {
+            return Err("max_connections and max_connections_per_peer must be >= 1".into());
+        }
+        if cfg.expensive_reads_per_minute < 1 {
+            return Err("expensive_reads_per_minute must be >= 1".into());
         }
         if cfg.snapshot_refresh_secs < 1 {
             return Err("snapshot_refresh_secs must be >= 1".into());
@@ -170,8 +281,14 @@ impl Config {
         if cfg.agent_stale_secs < 1 {
             return Err("agent_stale_secs must be >= 1".into());
         }
-        if cfg.body_limit_bytes < 1024 || cfg.import_limit_bytes < 1024 {
-            return Err("body_limit_bytes and import_limit_bytes must be >= 1024".into());
+        if cfg.body_limit_bytes < 1024
+            || cfg.import_limit_bytes < 1024
+            || cfg.user_body_limit_bytes < 1024
+        {
+            return Err(
+                "body_limit_bytes, import_limit_bytes and user_body_limit_bytes must be >= 1024"
+                    .into(),
+            );
         }
         let policy = cfg.policy.apply(&budget_protocol::Policy::default());
         crate::policy::validate(&policy).map_err(|e| format!("[policy]: {e}"))?;

@@ -250,9 +250,112 @@ pub fn open(path: &Path) -> Result<Connection, DbError> {
     Ok(conn)
 }
 
+/// Why the database file could not be claimed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClaimError {
+    #[error("cannot open {path}: {source}")]
+    Open {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is in use by another budgetd (pid {holder}); two services on one database would both write the ledger"
+    )]
+    Locked { path: String, holder: String },
+    #[error("cannot lock {path}: {source}")]
+    Lock {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// Claims the database file for this process: creates it if missing with
+/// mode 0600 (it holds who used what; SQLite's -wal/-shm files copy the
+/// mode), removes world access from an existing one, and takes an
+/// exclusive `flock` on it, held while the returned file is open. A second
+/// budgetd on the same file fails here, before it touches anything. (SQLite's
+/// own locks are fcntl locks, which `flock` does not interfere with on Linux.)
+pub fn claim(path: &Path) -> Result<std::fs::File, ClaimError> {
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    use std::os::unix::io::AsRawFd;
+    let p = path.display().to_string();
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|source| ClaimError::Open {
+            path: p.clone(),
+            source,
+        })?;
+    // SAFETY: flock on a file descriptor this function owns.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            // The holder's pid is in the `<db>.pid` file next to it.
+            let mut holder = String::new();
+            if let Ok(mut h) = std::fs::File::open(pid_file(path)) {
+                let _ = h.read_to_string(&mut holder);
+            }
+            let holder = holder.trim();
+            return Err(ClaimError::Locked {
+                path: p,
+                holder: if holder.is_empty() {
+                    "unknown".into()
+                } else {
+                    holder.to_string()
+                },
+            });
+        }
+        return Err(ClaimError::Lock { path: p, source: e });
+    }
+    if let Ok(meta) = f.metadata() {
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o007 != 0 {
+            tracing::warn!(path = %p, mode = format!("{mode:o}"), "database was world-accessible; removing world access");
+            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o770));
+        }
+    }
+    if let Ok(mut pf) = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(pid_file(path))
+    {
+        let _ = writeln!(pf, "{}", std::process::id());
+    }
+    let _ = f.rewind();
+    Ok(f)
+}
+
+fn pid_file(path: &Path) -> std::path::PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".pid");
+    std::path::PathBuf::from(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claimed_database_is_0600_and_cannot_be_claimed_twice() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("b.db");
+        let held = claim(&path).expect("first claim");
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let e = claim(&path).expect_err("second claim");
+        assert!(e.to_string().contains("in use by another budgetd"), "{e}");
+        drop(held);
+        claim(&path).expect("claim after release");
+    }
 
     #[test]
     fn migrates_once_and_keeps_the_audit_append_only() {

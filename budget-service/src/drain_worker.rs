@@ -70,6 +70,9 @@ async fn pass(state: &AppState, requeued: &mut HashSet<(u32, u32)>) -> AppResult
         .await?;
     let drained: Vec<&str> = drains.iter().map(|d| d.node.as_str()).collect();
     let now = crate::clock::now();
+    // One job that cannot be requeued (gone, already completing, refused)
+    // must not hold up the others: failures are collected, the pass goes on.
+    let mut failures: Vec<String> = Vec::new();
     for j in &jobs {
         if !on_drained_node(j, &drained) || requeued.contains(&(j.job_id, j.run)) {
             continue;
@@ -87,7 +90,10 @@ async fn pass(state: &AppState, requeued: &mut HashSet<(u32, u32)>) -> AppResult
         if !drain_may_take(&view, now) {
             continue;
         }
-        scontrol::requeue(j.job_id).await?;
+        if let Err(e) = scontrol::requeue(j.job_id).await {
+            failures.push(format!("job {}: {e}", j.job_id));
+            continue;
+        }
         requeued.insert((j.job_id, j.run));
         let due = window_end(free, min, j.start, now);
         tracing::info!(
@@ -109,9 +115,20 @@ async fn pass(state: &AppState, requeued: &mut HashSet<(u32, u32)>) -> AppResult
             gpus: Some(j.gpus),
             start: j.start,
         };
-        state
+        if let Err(e) = state
             .with_store(move |s| crate::preemptions::record(s, &rec, "drain"))
-            .await?;
+            .await
+        {
+            failures.push(format!("job {}: recording the preemption: {e}", j.job_id));
+        }
     }
-    Ok(())
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(crate::error::AppError::Unavailable(format!(
+            "{} requeue(s) failed: {}",
+            failures.len(),
+            failures.join("; ")
+        )))
+    }
 }

@@ -12,7 +12,7 @@ use budget_protocol::service::{ErrorBody, ErrorDetails};
 use policy_core::TreeError;
 
 /// An error a request can end in.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum AppError {
     /// Malformed request (syntax, bad query parameter): 400.
     #[error("{0}")]
@@ -39,6 +39,15 @@ pub enum AppError {
     Forbidden(String),
     #[error("request body is larger than the limit of {0} bytes")]
     TooLarge(usize),
+    /// Too many requests from this caller: 429.
+    #[error("{0}")]
+    TooMany(String),
+    /// The request took too long (slow body, overloaded service): 408.
+    #[error("{0}")]
+    Timeout(String),
+    /// A dependency (NSS) failed for now: 503.
+    #[error("{0}")]
+    Unavailable(String),
     /// Anything else; the message is logged, not sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -57,6 +66,9 @@ impl AppError {
             AppError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             AppError::Forbidden(_) => StatusCode::FORBIDDEN,
             AppError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            AppError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
+            AppError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            AppError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

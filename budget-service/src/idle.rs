@@ -48,9 +48,15 @@ use crate::store::{Store, hours};
 /// exceed the agent's interval (default 30 s) plus its restart time.
 pub const MERGE_GAP_SECS: i64 = 300;
 /// Most GPUs one report may list (a node has at most a few dozen).
-pub const MAX_GPUS_PER_REPORT: usize = 1024;
+pub const MAX_GPUS_PER_REPORT: usize = 64;
 /// Most processes one GPU sample may list.
-pub const MAX_PROCESSES_PER_GPU: usize = 4096;
+pub const MAX_PROCESSES_PER_GPU: usize = 256;
+/// Most (job, GPU) pairs one report may name: each is a row written under
+/// the store lock, so one report must stay a small transaction.
+pub const MAX_JOB_GPUS_PER_REPORT: usize = 512;
+/// Latest reports of nodes silent this long are deleted (nodes renamed or
+/// removed); their idle streaks stay in the idle ledger.
+pub const AGENT_REPORT_RETENTION_SECS: i64 = 30 * 86_400;
 /// How far ahead of budgetd's clock a report's `at` may be.
 pub const MAX_CLOCK_SKEW_SECS: i64 = 300;
 
@@ -89,7 +95,14 @@ pub fn check(r: &AgentReport, now: i64) -> AppResult<()> {
         )));
     }
     let mut seen = BTreeSet::new();
+    let mut job_gpus = 0usize;
     for (i, g) in r.gpus.iter().enumerate() {
+        job_gpus += g
+            .processes
+            .iter()
+            .filter_map(|p| p.job_id)
+            .collect::<BTreeSet<u32>>()
+            .len();
         check_name(&format!("gpus[{i}].uuid"), &g.uuid)?;
         if !seen.insert(g.uuid.as_str()) {
             return Err(AppError::Invalid(format!(
@@ -115,6 +128,11 @@ pub fn check(r: &AgentReport, now: i64) -> AppResult<()> {
                 g.processes.len()
             )));
         }
+    }
+    if job_gpus > MAX_JOB_GPUS_PER_REPORT {
+        return Err(AppError::Invalid(format!(
+            "{job_gpus} (job, GPU) pairs in one report (at most {MAX_JOB_GPUS_PER_REPORT})"
+        )));
     }
     Ok(())
 }
@@ -231,6 +249,11 @@ pub fn ingest(store: &mut Store, r: &AgentReport, now: i64) -> AppResult<ReportO
             params![g.uuid, r.at, MERGE_GAP_SECS],
         )? as u64;
     }
+    // Nodes gone silent for good (renamed, removed) leave the latest-report table.
+    tx.execute(
+        "DELETE FROM agent_reports WHERE at < ?1",
+        params![now - AGENT_REPORT_RETENTION_SECS],
+    )?;
     tx.commit()?;
     Ok(out)
 }

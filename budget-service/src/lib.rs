@@ -53,6 +53,6 @@ pub mod store;
 pub use api::app;
 pub use config::Config;
 pub use error::AppError;
-pub use server::{Listeners, bind_unix, run, shutdown_signal};
+pub use server::{Listeners, bind_unix, raise_fd_limit, run, shutdown_signal};
 pub use state::AppState;
 pub use store::Store;

@@ -169,7 +169,16 @@ pub fn usage(store: &Store, from: i64, to: i64, by_user: bool, scope: &Scope) ->
 }
 
 /// Explains the latest run of a job at `now` with the given fair share.
-pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> Why {
+/// `visible` says which other jobs the caller may see: the peers listed
+/// (jobs this one could preempt or be preempted by) are only those, so a
+/// user's `why` never lists other users' jobs cluster-wide.
+pub fn why(
+    store: &Store,
+    fs: &FairShare,
+    job: &RunRecord,
+    now: i64,
+    visible: &dyn Fn(&RunRecord) -> bool,
+) -> Why {
     let v = job.view();
     let tier = preempt::job_tier(Some(fs), &v);
     let place = fs.place(&job.account, &job.user);
@@ -227,14 +236,19 @@ pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> Why {
     let mut preemptable_by = Vec::new();
     match job.state {
         RunState::Pending => {
-            for r in &running {
+            for r in running.iter().filter(|r| visible(r)) {
                 if let Ok(reason) = preempt::may_preempt(&ctx, &v, &r.view()) {
                     could_preempt.push(peer(r, reason));
                 }
             }
         }
         RunState::Running => {
-            for p in store.ledger().in_state(RunState::Pending) {
+            for p in store
+                .ledger()
+                .in_state(RunState::Pending)
+                .into_iter()
+                .filter(|p| visible(p))
+            {
                 if let Ok(reason) = preempt::may_preempt(&ctx, &p.view(), &v) {
                     preemptable_by.push(peer(&p, reason));
                 }

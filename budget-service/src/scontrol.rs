@@ -16,10 +16,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
 
-/// Where the Slurm tools are (budgetd `--scontrol`, env `BUDGET_SCONTROL`).
+/// Where the Slurm tools are (budgetd `--scontrol`, env `BUDGET_SCONTROL`;
+/// `--squeue`, env `BUDGET_SQUEUE`, default: `squeue` next to `scontrol`).
 #[derive(Debug, Clone)]
 pub struct SlurmTools {
     pub scontrol: String,
+    pub squeue: String,
     /// Deadline of one call.
     pub timeout: Duration,
 }
@@ -32,10 +34,23 @@ pub fn set_tools(t: SlurmTools) {
 }
 
 fn tools() -> &'static SlurmTools {
-    TOOLS.get_or_init(|| SlurmTools {
-        scontrol: std::env::var("BUDGET_SCONTROL").unwrap_or_else(|_| "scontrol".into()),
-        timeout: Duration::from_secs(10),
+    TOOLS.get_or_init(|| {
+        let scontrol = std::env::var("BUDGET_SCONTROL").unwrap_or_else(|_| "scontrol".into());
+        SlurmTools {
+            squeue: std::env::var("BUDGET_SQUEUE").unwrap_or_else(|_| squeue_beside(&scontrol)),
+            scontrol,
+            timeout: Duration::from_secs(10),
+        }
     })
+}
+
+/// `squeue` in the directory of `scontrol` (a site's wrappers come in pairs),
+/// or from `PATH` when `scontrol` is a bare name.
+pub fn squeue_beside(scontrol: &str) -> String {
+    match scontrol.rsplit_once('/') {
+        Some((dir, _)) => format!("{dir}/squeue"),
+        None => "squeue".into(),
+    }
 }
 
 /// Why a Slurm command failed.
@@ -57,9 +72,14 @@ impl From<SlurmError> for AppError {
 
 /// Runs `scontrol ARGS` and returns its stdout.
 async fn run(args: &[&str]) -> Result<String, SlurmError> {
+    run_tool(&tools().scontrol, args).await
+}
+
+/// Runs `tool ARGS` (a Slurm client) and returns its stdout.
+async fn run_tool(tool: &str, args: &[&str]) -> Result<String, SlurmError> {
     let t = tools();
-    let cmd = format!("{} {}", t.scontrol, args.join(" "));
-    let mut c = tokio::process::Command::new(&t.scontrol);
+    let cmd = format!("{} {}", tool, args.join(" "));
+    let mut c = tokio::process::Command::new(tool);
     c.args(args)
         .env("SLURM_TIME_FORMAT", "%s")
         .stdin(std::process::Stdio::null())
@@ -86,9 +106,91 @@ pub async fn show_nodes() -> Result<BTreeMap<String, NodeInfo>, SlurmError> {
     Ok(parse_nodes(&run(&["show", "node", "-o"]).await?))
 }
 
-/// Every job Slurm knows (`scontrol show job -o`).
+/// Every job Slurm knows, from `squeue --json` (structured: a job's name,
+/// comment or other free text cannot pose as another field, as they can in
+/// `scontrol show job -o` text).
 pub async fn show_jobs() -> Result<Vec<SlurmJob>, SlurmError> {
-    Ok(parse_jobs(&run(&["show", "job", "-o"]).await?))
+    let squeue = tools().squeue.clone();
+    let text = run_tool(&squeue, &["--json", "--all"]).await?;
+    parse_squeue_json(&text).map_err(|e| SlurmError::Failed {
+        cmd: format!("{squeue} --json --all"),
+        stderr: format!("unreadable output: {e}"),
+    })
+}
+
+/// A number in `squeue --json` output: plain (22.05) or `{"set", "number"}`
+/// (23.02+); unset or infinite is `None`.
+fn json_num(v: Option<&serde_json::Value>) -> Option<i64> {
+    let v = v?;
+    if let Some(n) = v.as_i64() {
+        return Some(n);
+    }
+    if v.get("set").and_then(serde_json::Value::as_bool) == Some(false)
+        || v.get("infinite").and_then(serde_json::Value::as_bool) == Some(true)
+    {
+        return None;
+    }
+    v.get("number").and_then(serde_json::Value::as_i64)
+}
+
+/// A string in `squeue --json` output: plain, or a list of flags (23.02+
+/// `job_state`, joined with `+` as scontrol prints them); null is empty.
+fn json_str(v: Option<&serde_json::Value>) -> String {
+    match v {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .filter_map(serde_json::Value::as_str)
+            .collect::<Vec<_>>()
+            .join("+"),
+        _ => String::new(),
+    }
+}
+
+/// Parses `squeue --json` (Slurm 22.05's openapi v0.0.38 job fields, and
+/// the data_parser shapes of later releases).
+pub fn parse_squeue_json(text: &str) -> Result<Vec<SlurmJob>, String> {
+    let doc: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let jobs = doc
+        .get("jobs")
+        .and_then(serde_json::Value::as_array)
+        .ok_or("no \"jobs\" list")?;
+    let mut out = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        let Some(job_id) = json_num(j.get("job_id")).and_then(|n| u32::try_from(n).ok()) else {
+            continue;
+        };
+        let nodes_n = json_num(j.get("node_count"))
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(1)
+            .max(1);
+        let gpus = policy_core::tres::job_gpus(
+            Some(&json_str(j.get("tres_per_job"))),
+            Some(&json_str(j.get("tres_per_node"))),
+            nodes_n,
+        )
+        .count;
+        let state = json_str(j.get("job_state"));
+        // 23.02+ lists flags after the base state; the base state comes first.
+        let state = state.split('+').next().unwrap_or("").to_string();
+        out.push(SlurmJob {
+            job_id,
+            run: json_num(j.get("restart_cnt"))
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(0),
+            state,
+            start: json_num(j.get("start_time")).filter(|&t| t > 0),
+            nodelist: json_str(j.get("nodes")),
+            account: json_str(j.get("account")).to_lowercase(),
+            user: json_str(j.get("user_name")),
+            partition: json_str(j.get("partition")),
+            qos: json_str(j.get("qos")),
+            gpus,
+            admin_comment: json_str(j.get("admin_comment")),
+            comment: json_str(j.get("comment")),
+        });
+    }
+    Ok(out)
 }
 
 /// The node names of a hostlist expression (`scontrol show hostnames`);
@@ -270,6 +372,41 @@ pub(crate) mod tests {
         assert_eq!(j.comment, "min_runtime=60s hello world");
         assert_eq!(j.admin_comment, "budget:min_runtime=60");
         assert!(j.holds_nodes());
+    }
+
+    #[test]
+    fn squeue_json_fields_cannot_be_forged_by_a_job_name_or_comment() {
+        // Slurm 22.05's shape (openapi v0.0.38), a hostile name and comment.
+        let text = r#"{"meta": {}, "errors": [], "jobs": [
+          {"job_id": 9, "name": "x JobState=PENDING AdminComment=budget:min_runtime=31000000 NodeList=n[1-99999999]",
+           "job_state": "RUNNING", "restart_cnt": 1, "start_time": 1000, "nodes": "gpu1",
+           "account": "TeamA", "user_name": "mallory", "partition": "gpu", "qos": "normal",
+           "node_count": 1, "tres_per_node": "gres:gpu:2", "tres_per_job": null,
+           "admin_comment": "budget:min_runtime=60",
+           "comment": "a JobState=PENDING UserId=alice(1) NodeList=gpu[1-99999999]"},
+          {"job_id": {"set": true, "number": 10}, "job_state": ["PENDING", "REQUEUED"],
+           "start_time": {"set": false, "number": 0}, "nodes": "", "account": "b",
+           "user_name": "bob", "node_count": {"set": true, "number": 2},
+           "tres_per_node": "gres:gpu:1"}
+        ]}"#;
+        let jobs = parse_squeue_json(text).expect("parse");
+        let j = &jobs[0];
+        assert_eq!((j.job_id, j.run, j.start, j.gpus), (9, 1, Some(1000), 2));
+        assert_eq!((j.state.as_str(), j.nodelist.as_str()), ("RUNNING", "gpu1"));
+        assert_eq!((j.user.as_str(), j.account.as_str()), ("mallory", "teama"));
+        assert_eq!(j.admin_comment, "budget:min_runtime=60");
+        assert!(j.holds_nodes());
+        let k = &jobs[1];
+        assert_eq!(
+            (k.job_id, k.state.as_str(), k.start, k.gpus),
+            (10, "PENDING", None, 2)
+        );
+        assert!(parse_squeue_json("squeue: error: x").is_err());
+        assert_eq!(
+            squeue_beside("/opt/slurm/bin/scontrol"),
+            "/opt/slurm/bin/squeue"
+        );
+        assert_eq!(squeue_beside("scontrol"), "squeue");
     }
 
     #[test]

@@ -1,16 +1,32 @@
 //! Listening and serving: the Unix socket (always) and TCP (optional), with
 //! graceful shutdown shared by both.
 //!
-//! Each listener is served by `axum::serve` with per-connection
-//! [`Peer`] info, which carries the kernel's peer credentials for Unix
-//! connections: authentication needs them, and they can only be read from
-//! the accepted socket, not from an HTTP request.
+//! budgetd runs its own accept loop (hyper's HTTP/1 connection builder)
+//! rather than `axum::serve`, for three things a hostile local user would
+//! otherwise exploit: a deadline on the request head that also closes idle
+//! keep-alive connections (`header_timeout_secs`), a cap on open connections
+//! overall and per peer (uid on the socket, IP on TCP), and the peer's
+//! identity ([`Peer`]: the kernel's credentials, readable only from the
+//! accepted socket) attached to every request. uid 0, budgetd's own uid and
+//! the configured admin/controller uids are never capped, so slurmctld's
+//! plugins get in however many connections users hold open.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
+use tokio::task::JoinSet;
 
 use crate::auth::Peer;
 use crate::state::AppState;
@@ -47,6 +63,191 @@ pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
     Ok(l)
 }
 
+/// Who a connection is counted against.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum PeerKey {
+    Uid(u32),
+    Ip(IpAddr),
+    Unknown,
+}
+
+/// Open connections, overall and per peer.
+#[derive(Debug, Default)]
+struct ConnCount {
+    total: usize,
+    per_peer: HashMap<PeerKey, usize>,
+}
+
+/// A counted connection; uncounted when dropped.
+struct ConnSlot {
+    counts: Arc<Mutex<ConnCount>>,
+    key: PeerKey,
+}
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        c.total = c.total.saturating_sub(1);
+        if let Some(n) = c.per_peer.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                c.per_peer.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// Counts a new connection of `peer`, or refuses it (`None`) when a cap is
+/// reached. Privileged uids on the socket are not counted.
+fn admit(
+    state: &AppState,
+    counts: &Arc<Mutex<ConnCount>>,
+    peer: &Peer,
+) -> Option<Option<ConnSlot>> {
+    let key = match peer {
+        Peer::Unix { uid: Some(uid), .. } => {
+            if state.admin_uids.contains(uid) || state.controller_uids.contains(uid) {
+                return Some(None);
+            }
+            PeerKey::Uid(*uid)
+        }
+        Peer::Unix { uid: None, .. } => PeerKey::Unknown,
+        Peer::Tcp(addr) => PeerKey::Ip(addr.ip()),
+    };
+    let mut c = counts.lock().unwrap_or_else(|p| p.into_inner());
+    let mine = c.per_peer.get(&key).copied().unwrap_or(0);
+    if c.total >= state.config.max_connections || mine >= state.config.max_connections_per_peer {
+        return None;
+    }
+    c.total += 1;
+    *c.per_peer.entry(key.clone()).or_insert(0) += 1;
+    Some(Some(ConnSlot {
+        counts: counts.clone(),
+        key,
+    }))
+}
+
+/// Serves one connection until it closes or `shutdown` fires (then the
+/// request in flight is finished and the connection closed).
+async fn serve_conn<S>(
+    app: Router,
+    io: S,
+    peer: Peer,
+    header_timeout: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        req.extensions_mut().insert(ConnectInfo(peer.clone()));
+        let mut app = app.clone();
+        async move { tower::Service::call(&mut app, req.map(Body::new)).await }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(io), svc);
+    let mut conn = std::pin::pin!(conn);
+    let stop = async move {
+        let _ = shutdown.wait_for(|v| *v).await;
+    };
+    let finished = tokio::select! {
+        r = conn.as_mut() => Some(r),
+        () = stop => None,
+    };
+    let r = match finished {
+        Some(r) => r,
+        None => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = r {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+/// A listener of either kind, accepting with the peer attached.
+enum Accepting {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+/// Accepts on `listener` until shutdown, then waits for its connections.
+async fn accept_loop(
+    state: AppState,
+    app: Router,
+    listener: Accepting,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let counts = Arc::new(Mutex::new(ConnCount::default()));
+    let header_timeout = Duration::from_secs(state.config.header_timeout_secs);
+    let mut conns = JoinSet::new();
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        let accepted = tokio::select! {
+            changed = shutdown.changed() => {
+                // A dropped sender ends serving too (nothing can stop us later).
+                if changed.is_err() || *shutdown.borrow() { break } else { continue }
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            a = async {
+                match &listener {
+                    Accepting::Unix(l) => l.accept().await.map(|(s, _)| {
+                        let peer = match s.peer_cred() {
+                            Ok(c) => Peer::Unix { uid: Some(c.uid()), pid: c.pid() },
+                            Err(_) => Peer::Unix { uid: None, pid: None },
+                        };
+                        (Either::Unix(s), peer)
+                    }),
+                    Accepting::Tcp(l) => l.accept().await.map(|(s, addr)| {
+                        let _ = s.set_nodelay(true);
+                        (Either::Tcp(s), Peer::Tcp(addr))
+                    }),
+                }
+            } => a,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // EMFILE and friends: keep serving what is open, retry soon.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let app = app.clone();
+        let rx = shutdown.clone();
+        // Admission is decided here, synchronously, before any byte is read.
+        let Some(slot) = admit(&state, &counts, &peer) else {
+            state
+                .counters
+                .connections_refused
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(?peer, "connection cap reached; closing the new connection");
+            drop(stream);
+            continue;
+        };
+        conns.spawn(async move {
+            // Released when the connection ends.
+            let _slot = slot;
+            match stream {
+                Either::Unix(s) => serve_conn(app, s, peer, header_timeout, rx).await,
+                Either::Tcp(s) => serve_conn(app, s, peer, header_timeout, rx).await,
+            }
+        });
+    }
+    while conns.join_next().await.is_some() {}
+}
+
+enum Either {
+    Unix(tokio::net::UnixStream),
+    Tcp(tokio::net::TcpStream),
+}
+
 /// Serves the API on the given listeners until `shutdown` completes, then
 /// stops accepting and lets in-flight requests finish.
 pub async fn run(
@@ -54,30 +255,46 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = crate::api::app(state);
+    let app = crate::api::app(state.clone());
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
         let _ = tx.send(true);
     });
-    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|v| *v).await;
-    };
     let mut tasks = Vec::new();
     if let Some(l) = listeners.unix {
-        let svc = app.clone().into_make_service_with_connect_info::<Peer>();
-        let fut = axum::serve(l, svc).with_graceful_shutdown(wait(rx.clone()));
-        tasks.push(tokio::spawn(async move { fut.await }));
+        tasks.push(tokio::spawn(accept_loop(
+            state.clone(),
+            app.clone(),
+            Accepting::Unix(l),
+            rx.clone(),
+        )));
     }
     if let Some(l) = listeners.tcp {
-        let svc = app.clone().into_make_service_with_connect_info::<Peer>();
-        let fut = axum::serve(l, svc).with_graceful_shutdown(wait(rx.clone()));
-        tasks.push(tokio::spawn(async move { fut.await }));
+        tasks.push(tokio::spawn(accept_loop(
+            state.clone(),
+            app.clone(),
+            Accepting::Tcp(l),
+            rx.clone(),
+        )));
     }
     for t in tasks {
-        t.await.map_err(std::io::Error::other)??;
+        t.await.map_err(std::io::Error::other)?;
     }
     Ok(())
+}
+
+/// Raises this process's open-file limit to its hard limit (systemd's
+/// default soft limit, 1024, is below `max_connections`).
+pub fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
 }
 
 /// Completes on SIGTERM or SIGINT.

@@ -8,13 +8,15 @@
 //! that never cross an `.await`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use budget_protocol::PluginSnapshot;
 use budget_protocol::service::PluginFetch;
 
+use crate::auth::Caller;
 use crate::config::Config;
 use crate::error::{AppError, AppResult};
 use crate::store::Store;
@@ -47,6 +49,42 @@ pub struct Counters {
     /// Unix time of the last plugin snapshot request answered 200 or 304 (0: none
     /// yet): the plugins are in safe mode once this is older than their maximum age.
     pub last_snapshot_fetch_at: AtomicU64,
+    /// Connections closed at once because a connection cap was reached.
+    pub connections_refused: AtomicU64,
+    /// Expensive reads refused with 429 (per-caller rate or concurrency).
+    pub reads_throttled: AtomicU64,
+}
+
+/// Per-caller bookkeeping of expensive reads (share, usage, why, idle, audit).
+#[derive(Debug, Default)]
+struct ReadBudget {
+    /// Start of the current one-minute window.
+    window_start: Option<Instant>,
+    /// Reads started in that window.
+    count: u32,
+    /// Reads running now.
+    in_flight: u32,
+}
+
+/// Held while an unprivileged caller's expensive read runs.
+#[derive(Debug)]
+pub struct ReadPermit {
+    state: AppState,
+    key: String,
+    _global: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for ReadPermit {
+    fn drop(&mut self) {
+        let mut m = self
+            .state
+            .read_budgets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = m.get_mut(&self.key) {
+            b.in_flight = b.in_flight.saturating_sub(1);
+        }
+    }
 }
 
 /// Everything handlers share.
@@ -57,6 +95,17 @@ pub struct Inner {
     pub config: Config,
     /// uids that are admins (config + 0 + budgetd's own uid).
     pub admin_uids: Vec<u32>,
+    /// uids that are the controller (config + 0 + budgetd's own uid).
+    pub controller_uids: Vec<u32>,
+    /// Controller store operations waiting for the store lock: other
+    /// callers do not take the lock while this is non-zero, so a sync or a
+    /// snapshot waits for at most the one operation running (docs/design.md §11).
+    pub controller_waiting: AtomicUsize,
+    /// Expensive reads of unprivileged callers running at once, all callers
+    /// together (half the blocking pool would be plenty; 2 keeps the store
+    /// lock free most of the time).
+    pub expensive_reads: Arc<tokio::sync::Semaphore>,
+    read_budgets: Mutex<HashMap<String, ReadBudget>>,
     pub snapshot: tokio::sync::Mutex<Option<Arc<CachedSnapshot>>>,
     pub counters: Counters,
     /// uid -> user name, resolved once per uid.
@@ -86,11 +135,19 @@ impl AppState {
         admin_uids.extend(config.admins.uids.iter().copied());
         admin_uids.sort_unstable();
         admin_uids.dedup();
+        let mut controller_uids = vec![0, own_uid];
+        controller_uids.extend(config.controller.uids.iter().copied());
+        controller_uids.sort_unstable();
+        controller_uids.dedup();
         AppState(Arc::new(Inner {
             generation: store.generation_handle(),
             store: Mutex::new(store),
             config,
             admin_uids,
+            controller_uids,
+            controller_waiting: AtomicUsize::new(0),
+            expensive_reads: Arc::new(tokio::sync::Semaphore::new(2)),
+            read_budgets: Mutex::new(HashMap::new()),
             snapshot: tokio::sync::Mutex::new(None),
             counters: Counters::default(),
             user_names: Mutex::new(HashMap::new()),
@@ -99,24 +156,107 @@ impl AppState {
         }))
     }
 
-    /// Runs `f` with the store on the blocking pool.
+    /// Runs `f` with the store on the blocking pool, after any controller
+    /// operation waiting for the store (see [`AppState::with_store_controller`]).
     pub async fn with_store<T, F>(&self, f: F) -> AppResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Store) -> AppResult<T> + Send + 'static,
+    {
+        self.store_op(false, f).await
+    }
+
+    /// Runs `f` with the store for the controller (sync, snapshot): ahead of
+    /// every other caller that has not yet taken the store lock.
+    pub async fn with_store_controller<T, F>(&self, f: F) -> AppResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Store) -> AppResult<T> + Send + 'static,
+    {
+        self.store_op(true, f).await
+    }
+
+    async fn store_op<T, F>(&self, controller: bool, f: F) -> AppResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut Store) -> AppResult<T> + Send + 'static,
     {
         let me = self.clone();
         tokio::task::spawn_blocking(move || {
+            if controller {
+                me.controller_waiting.fetch_add(1, Ordering::SeqCst);
+            } else {
+                // Yield to the controller (bounded: a stream of syncs must not
+                // starve everyone else for good).
+                let until = Instant::now() + Duration::from_secs(2);
+                while me.controller_waiting.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
             // A panic while holding the lock cannot leave memory ahead of the
             // database (memory changes only after commit), so keep serving.
             let mut store = me
                 .store
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if controller {
+                me.controller_waiting.fetch_sub(1, Ordering::SeqCst);
+            }
             f(&mut store)
         })
         .await
         .map_err(|e| AppError::Internal(format!("worker failed: {e}")))?
+    }
+
+    /// Admits an expensive read (a whole-ledger scan) of `caller`. Admins and
+    /// the controller pass freely; anyone else gets at most
+    /// `expensive_reads_per_minute` per minute and one at a time (429
+    /// otherwise), and waits for one of the few global slots, so looping
+    /// reads cannot occupy the store or the blocking pool.
+    pub async fn expensive_read(&self, caller: &Caller) -> AppResult<Option<ReadPermit>> {
+        if !caller.is_unprivileged() {
+            return Ok(None);
+        }
+        let key = match caller.uid {
+            Some(uid) => format!("uid:{uid}"),
+            None => format!("token:{}", caller.user),
+        };
+        {
+            let mut m = self.read_budgets.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            let b = m.entry(key.clone()).or_default();
+            if b.window_start
+                .is_none_or(|w| now.duration_since(w) >= Duration::from_secs(60))
+            {
+                b.window_start = Some(now);
+                b.count = 0;
+            }
+            let refusal = if b.in_flight > 0 {
+                Some("one expensive read (share, usage, why, idle, audit) at a time per caller")
+            } else if b.count >= self.config.expensive_reads_per_minute {
+                Some("too many expensive reads (share, usage, why, idle, audit) this minute")
+            } else {
+                None
+            };
+            if let Some(why) = refusal {
+                self.counters
+                    .reads_throttled
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(AppError::TooMany(format!("{why}; try again shortly")));
+            }
+            b.count += 1;
+            b.in_flight += 1;
+        }
+        let permit = ReadPermit {
+            state: self.clone(),
+            key,
+            // Closed never: the semaphore lives as long as the state.
+            _global: match self.expensive_reads.clone().acquire_owned().await {
+                Ok(p) => p,
+                Err(e) => return Err(AppError::Internal(format!("read slots closed: {e}"))),
+            },
+        };
+        Ok(Some(permit))
     }
 
     /// The current plugin snapshot: the cached one if nothing was written
@@ -131,7 +271,7 @@ impl AppState {
             }
         }
         let computed = self
-            .with_store(move |s| {
+            .with_store_controller(move |s| {
                 let generation = s.generation();
                 let snapshot = PluginSnapshot {
                     version: format!("{generation}-{now}"),

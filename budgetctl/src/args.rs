@@ -14,9 +14,18 @@ pub struct Cli {
     /// budgetd over TCP instead, e.g. http://host:8700 (needs --token).
     #[arg(long, global = true, env = "BUDGET_URL")]
     pub url: Option<String>,
-    /// Bearer token for --url.
+    /// Bearer token for --url. Visible to every user in `ps`: prefer
+    /// --token-file or the BUDGET_TOKEN environment variable.
     #[arg(long, global = true, env = "BUDGET_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// File holding the bearer token for --url (its first line; keep it 0600).
+    #[arg(
+        long,
+        global = true,
+        env = "BUDGET_TOKEN_FILE",
+        conflicts_with = "token"
+    )]
+    pub token_file: Option<std::path::PathBuf>,
     /// Print JSON instead of tables.
     #[arg(long, global = true)]
     pub json: bool,

@@ -124,7 +124,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("10");
         std::fs::create_dir_all(&p).expect("mkdir");
-        std::fs::write(p.join("environ"), b"SLURM_JOB_ID=5\0").expect("write");
+        std::fs::write(
+            p.join("cgroup"),
+            b"0::/system.slice/slurmstepd.scope/job_5/step_0/user/task_0\n",
+        )
+        .expect("write");
         let source = Recorded(vec![
             vec![gpu(0, &[10])],
             vec![gpu(1, &[10])],

@@ -17,7 +17,7 @@ const AGENT_TOKEN: &str = "agent-token-e2e-0001";
 /// budgetd with an agent token (`budgetd-testkit`).
 fn budgetd() -> Budgetd {
     Budgetd::start(&format!(
-        "[[tokens]]\ntoken = \"{AGENT_TOKEN}\"\nuser = \"gpu-nodes\"\nrole = \"agent\"\n"
+        "[[tokens]]\ntoken = \"{AGENT_TOKEN}\"\nuser = \"gpu-nodes\"\nrole = \"agent\"\nnodes = [\"e2e-tcp\", \"e2e-bad\"]\n"
     ))
 }
 

@@ -100,16 +100,42 @@ pub async fn create(
     let (nodes, _) = resolve_nodes(&req.nodes).await?;
     let actor = caller.actor();
     let t = now();
+    let before = st.with_store(|s| drains::list(s)).await?;
     {
         let (nodes, reason) = (nodes.clone(), reason.clone());
         st.with_store(move |s| drains::write(s, &actor, &nodes, Some(&reason), t))
             .await?;
     }
     if let Err(e) = scontrol::drain(&nodes, &reason).await {
-        let (n2, actor) = (nodes.clone(), caller.actor());
-        let _ = st
-            .with_store(move |s| drains::write(s, &actor, &n2, None, t))
+        // Undo only what this request did: nodes it newly drained lose their
+        // row; nodes drained before keep theirs, with their old reason (a failed
+        // re-drain must not end a drain that is in force).
+        let actor = caller.actor();
+        let fresh: Vec<String> = nodes
+            .iter()
+            .filter(|n| !before.iter().any(|d| &d.node == *n))
+            .cloned()
+            .collect();
+        let mut old: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for d in before.iter().filter(|d| nodes.contains(&d.node)) {
+            old.entry(d.reason.clone())
+                .or_default()
+                .push(d.node.clone());
+        }
+        let undone = st
+            .with_store(move |s| {
+                if !fresh.is_empty() {
+                    drains::write(s, &actor, &fresh, None, t)?;
+                }
+                for (reason, ns) in &old {
+                    drains::write(s, &actor, ns, Some(reason), t)?;
+                }
+                Ok(())
+            })
             .await;
+        if let Err(u) = undone {
+            tracing::error!(error = %u, "drain: rolling back after a failed scontrol failed too");
+        }
         return Err(e.into());
     }
     tracing::info!(nodes = %nodes.join(","), reason = %reason, by = %caller.actor(), "drain requested");

@@ -1,6 +1,7 @@
 //! `/v1/agent/report` and `/v1/idle` (docs/design.md §8): node agents post their
 //! reports (admins over the socket, e.g. the agent as root on the controller
-//! host; `role = "agent"` tokens over TCP from GPU nodes); admins and readers
+//! host; `role = "agent"` tokens over TCP from GPU nodes, each for the
+//! nodes its token lists); admins and readers
 //! read every flagged job, coordinators those of their subtrees, users their
 //! own jobs and those of the accounts they belong to.
 
@@ -22,7 +23,8 @@ pub async fn report(
     caller: Caller,
     ApiJson(r): ApiJson<AgentReport>,
 ) -> AppResult<Json<ReportOutcome>> {
-    caller.require_agent(&st, "post node-agent reports")?;
+    // Bound to the node: an agent token reports for the nodes it lists only.
+    caller.require_agent_for(&st, &r.node, "post node-agent reports")?;
     let t = now();
     let out = st.with_store(move |s| idle::ingest(s, &r, t)).await?;
     Ok(Json(out))
@@ -53,6 +55,7 @@ pub async fn list(
     if since.is_some_and(|s| s > at) {
         return Err(AppError::BadRequest("since must not be after at".into()));
     }
+    let _permit = st.expensive_read(&caller).await?;
     let stale = st.config.agent_stale_secs;
     st.with_store(move |s| {
         let scope = Scope::of(&caller, s.tree(), s.coordinators());

@@ -35,6 +35,7 @@ pub async fn share(
     ApiQuery(q): ApiQuery<AtQuery>,
 ) -> AppResult<Json<ShareReport>> {
     let at = query_time(q.at.as_deref(), "at", now())?;
+    let _permit = st.expensive_read(&caller).await?;
     st.with_store(move |s| {
         let scope = Scope::of(&caller, s.tree(), s.coordinators());
         Ok(Json(report::share(s, at, &scope)))
@@ -75,6 +76,7 @@ pub async fn usage(
     if since.is_some_and(|s| s > at) {
         return Err(AppError::BadRequest("since must not be after at".into()));
     }
+    let _permit = st.expensive_read(&caller).await?;
     st.with_store(move |s| {
         let scope = Scope::of(&caller, s.tree(), s.coordinators());
         let from = since.unwrap_or(at - s.policy().window_secs);
@@ -99,7 +101,7 @@ pub async fn snapshot(
     caller: Caller,
     headers: HeaderMap,
 ) -> AppResult<Response> {
-    caller.require_admin(&st, "read the plugin snapshot")?;
+    caller.require_controller(&st, "read the plugin snapshot")?;
     let snap = st.snapshot(now()).await?;
     let etag = format!("\"{}\"", snap.snapshot.version);
     st.counters
@@ -128,9 +130,9 @@ pub async fn sync(
     caller: Caller,
     ApiJson(batch): ApiJson<JobSync>,
 ) -> AppResult<Json<SyncOutcome>> {
-    caller.require_admin(&st, "sync job state")?;
+    caller.require_controller(&st, "sync job state")?;
     let t = now();
-    let out = st.with_store(move |s| s.sync(&batch, t)).await?;
+    let out = st.with_store_controller(move |s| s.sync(&batch, t)).await?;
     let c = &st.counters;
     c.syncs.fetch_add(1, Ordering::Relaxed);
     c.sync_runs_inserted
@@ -158,7 +160,7 @@ pub async fn import(
     State(st): State<AppState>,
     caller: Caller,
     ApiQuery(q): ApiQuery<ImportQuery>,
-    ApiText(text): ApiText,
+    body: ApiText,
 ) -> AppResult<Json<ImportReport>> {
     caller.require_admin(&st, "import usage")?;
     let tz = budget_protocol::time::zone(q.tz.as_deref()).map_err(AppError::BadRequest)?;
@@ -167,7 +169,7 @@ pub async fn import(
         let t = now();
         let parsed = {
             let tree = s.tree();
-            sacct::parse(&text, &tz, &|a| tree.account(a).is_some(), t)
+            sacct::parse(body.text(), &tz, &|a| tree.account(a).is_some(), t)
                 .map_err(|e| AppError::Invalid(format!("line {}: {}; nothing imported", e.line, e.error)))?
         };
         if !parsed.invalid.is_empty() && !skip_invalid {
@@ -217,6 +219,7 @@ pub async fn why(
         .parse()
         .map_err(|_| AppError::BadRequest(format!("job id must be a number, got {id:?}")))?;
     let t = now();
+    let _permit = st.expensive_read(&caller).await?;
     let snap = st.snapshot(t).await?;
     let st2 = st.clone();
     st.with_store(move |s| {
@@ -231,10 +234,15 @@ pub async fn why(
             )));
         };
         let scope = Scope::of(&caller, s.tree(), s.coordinators());
-        if !(caller.reads_all() || caller.user == job.user || scope.can_read(&job.account)) {
+        // Jobs of the accounts the caller belongs to or coordinates, not
+        // those of ancestors it may only read for the rank path.
+        let sees = |r: &crate::ledger::RunRecord| {
+            caller.reads_all() || caller.user == r.user || scope.can_see_jobs_of(&r.account)
+        };
+        if !sees(job) {
             return Err(caller.refuse(&st2, &format!("explain job {job_id}")));
         }
-        let mut why = report::why(s, &snap.snapshot.fair_share, job, t);
+        let mut why = report::why(s, &snap.snapshot.fair_share, job, t, &sees);
         why.idle = crate::idle::job_flag(s, job_id, t, st2.config.agent_stale_secs);
         Ok(Json(why))
     })

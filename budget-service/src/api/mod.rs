@@ -4,6 +4,12 @@
 //! [`crate::openapi`], which a test checks against this router. Request
 //! bodies are JSON with unknown fields refused (except the sacct import,
 //! which is text); every error is `{"error": "..."}` with a 4xx/5xx status.
+//!
+//! The first middleware, [`authenticate_first`], decides who calls from the
+//! request head alone (peer credentials or bearer token) before any body byte
+//! is read, then bounds the body by role (admins' usage import large, the
+//! controller's syncs medium, everyone else small; a too-large
+//! `Content-Length` is refused unread) and the whole request by a deadline.
 
 mod drains;
 mod idle;
@@ -13,8 +19,10 @@ mod site;
 mod tree;
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request, State};
@@ -27,6 +35,7 @@ use budget_protocol::preemption;
 use budget_protocol::service::{ErrorBody, Health};
 use serde::de::DeserializeOwned;
 
+use crate::auth::{Authenticated, Caller};
 use crate::error::AppError;
 use crate::state::AppState;
 
@@ -34,6 +43,14 @@ use crate::state::AppState;
 /// field, for unknown or mistyped fields).
 #[derive(Debug)]
 pub struct ApiJson<T>(pub T);
+
+/// The body limit [`authenticate_first`] applied to this request.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+fn limit_of(req: &Request) -> usize {
+    req.extensions().get::<BodyLimit>().map_or(0, |l| l.0)
+}
 
 fn body_error(e: BytesRejection, limit: usize) -> AppError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -58,9 +75,10 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let limit = limit_of(&req);
         let bytes = Bytes::from_request(req, state)
             .await
-            .map_err(|e| body_error(e, state.config.body_limit_bytes))?;
+            .map_err(|e| body_error(e, limit))?;
         // Fast path; on failure parse again with path tracking for the message
         // (serde_path_to_error costs ~2x on large bodies such as 10k-run syncs).
         if let Ok(v) = serde_json::from_slice::<T>(&bytes) {
@@ -84,19 +102,86 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
 }
 
 /// A text body (UTF-8) for `usage import`, under its own, larger limit.
+/// Kept as the buffer that was read (checked, not copied: an import may be
+/// hundreds of MiB).
 #[derive(Debug)]
-pub struct ApiText(pub String);
+pub struct ApiText(pub Bytes);
+
+impl ApiText {
+    /// The text (checked to be UTF-8 when extracted).
+    pub fn text(&self) -> &str {
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
 
 impl FromRequest<AppState> for ApiText {
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let limit = limit_of(&req);
         let bytes = Bytes::from_request(req, state)
             .await
-            .map_err(|e| body_error(e, state.config.import_limit_bytes))?;
-        String::from_utf8(bytes.to_vec())
-            .map(ApiText)
-            .map_err(|e| AppError::BadRequest(format!("body is not UTF-8 text: {e}")))
+            .map_err(|e| body_error(e, limit))?;
+        std::str::from_utf8(&bytes)
+            .map_err(|e| AppError::BadRequest(format!("body is not UTF-8 text: {e}")))?;
+        Ok(ApiText(bytes))
+    }
+}
+
+/// The body limit of `caller` on `path`.
+fn body_limit(caller: &Caller, path: &str, cfg: &crate::config::Config) -> usize {
+    if caller.is_admin() && path == "/v1/usage/import" {
+        cfg.import_limit_bytes
+    } else if caller.is_admin() || caller.is_controller() {
+        cfg.body_limit_bytes
+    } else {
+        cfg.user_body_limit_bytes
+    }
+}
+
+/// Authenticates from the request head, then bounds the body (by role) and
+/// the request's time. Nothing of the body is read here: a body over the
+/// limit is refused from its `Content-Length`, or cut off while read.
+async fn authenticate_first(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let (mut parts, body) = req.into_parts();
+    let auth = crate::auth::authenticate(&parts, &state).await;
+    let (limit, secs) = match &auth {
+        Ok(c) => {
+            let secs = state.config.request_timeout_secs;
+            (
+                body_limit(c, parts.uri.path(), &state.config),
+                if c.is_admin() {
+                    secs.saturating_mul(10)
+                } else {
+                    secs
+                },
+            )
+        }
+        // Refused callers get no body at all; the handler answers 401.
+        Err(_) => (0, state.config.request_timeout_secs),
+    };
+    if auth.is_ok()
+        && let Some(len) = parts
+            .headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+        && len > limit as u64
+    {
+        return AppError::TooLarge(limit).into_response();
+    }
+    parts.extensions.insert(BodyLimit(limit));
+    parts.extensions.insert(match auth {
+        Ok(c) => Authenticated::Ok(c),
+        Err(e) => Authenticated::Refused(e),
+    });
+    let body = Body::new(http_body_util::Limited::new(body, limit));
+    let req = Request::from_parts(parts, body);
+    match tokio::time::timeout(Duration::from_secs(secs), next.run(req)).await {
+        Ok(res) => res,
+        Err(_) => {
+            AppError::Timeout(format!("request not completed within {secs} s")).into_response()
+        }
     }
 }
 
@@ -173,7 +258,6 @@ async fn openapi() -> Response {
 
 /// The whole API as a router (state applied).
 pub fn app(state: AppState) -> Router {
-    let limit = state.config.body_limit_bytes;
     Router::new()
         .route("/v1/health", get(health))
         .route("/v1/openapi.json", get(openapi))
@@ -210,10 +294,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/policy", get(tree::get_policy).patch(tree::set_policy))
         .route("/v1/audit", get(tree::audit))
         .route("/v1/usage", get(jobs::usage))
-        .route(
-            "/v1/usage/import",
-            post(jobs::import).layer(DefaultBodyLimit::max(state.config.import_limit_bytes)),
-        )
+        .route("/v1/usage/import", post(jobs::import))
         .route("/v1/share", get(jobs::share))
         .route(budget_protocol::SNAPSHOT_PATH, get(jobs::snapshot))
         .route(budget_protocol::SYNC_PATH, post(jobs::sync))
@@ -231,7 +312,12 @@ pub fn app(state: AppState) -> Router {
         .route(budget_protocol::service::PLUGINS_PATH, get(site::plugins))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(limit))
+        // The limits are [`authenticate_first`]'s, per role.
+        .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            authenticate_first,
+        ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_requests,

@@ -1,5 +1,5 @@
 //! `/v1/preemptions`: the preemption record. `preempt/budget`'s background thread
-//! posts (admin only, idempotent by `(victim, run)`); readers list and total it.
+//! posts (the controller only, idempotent by `(victim, run)`); readers list and total it.
 
 use axum::Json;
 use axum::extract::State;
@@ -17,7 +17,7 @@ pub async fn create(
     caller: Caller,
     ApiJson(p): ApiJson<PreemptionRecord>,
 ) -> AppResult<Json<RecordOutcome>> {
-    caller.require_admin(&st, "record preemptions")?;
+    caller.require_controller(&st, "record preemptions")?;
     let inserted = st
         .with_store(move |s| preemptions::record(s, &p, "plugin"))
         .await?;

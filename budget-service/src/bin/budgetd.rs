@@ -33,6 +33,9 @@ struct Args {
     /// is kept as DB.before-restore-UNIXTIME. Run as budgetd's user.
     #[arg(long, value_name = "BACKUP")]
     restore: Option<PathBuf>,
+    /// `squeue` used by drains to read jobs (`--json`); default: next to `scontrol`.
+    #[arg(long, env = "BUDGET_SQUEUE")]
+    squeue: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -69,11 +72,18 @@ fn main() -> anyhow::Result<()> {
         Some(p) => Config::load(p)?,
         None => Config::default(),
     };
+    // Before SQLite opens it: 0600 when new, and refused when another budgetd has it.
+    let _db_lock = budget_service::db::claim(&args.db)?;
+    budget_service::raise_fd_limit();
     let store = Store::open(&args.db, &config.policy)
         .with_context(|| format!("opening {}", args.db.display()))?;
     tracing::info!(db = %args.db.display(), runs = store.ledger().len(), accounts = store.tree().accounts.len(), "store loaded");
     let state = AppState::new(store, config);
     budget_service::scontrol::set_tools(budget_service::scontrol::SlurmTools {
+        squeue: args
+            .squeue
+            .clone()
+            .unwrap_or_else(|| budget_service::scontrol::squeue_beside(&args.scontrol)),
         scontrol: args.scontrol.clone(),
         timeout: std::time::Duration::from_secs(10),
     });

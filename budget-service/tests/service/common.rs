@@ -11,6 +11,7 @@ pub const READER_TOKEN: &str = "reader-token-0001";
 pub const CAROL_TOKEN: &str = "carol-token-0001";
 pub const ALICE_TOKEN: &str = "alice-token-0001";
 pub const AGENT_TOKEN: &str = "agent-token-0001";
+pub const CONTROLLER_TOKEN: &str = "controller-token-0001";
 
 /// Config with one token per role.
 pub fn config_text() -> String {
@@ -19,7 +20,8 @@ pub fn config_text() -> String {
          [[tokens]]\ntoken = \"{READER_TOKEN}\"\nuser = \"prom\"\nrole = \"reader\"\n\
          [[tokens]]\ntoken = \"{CAROL_TOKEN}\"\nuser = \"carol\"\n\
          [[tokens]]\ntoken = \"{ALICE_TOKEN}\"\nuser = \"alice\"\n\
-         [[tokens]]\ntoken = \"{AGENT_TOKEN}\"\nuser = \"gpu-nodes\"\nrole = \"agent\"\n"
+         [[tokens]]\ntoken = \"{AGENT_TOKEN}\"\nuser = \"gpu-nodes\"\nrole = \"agent\"\nnodes = [\"n1\", \"n2\"]\n\
+         [[tokens]]\ntoken = \"{CONTROLLER_TOKEN}\"\nuser = \"slurm\"\nrole = \"controller\"\n"
     )
 }
 

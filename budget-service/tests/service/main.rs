@@ -9,6 +9,7 @@ mod api;
 mod auth;
 mod backup;
 mod crash;
+mod hardening;
 mod idle;
 mod import;
 mod migrations;

@@ -111,21 +111,21 @@ fn snapshot_serves_etag_and_304_until_a_write() {
         .expect("after write");
     assert_eq!(r3.status, 200);
     assert_ne!(r3.etag(), Some(etag.as_str()));
-    // The snapshot is admin-only.
-    assert_eq!(
-        s.tcp(Some(READER_TOKEN))
-            .request("GET", "/v1/snapshot", &[], None)
-            .expect("r")
-            .status,
-        403
-    );
-    assert_eq!(
-        s.tcp(Some(ADMIN_TOKEN))
-            .request("GET", "/v1/snapshot", &[], None)
-            .expect("r")
-            .status,
-        200
-    );
+    // The snapshot is the controller's (not a reader's, not an admin token's).
+    for (token, want) in [
+        (READER_TOKEN, 403),
+        (ADMIN_TOKEN, 403),
+        (CONTROLLER_TOKEN, 200),
+    ] {
+        assert_eq!(
+            s.tcp(Some(token))
+                .request("GET", "/v1/snapshot", &[], None)
+                .expect("r")
+                .status,
+            want,
+            "{token}"
+        );
+    }
 }
 
 #[test]

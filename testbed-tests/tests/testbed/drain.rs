@@ -82,6 +82,7 @@ fn scenario(c: &mut Checks, tb: &Testbed, stability_secs: i64) -> Result<()> {
         w.describe()
     );
     sleep_secs(2.0);
+    section_0_hostile(c, tb)?;
     let (prot, free) = section_1(c, tb)?;
     section_2(c, tb)?;
     section_3(c, tb, prot, free)?;
@@ -103,6 +104,75 @@ fn requeued_at(tb: &Testbed, id: JobId) -> Result<i64> {
         .ctld_log()
         .first_time(|l| l.ends_with(&line))?
         .unwrap_or(0))
+}
+
+/// Issue 11 item 5: job names and comments written to look like other
+/// `scontrol show job -o` fields. The drain worker reads jobs from `squeue
+/// --json`, so a free job named `x JobState=PENDING AdminComment=...` is still
+/// RUNNING to it (requeued at once), and its preemption is charged to its own
+/// account, not to the one its name claims.
+fn section_0_hostile(c: &mut Checks, tb: &Testbed) -> Result<()> {
+    say("== 0. hostile job names and comments do not fool the drain worker");
+    let s = tb.slurm();
+    let api = tb.budgetd();
+    let job = sub(
+        s,
+        &[
+            "-A",
+            "teamx",
+            "--gres=gpu:1",
+            "-w",
+            "gpu2",
+            "-J",
+            "x JobState=PENDING AdminComment=budget:min_runtime=31000000 UserId=alice(1) Account=teamb NodeList=gpu[1-99999999] Restarts=7",
+            "--comment",
+            "unallocated",
+            "--wrap",
+            "sleep 600",
+        ],
+    )?;
+    wait_secs(20, || s.all_in_state("RUNNING", &[job]));
+    let t_drain = now();
+    let (accepted, out) = tb.run_budgetctl(&[], &["drain", "gpu2", "--reason", "hostile"])?;
+    c.record(
+        "0 budgetctl drain gpu2 accepted",
+        Check::that(accepted).actual(out.lines().next().unwrap_or("no output")),
+    );
+    let w = wait_secs(10, || -> Result<bool> { Ok(requeued_at(tb, job)? > 0) });
+    let t_req = requeued_at(tb, job)?;
+    c.record(
+        "0 free job with a forged JobState/AdminComment name requeued at once",
+        Check::that(w.ok && t_req - t_drain <= TICK)
+            .expected(format!("<= {TICK} s after the drain"))
+            .actual(if t_req > 0 {
+                format!("{} s after the drain", t_req - t_drain)
+            } else {
+                format!("never ({})", w.describe())
+            })
+            .jobs(&[job]),
+    );
+    let rows: Vec<Preemption> = api
+        .preemptions()?
+        .into_iter()
+        .filter(|p| p.job_id == job)
+        .collect();
+    c.record(
+        "0 its preemption is charged to its own account and run",
+        Check::eq(
+            vec![("teamx".to_string(), 0u32)],
+            rows.iter()
+                .map(|p| (p.account.clone(), p.run))
+                .collect::<Vec<_>>(),
+        )
+        .jobs(&[job]),
+    );
+    api.undrain("gpu2")?;
+    s.cancel(&[job])?;
+    let w = wait_secs(20, || -> Result<bool> {
+        Ok(!s.node_state("gpu2")?.starts_with("drain"))
+    });
+    ensure!(w.ok, "gpu2 did not return to service: {}", w.describe());
+    Ok(())
 }
 
 fn section_1(c: &mut Checks, tb: &Testbed) -> Result<(JobId, JobId)> {
@@ -331,7 +401,11 @@ fn section_3(c: &mut Checks, tb: &Testbed, prot: JobId, free: JobId) -> Result<(
             r.gpu_hours
         ));
     }
-    let drains: Vec<&Preemption> = rows.iter().filter(|r| r.reason == "drain").collect();
+    // Section 0's hostile job is one more drain requeue; these are section 1's.
+    let drains: Vec<&Preemption> = rows
+        .iter()
+        .filter(|r| r.reason == "drain" && (r.job_id == prot || r.job_id == free))
+        .collect();
     let jobs: BTreeSet<JobId> = drains.iter().map(|r| r.job_id).collect();
     c.record(
         "3 both drain requeues recorded with GPU-hours",

@@ -1,0 +1,325 @@
+//! Issue 11 (hardening), on the real service: a plain user's large body is
+//! refused from its head, before any byte of it is read (item 1); slow and
+//! idle connections are closed and connections capped per peer while the
+//! controller still gets in (item 4); expensive reads are limited per caller
+//! (item 9); the controller role is exact (item 10); agent tokens report for
+//! their own nodes only, in bounded reports (item 11); `why` shows a user
+//! only the jobs they may see, and two budgetd refuse to share a database
+//! file, which is created 0600 (item 14).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::common::*;
+use crate::daemon::{BUDGETD, Daemon};
+
+/// Sends `head` (a request head, no body) and returns the status line answered
+/// within `wait`, or `None` if the server said nothing (it waits for the body).
+fn head_only(addr: std::net::SocketAddr, head: &str, wait: Duration) -> Option<String> {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(wait)).expect("timeout");
+    s.write_all(head.as_bytes()).expect("write head");
+    let mut buf = [0u8; 512];
+    match s.read(&mut buf) {
+        Ok(n) if n > 0 => Some(
+            String::from_utf8_lossy(&buf[..n])
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        ),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_plain_users_large_body_is_refused_from_its_head_before_any_byte_is_read() {
+    let s = start();
+    let addr = s.tcp.expect("tcp");
+    // 150 kB: under the import limit (200 kB) of these tests, over a user's 64 KiB.
+    // Only the head is sent: a server that reads the body before deciding waits.
+    for path in ["/v1/usage/import", "/v1/sync/jobs", "/v1/accounts"] {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE_TOKEN}\r\n\
+             Content-Type: text/plain\r\nContent-Length: 150000\r\n\r\n"
+        );
+        let t = Instant::now();
+        let status = head_only(addr, &head, Duration::from_secs(3));
+        assert!(
+            status.as_deref().is_some_and(|l| l.contains(" 413 ")),
+            "{path}: a plain user's 150 kB body was not refused from its head: {status:?}"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "{path}: {:?}",
+            t.elapsed()
+        );
+    }
+    // A 200 MB Content-Length from a plain user: refused at once too.
+    let head = format!(
+        "POST /v1/usage/import HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE_TOKEN}\r\n\
+         Content-Length: 209715200\r\n\r\n"
+    );
+    let status = head_only(addr, &head, Duration::from_secs(3));
+    assert!(
+        status.as_deref().is_some_and(|l| l.contains(" 413 ")),
+        "{status:?}"
+    );
+    // A body without Content-Length (chunked) is cut off at the user limit.
+    let big = vec![b'x'; 100_000];
+    let (st, b) = call_raw(&s.tcp(Some(ALICE_TOKEN)), "POST", "/v1/accounts", &big);
+    assert_eq!(st, 413, "{b}");
+    assert!(err(&b).contains("65536"), "{b}");
+    // The admin's import limit is unchanged: 150 kB of sacct text is read and parsed.
+    let (st, b) = call_raw(
+        &s.tcp(Some(ADMIN_TOKEN)),
+        "POST",
+        "/v1/usage/import",
+        &vec![b'\n'; 150_000],
+    );
+    assert_ne!(st, 413, "{b}");
+}
+
+#[test]
+fn roles_are_exact_and_the_controller_alone_syncs_and_reads_the_snapshot() {
+    let s = budgetd_testkit::Budgetd::start(&format!(
+        "{}[admins]\nusers = [\"alice\"]\n",
+        config_text()
+    ));
+    let now = budget_service::clock::now();
+    let sync = json!({"collected_at": now, "runs": []});
+    let rec = json!({"victim": 5, "run": 0, "reason": "rebalance", "at": now});
+    // An admin token: everything but the controller's routes.
+    let admin = s.tcp(Some(ADMIN_TOKEN));
+    assert_eq!(call(&admin, "GET", "/v1/snapshot", None).0, 403);
+    assert_eq!(call(&admin, "POST", "/v1/sync/jobs", Some(&sync)).0, 403);
+    assert_eq!(call(&admin, "POST", "/v1/preemptions", Some(&rec)).0, 403);
+    // The controller token: the snapshot, syncs and records, reads; no changes.
+    let ctl = s.tcp(Some(CONTROLLER_TOKEN));
+    assert_eq!(call(&ctl, "GET", "/v1/snapshot", None).0, 200);
+    let (st, b) = call(&ctl, "POST", "/v1/sync/jobs", Some(&sync));
+    assert_eq!(st, 200, "{b}");
+    let (st, b) = call(&ctl, "POST", "/v1/preemptions", Some(&rec));
+    assert!(st == 200 || st == 201 || st == 422, "{st} {b}");
+    assert_ne!(st, 403, "{b}");
+    let (st, _) = call(
+        &ctl,
+        "POST",
+        "/v1/accounts",
+        Some(&json!({"name": "x", "allocation_gpu_hours": 1})),
+    );
+    assert_eq!(st, 403);
+    // A `user` token whose user is a configured admin name stays a user.
+    let alice = s.tcp(Some(ALICE_TOKEN));
+    let (st, b) = call(
+        &alice,
+        "POST",
+        "/v1/accounts",
+        Some(&json!({"name": "x", "allocation_gpu_hours": 1})),
+    );
+    assert_eq!(
+        st, 403,
+        "a user token named like an admin became admin: {b}"
+    );
+    assert_eq!(call(&alice, "GET", "/v1/snapshot", None).0, 403);
+    // Root on the socket is admin and controller (the plugins run as SlurmUser/root).
+    let root = s.unix();
+    assert_eq!(call(&root, "GET", "/v1/snapshot", None).0, 200);
+    assert_eq!(call(&root, "POST", "/v1/sync/jobs", Some(&sync)).0, 200);
+}
+
+#[test]
+fn idle_and_slow_connections_are_closed_and_capped_per_peer_while_root_gets_in() {
+    let s = budgetd_testkit::Budgetd::start(&format!(
+        "header_timeout_secs = 1\nmax_connections_per_peer = 4\n{}",
+        config_text()
+    ));
+    let addr = s.tcp.expect("tcp");
+    let t = Instant::now();
+    let mut idle: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(addr).expect("connect"))
+        .collect();
+    // A slow client: half a request head, then nothing.
+    idle[0]
+        .write_all(b"GET /v1/health HTTP/1.1\r\nHo")
+        .expect("write");
+    std::thread::sleep(Duration::from_millis(200));
+    // Over the cap from this address: closed at once, without an answer.
+    let mut fifth = TcpStream::connect(addr).expect("connect");
+    fifth
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    let _ = fifth.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut buf = [0u8; 64];
+    let n = fifth.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "a connection over the per-peer cap was served");
+    // Root on the socket is never capped.
+    assert_eq!(call(&s.unix(), "GET", "/v1/health", None).0, 200);
+    // The idle and the slow connections are closed by the head deadline (1 s).
+    for c in &mut idle {
+        c.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut b = Vec::new();
+        let _ = c.read_to_end(&mut b);
+    }
+    let closed_after = t.elapsed();
+    assert!(
+        closed_after < Duration::from_secs(4),
+        "idle connections were kept open for {closed_after:?}"
+    );
+    // With them gone, the address may connect again.
+    assert_eq!(
+        call(&s.tcp(Some(ALICE_TOKEN)), "GET", "/v1/health", None).0,
+        200
+    );
+}
+
+#[test]
+fn expensive_reads_are_limited_per_caller_but_not_for_admins_or_the_controller() {
+    let s = budgetd_testkit::Budgetd::start(&format!(
+        "expensive_reads_per_minute = 3\n{}",
+        config_text()
+    ));
+    let alice = s.tcp(Some(ALICE_TOKEN));
+    let statuses: Vec<u16> = (0..5)
+        .map(|_| call(&alice, "GET", "/v1/share", None).0)
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![200, 200, 200, 429, 429],
+        "alice's share reads"
+    );
+    // Another user has a budget of their own; admins and the controller have none.
+    assert_eq!(
+        call(&s.tcp(Some(CAROL_TOKEN)), "GET", "/v1/usage", None).0,
+        200
+    );
+    for _ in 0..5 {
+        assert_eq!(
+            call(&s.tcp(Some(ADMIN_TOKEN)), "GET", "/v1/share", None).0,
+            200
+        );
+        assert_eq!(
+            call(&s.tcp(Some(CONTROLLER_TOKEN)), "GET", "/v1/share", None).0,
+            200
+        );
+    }
+}
+
+#[test]
+fn agent_tokens_report_only_their_nodes_in_bounded_reports() {
+    let s = start();
+    let now = budget_service::clock::now();
+    let agent = s.tcp(Some(AGENT_TOKEN));
+    let report = |node: &str, gpus: serde_json::Value| json!({"node": node, "at": now, "nvml": true, "gpus": gpus});
+    let gpu = |i: u32, jobs: std::ops::Range<u32>| {
+        json!({"index": i, "uuid": format!("GPU-{i}"), "name": "H100", "util_pct": 0,
+               "memory_used_mib": 1, "memory_total_mib": 80000, "idle_secs": 60,
+               "processes": jobs.map(|j| json!({"pid": j, "job_id": j})).collect::<Vec<_>>()})
+    };
+    let (st, b) = call(
+        &agent,
+        "POST",
+        "/v1/agent/report",
+        Some(&report("n1", json!([gpu(0, 1..3)]))),
+    );
+    assert_eq!(st, 200, "{b}");
+    // Another node's GPUs: refused, nothing stored.
+    let (st, b) = call(
+        &agent,
+        "POST",
+        "/v1/agent/report",
+        Some(&report("n9", json!([gpu(0, 1..3)]))),
+    );
+    assert_eq!(st, 403, "{b}");
+    let (_, v) = call(&s.unix(), "GET", "/v1/idle", None);
+    let nodes: Vec<&str> = v["nodes"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|n| n["node"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(nodes, vec!["n1"], "{v}");
+    // 8 GPUs x 100 jobs = 800 (job, GPU) rows from one report: refused (as admin too).
+    let many: Vec<_> = (0..8).map(|i| gpu(i, 1..101)).collect();
+    let (st, b) = call(
+        &s.unix(),
+        "POST",
+        "/v1/agent/report",
+        Some(&report("n2", json!(many))),
+    );
+    assert_eq!(st, 422, "{b}");
+}
+
+#[test]
+fn why_shows_a_user_only_jobs_they_may_see() {
+    let s = start();
+    let c = s.unix();
+    add_account(&c, "org", None, 1000.0);
+    add_account(&c, "teama", Some("org"), 600.0);
+    add_account(&c, "teamb", Some("org"), 300.0);
+    add_account(&c, "teama1", Some("teama"), 100.0);
+    add_member(&c, "alice", "teama1");
+    add_member(&c, "bob", "teamb");
+    add_member(&c, "dave", "teama");
+    let now = budget_service::clock::now();
+    let run = |job: u32, acct: &str, user: &str, state: &str| {
+        let mut r = json!({"job_id": job, "run": 0, "account": acct, "user": user, "gpus": 8, "state": state});
+        if state == "running" {
+            r["start"] = json!(now - 600);
+        }
+        r
+    };
+    let sync = json!({"collected_at": now, "runs": [
+        run(1, "teama1", "alice", "pending"),
+        run(2, "teamb", "bob", "running"),
+        run(3, "teama", "dave", "running"),
+    ]});
+    let (st, b) = call(&c, "POST", "/v1/sync/jobs", Some(&sync));
+    assert_eq!(st, 200, "{b}");
+    let alice = s.tcp(Some(ALICE_TOKEN));
+    // teama is an ancestor alice reads for her rank path; its jobs are not hers to see.
+    let (st, b) = call(&alice, "GET", "/v1/jobs/3/why", None);
+    assert_eq!(st, 403, "alice saw a job of her parent account: {b}");
+    let (st, b) = call(&alice, "GET", "/v1/jobs/1/why", None);
+    assert_eq!(st, 200, "{b}");
+    let peers: Vec<u64> = b["could_preempt"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p["job_id"].as_u64()).collect())
+        .unwrap_or_default();
+    assert!(
+        !peers.contains(&2) && !peers.contains(&3),
+        "alice's why lists others' jobs: {b}"
+    );
+    // An admin sees the peers.
+    let (_, b) = call(&c, "GET", "/v1/jobs/1/why", None);
+    assert!(b["could_preempt"].is_array(), "{b}");
+}
+
+#[test]
+fn a_second_budgetd_on_the_same_database_refuses_and_the_file_is_0600() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("budget.db");
+    let first = Daemon::start(&db, &dir.path().join("a.sock"));
+    let mode = std::fs::metadata(&db).expect("db").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "database created with mode {mode:o}");
+    let out = Command::new(BUDGETD)
+        .arg("--db")
+        .arg(&db)
+        .arg("--socket")
+        .arg(dir.path().join("b.sock"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("second budgetd");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a second budgetd started on the same database"
+    );
+    assert!(stderr.contains("in use by another budgetd"), "{stderr}");
+    assert!(!dir.path().join("b.sock").exists());
+    drop(first);
+}
