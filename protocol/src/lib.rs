@@ -195,6 +195,13 @@ pub struct JobRun {
     /// Slurm's textual state reason, if any (e.g. `Priority`, `Resources`).
     #[serde(default)]
     pub reason: Option<String>,
+    /// The run's time limit in seconds (`None`: unlimited or unknown): the
+    /// cost-aware rule's turnover forecast (`budgetctl why`) reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_secs: Option<i64>,
+    /// Declared checkpoint interval (`checkpoint=` in the comment), seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_secs: Option<i64>,
 }
 
 /// A batch of job runs from the controller.
