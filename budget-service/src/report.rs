@@ -14,9 +14,9 @@ use budget_protocol::why::{PathStep, PreemptPeer, Why};
 use policy_core::FairShare;
 use policy_core::fairshare::NodeKind;
 use policy_core::preempt;
-use policy_core::rebalance::{self, InFlight, PastPreemption, PreemptState};
 use policy_core::priority::{job_priority, priority_parts};
 use policy_core::protection::{is_protected, protected_until};
+use policy_core::rebalance::{self, InFlight, PastPreemption, PreemptState};
 use policy_core::tree::ROOT;
 
 use crate::auth::Scope;
@@ -287,7 +287,8 @@ pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> Why {
         RunState::Running => {
             let v = job.running_job();
             for p in &pending {
-                if let Ok(a) = rebalance::decide(&state, Some(fs), &none, &p.pending_job(), &v, now) {
+                if let Ok(a) = rebalance::decide(&state, Some(fs), &none, &p.pending_job(), &v, now)
+                {
                     preemptable_by.push(peer(p, wire_reason(fs, &a)));
                 }
             }

@@ -964,9 +964,8 @@ impl PreemptState {
     /// the record (victims in flight).
     pub fn site_cap_reached_with(&self, extra_preemptions: u32, extra_lost_gpu_secs: f64) -> bool {
         let p = &self.policy;
-        p.site_max_preemptions.is_some_and(|m| {
-            self.site_preemptions.saturating_add(extra_preemptions) >= m
-        })
+        p.site_max_preemptions
+            .is_some_and(|m| self.site_preemptions.saturating_add(extra_preemptions) >= m)
             || p.site_max_lost_gpu_hours.is_some_and(|m| {
                 (self.site_lost_gpu_secs + extra_lost_gpu_secs) / crate::HOUR as f64 > m
             })
@@ -1159,8 +1158,7 @@ pub fn judge_victim(
     }
     let vside = &state.nodes[sides.vs];
     let held = vside.held.saturating_sub(sides.victims_in_flight);
-    let keeps_entitlement =
-        f64::from(held) - f64::from(v.gpus) >= vside.entitled && held >= v.gpus;
+    let keeps_entitlement = f64::from(held) - f64::from(v.gpus) >= vside.entitled && held >= v.gpus;
     if !sides.over_budget && !keeps_entitlement {
         return Err(Denied::VictimSideWithinEntitlement {
             held: vside.held,
@@ -1296,7 +1294,10 @@ pub enum Wait {
     },
     /// No preemption, for the reason the rule gave about the running job
     /// Slurm would have asked about first (`None` when nothing runs).
-    Refused { victim: Option<u32>, denied: Option<Denied> },
+    Refused {
+        victim: Option<u32>,
+        denied: Option<Denied>,
+    },
 }
 
 /// Explains a pending job's wait with [`decide`] against each running job.
@@ -1315,7 +1316,10 @@ pub fn explain_wait(
         let order = victim_priority(fs, v, now);
         match decide(state, fs, in_flight, p, v, now) {
             Ok(a) => {
-                if best.as_ref().is_none_or(|b| (order, v.job_id) < (b.0, b.1.job_id)) {
+                if best
+                    .as_ref()
+                    .is_none_or(|b| (order, v.job_id) < (b.0, b.1.job_id))
+                {
                     best = Some((order, v, a));
                 }
             }
@@ -1393,12 +1397,7 @@ pub fn utc(t: i64) -> String {
 /// "GPUs expected free at T from jobs A, B; no preemption needed" or
 /// "preempting job C: its window ended, least work lost".
 pub fn describe_wait(fs: Option<&FairShare>, w: &Wait, now: i64) -> String {
-    let jobs = |j: &[u32]| {
-        j.iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let jobs = |j: &[u32]| j.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
     match w {
         Wait::Preempting {
             victim,
@@ -1456,7 +1455,9 @@ pub fn describe_wait(fs: Option<&FairShare>, w: &Wait, now: i64) -> String {
             denied,
         } => format!(
             "no preemption: job {v} (first in Slurm's order) {}",
-            denied.as_ref().map_or_else(String::new, |d| denied_words(fs, d, now))
+            denied
+                .as_ref()
+                .map_or_else(String::new, |d| denied_words(fs, d, now))
         ),
     }
 }
@@ -1491,12 +1492,12 @@ pub fn denied_words(_fs: Option<&FairShare>, d: &Denied, now: i64) -> String {
         } => format!(
             "cannot be taken: usage ratios {preemptor_ratio:.3} vs {victim_ratio:.3} differ by less than the hysteresis {hysteresis}"
         ),
-        Denied::VictimSideWithinEntitlement { held, entitled, .. } => format!(
-            "cannot be taken: its side holds {held} GPUs of {entitled:.1} entitled"
-        ),
-        Denied::TurnoverSuffices { deficit, .. } => format!(
-            "need not be taken: turnover covers the {deficit:.1} GPUs short"
-        ),
+        Denied::VictimSideWithinEntitlement { held, entitled, .. } => {
+            format!("cannot be taken: its side holds {held} GPUs of {entitled:.1} entitled")
+        }
+        Denied::TurnoverSuffices { deficit, .. } => {
+            format!("need not be taken: turnover covers the {deficit:.1} GPUs short")
+        }
         Denied::RecentReverse { at } => format!(
             "cannot be taken: its side was preempted by this side at {} (no back-and-forth within a window)",
             utc(*at)

@@ -352,8 +352,13 @@ unsafe fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
         // A poisoned lock: never break a contract by accident.
         Err(_) => return false,
     };
-    if let (Err(Denied::SiteCap { preemptions, lost_gpu_hours }), Some(h)) =
-        (&decision, h.as_deref())
+    if let (
+        Err(Denied::SiteCap {
+            preemptions,
+            lost_gpu_hours,
+        }),
+        Some(h),
+    ) = (&decision, h.as_deref())
         && let Ok(mut last) = p.cap_logged.lock()
         && *last != h.state().at
     {

@@ -162,7 +162,14 @@ pub struct JobNow {
 
 impl Grants {
     /// Records an allowed rebalancing of `victim` by `preemptor`.
-    fn grant(&mut self, fs: &policy_core::FairShare, p: &JobFacts, v: &JobFacts, lost: f64, now: i64) {
+    fn grant(
+        &mut self,
+        fs: &policy_core::FairShare,
+        p: &JobFacts,
+        v: &JobFacts,
+        lost: f64,
+        now: i64,
+    ) {
         let until = now + v.grace.max(0) + GRANT_SLACK_SECS;
         self.in_flight.grant(&p.pending_job(), fs);
         self.in_flight.take(&v.running_job(), fs, lost);
@@ -411,7 +418,16 @@ mod tests {
         let p3 = job(4, "teamb", "bob", 0, false);
         assert!(decide(Some(&h), &mut g, &p3, &v3, 5000).is_err());
         // Pending "victims" are never taken.
-        assert!(decide(Some(&h), &mut g, p1, &job(5, "teamb", "bob", 0, false), 5000).is_err());
+        assert!(
+            decide(
+                Some(&h),
+                &mut g,
+                p1,
+                &job(5, "teamb", "bob", 0, false),
+                5000
+            )
+            .is_err()
+        );
         assert!(h.matches(7, Some(&s)) && !h.matches(8, Some(&s)) && !h.matches(7, None));
     }
 

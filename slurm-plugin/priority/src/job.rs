@@ -330,7 +330,8 @@ pub unsafe fn runs_with_gpus(
         nodes,
         priority: Some(job.priority),
         reason: None,
-        time_limit_secs: (job.time_limit != slurm_ffi::NO_VAL && job.time_limit != slurm_ffi::INFINITE)
+        time_limit_secs: (job.time_limit != slurm_ffi::NO_VAL
+            && job.time_limit != slurm_ffi::INFINITE)
             .then(|| i64::from(job.time_limit) * 60),
         // SAFETY: comment is NULL or a string owned by the record.
         checkpoint_secs: unsafe { opt_str(job.comment) }
