@@ -370,9 +370,18 @@ struct Forecast {
 /// time the callback allows it a victim (it cannot know which candidates Slurm
 /// takes): conservative. The simulator starts a preemptor at once, so its list
 /// lives for one pass.
+///
+/// It also counts the *victims* allowed and not yet requeued ([`InFlight::take`]):
+/// the period state's holdings refresh once a second at best, so without them
+/// two preemptors of one pass could each take a job of the same side, each
+/// check seeing the side above its entitlement by one job (issue 11, item 13),
+/// and several preemptions of one pass could each pass the site cap. The
+/// simulator takes none (its holdings are live).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InFlight {
     grants: Vec<(u32, Vec<usize>, u32)>,
+    /// (victim job, its leaf path, GPUs, work it loses in GPU-seconds).
+    victims: Vec<(u32, Vec<usize>, u32, f64)>,
 }
 
 impl InFlight {
@@ -396,7 +405,53 @@ impl InFlight {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.grants.is_empty()
+        self.grants.is_empty() && self.victims.is_empty()
+    }
+
+    /// Records that victim `v` was allowed to be preempted (losing
+    /// `lost_gpu_secs`): until [`InFlight::retain_victims`] drops it, its
+    /// GPUs count as already leaving its side, and it counts toward the
+    /// site cap.
+    pub fn take(&mut self, v: &RunningJob<'_>, fs: &FairShare, lost_gpu_secs: f64) {
+        if self.victims.iter().any(|x| x.0 == v.job_id) {
+            return;
+        }
+        let node = match v.leaf {
+            Some(n) if n < fs.nodes.len() => Some(n),
+            _ => fs.place(v.account, v.user).map(|p| p.node),
+        };
+        if let Some(n) = node {
+            self.victims
+                .push((v.job_id, fs.path(n), v.gpus, lost_gpu_secs.max(0.0)));
+        }
+    }
+
+    /// GPUs of victims under `side` already allowed, other than `except`.
+    pub fn victim_gpus_under(&self, side: usize, except: u32) -> u32 {
+        self.victims
+            .iter()
+            .filter(|x| x.0 != except && x.1.contains(&side))
+            .map(|x| x.2)
+            .sum()
+    }
+
+    /// Victims allowed and their lost work (GPU-seconds), other than `except`.
+    pub fn victims_total(&self, except: u32) -> (u32, f64) {
+        self.victims
+            .iter()
+            .filter(|x| x.0 != except)
+            .fold((0, 0.0), |(n, l), x| (n + 1, l + x.3))
+    }
+
+    /// Job ids of the victims recorded.
+    pub fn victims(&self) -> impl Iterator<Item = u32> + '_ {
+        self.victims.iter().map(|x| x.0)
+    }
+
+    /// Keeps the victims `keep` says are still on their way out (running,
+    /// not yet requeued, not yet in the preemption record).
+    pub fn retain_victims(&mut self, mut keep: impl FnMut(u32) -> bool) {
+        self.victims.retain(|x| keep(x.0));
     }
 
     /// Keeps the grants whose preemptor `keep` says is still waiting (pending, not
@@ -911,9 +966,15 @@ impl PreemptState {
 
     /// Whether the site cap is reached (shown in `/metrics` when it bites).
     pub fn site_cap_reached(&self, extra_lost_gpu_secs: f64) -> bool {
+        self.site_cap_reached_with(0, extra_lost_gpu_secs)
+    }
+
+    /// [`PreemptState::site_cap_reached`] with `extra_preemptions` not yet in
+    /// the record (victims in flight).
+    pub fn site_cap_reached_with(&self, extra_preemptions: u32, extra_lost_gpu_secs: f64) -> bool {
         let p = &self.policy;
         p.site_max_preemptions
-            .is_some_and(|m| self.site_preemptions >= m)
+            .is_some_and(|m| self.site_preemptions.saturating_add(extra_preemptions) >= m)
             || p.site_max_lost_gpu_hours.is_some_and(|m| {
                 (self.site_lost_gpu_secs + extra_lost_gpu_secs) / crate::HOUR as f64 > m
             })
@@ -973,6 +1034,10 @@ pub struct SideVerdict {
     in_flight: u32,
     deficit: f64,
     uncovered: f64,
+    /// GPUs of the victim's side already allowed to other preemptions.
+    victims_in_flight: u32,
+    /// Victims allowed and not yet in the record, with their lost GPU-seconds.
+    site_in_flight: (u32, f64),
 }
 
 /// Side-level checks for a budgeted preemptor `p` against a non-free victim
@@ -1054,7 +1119,8 @@ pub fn judge_sides(
                 .any(|&i| fs.nodes[i].ratio >= 1.0 + band.max(0.0))
     });
     let vside = &state.nodes[vs];
-    if !over_budget && f64::from(vside.held) <= vside.entitled {
+    let taken = in_flight.victim_gpus_under(vs, v.job_id);
+    if !over_budget && f64::from(vside.held.saturating_sub(taken)) <= vside.entitled {
         return Err(Denied::VictimSideWithinEntitlement {
             held: vside.held,
             entitled: vside.entitled,
@@ -1086,6 +1152,8 @@ pub fn judge_sides(
         in_flight: granted,
         deficit: pside.deficit,
         uncovered,
+        victims_in_flight: taken,
+        site_in_flight: in_flight.victims_total(v.job_id),
     })
 }
 
@@ -1111,8 +1179,8 @@ pub fn judge_victim(
         });
     }
     let vside = &state.nodes[sides.vs];
-    let keeps_entitlement =
-        f64::from(vside.held) - f64::from(v.gpus) >= vside.entitled && vside.held >= v.gpus;
+    let held = vside.held.saturating_sub(sides.victims_in_flight);
+    let keeps_entitlement = f64::from(held) - f64::from(v.gpus) >= vside.entitled && held >= v.gpus;
     if !sides.over_budget && !keeps_entitlement {
         return Err(Denied::VictimSideWithinEntitlement {
             held: vside.held,
@@ -1129,11 +1197,12 @@ pub fn judge_victim(
             victim_lost_gpu_secs: lost,
         });
     }
-    if state.site_cap_reached(lost) {
+    let (n_flight, lost_flight) = sides.site_in_flight;
+    if state.site_cap_reached_with(n_flight, lost_flight + lost) {
         let (preemptions, lost_secs) = state.site_totals();
         return Err(Denied::SiteCap {
-            preemptions,
-            lost_gpu_hours: lost_secs / crate::HOUR as f64,
+            preemptions: preemptions.saturating_add(n_flight),
+            lost_gpu_hours: (lost_secs + lost_flight) / crate::HOUR as f64,
         });
     }
     Ok(Allowed::Rebalance(Rebalance {
@@ -1221,6 +1290,260 @@ pub fn describe(fs: &FairShare, r: &Rebalance) -> String {
         r.victim_side_entitled,
         r.victim_lost_gpu_secs / crate::HOUR as f64,
     )
+}
+
+/// Why a pending job waits, in the rule's terms (`budgetctl why`): what
+/// [`decide`] says about every running job, summed up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Wait {
+    /// The rule allows taking `victim` now; among the allowed, Slurm's order
+    /// ([`victim_priority`]) puts it first: free tier, else least work lost.
+    Preempting {
+        victim: u32,
+        /// When its protected window ended.
+        window_ended: i64,
+        allowed: Allowed,
+    },
+    /// Turnover covers the side's deficit: GPUs of jobs above their side's
+    /// entitlement come free at their time limits, the last needed at `at`.
+    Turnover {
+        side: usize,
+        at: Option<i64>,
+        jobs: Vec<u32>,
+        deficit: f64,
+        in_flight: u32,
+    },
+    /// No preemption, for the reason the rule gave about the running job
+    /// Slurm would have asked about first (`None` when nothing runs).
+    Refused {
+        victim: Option<u32>,
+        denied: Option<Denied>,
+    },
+}
+
+/// Explains a pending job's wait with [`decide`] against each running job.
+pub fn explain_wait(
+    state: &PreemptState,
+    fs: Option<&FairShare>,
+    in_flight: &InFlight,
+    p: &PendingJob<'_>,
+    running: &[RunningJob<'_>],
+    now: i64,
+) -> Wait {
+    let mut best: Option<(u32, &RunningJob<'_>, Allowed)> = None;
+    let mut refused: Option<(u32, &RunningJob<'_>, Denied)> = None;
+    let mut turnover = false;
+    for v in running {
+        let order = victim_priority(fs, v, now);
+        match decide(state, fs, in_flight, p, v, now) {
+            Ok(a) => {
+                if best
+                    .as_ref()
+                    .is_none_or(|b| (order, v.job_id) < (b.0, b.1.job_id))
+                {
+                    best = Some((order, v, a));
+                }
+            }
+            Err(d) => {
+                turnover |= matches!(d, Denied::TurnoverSuffices { .. });
+                // The most informative refusal: a job past its window before a
+                // protected one, then Slurm's order.
+                let key = (matches!(d, Denied::Protected { .. }), order, v.job_id);
+                if refused.as_ref().is_none_or(|r| {
+                    key < (matches!(r.2, Denied::Protected { .. }), r.0, r.1.job_id)
+                }) {
+                    refused = Some((order, v, d));
+                }
+            }
+        }
+    }
+    if let Some((_, v, allowed)) = best {
+        return Wait::Preempting {
+            victim: v.job_id,
+            window_ended: protected_until(v.run_start, v.min_runtime),
+            allowed,
+        };
+    }
+    if turnover && let Some(fs) = fs {
+        // The highest side on the job's path the forecast covers.
+        if let Some(place) = fs.place(p.account, p.user) {
+            for side in fs.path(place.node).into_iter().skip(1) {
+                let rel = state.releases(fs, side);
+                if let Some(s) = state.side(fs, side).filter(|_| !rel.is_empty()) {
+                    return Wait::Turnover {
+                        side,
+                        at: rel.last().map(|r| r.at),
+                        jobs: rel.iter().map(|r| r.job_id).collect(),
+                        deficit: s.deficit,
+                        in_flight: in_flight.gpus_under(side, p.job_id),
+                    };
+                }
+            }
+        }
+    }
+    match refused {
+        Some((_, v, d)) => Wait::Refused {
+            victim: Some(v.job_id),
+            denied: Some(d),
+        },
+        None => Wait::Refused {
+            victim: None,
+            denied: None,
+        },
+    }
+}
+
+/// A Unix time as `YYYY-MM-DD HH:MM:SS UTC` (no time zone database in the core).
+pub fn utc(t: i64) -> String {
+    let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
+    // Civil from days (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
+/// [`Wait`] in words, with [`describe`] for an allowed rebalancing:
+/// "GPUs expected free at T from jobs A, B; no preemption needed" or
+/// "preempting job C: its window ended, least work lost".
+pub fn describe_wait(fs: Option<&FairShare>, w: &Wait, now: i64) -> String {
+    let jobs = |j: &[u32]| j.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    match w {
+        Wait::Preempting {
+            victim,
+            window_ended,
+            allowed,
+        } => {
+            let ago = crate::format_duration(now - window_ended);
+            match (allowed, fs) {
+                (Allowed::VictimFreeTier, _) => {
+                    format!("preempting job {victim}: it runs in the free tier")
+                }
+                (Allowed::Rebalance(r), Some(fs)) => format!(
+                    "preempting job {victim}: its window ended {ago} ago, least work lost ({:.2} GPU-h); {}",
+                    r.victim_lost_gpu_secs / crate::HOUR as f64,
+                    describe(fs, r)
+                ),
+                (Allowed::Rebalance(r), None) => format!(
+                    "preempting job {victim}: its window ended {ago} ago, least work lost ({:.2} GPU-h)",
+                    r.victim_lost_gpu_secs / crate::HOUR as f64
+                ),
+            }
+        }
+        Wait::Turnover {
+            side,
+            at,
+            jobs: j,
+            deficit,
+            in_flight,
+        } => {
+            let name = fs.map(|fs| node_name(fs, *side)).unwrap_or_default();
+            let when = match at {
+                Some(t) => format!(
+                    "at {} (in {})",
+                    utc(*t),
+                    crate::format_duration((t - now).max(0))
+                ),
+                None => "soon".into(),
+            };
+            let mut o = format!(
+                "GPUs expected free {when} from jobs {}; no preemption needed ({name} short of {deficit:.1} GPUs, covered by their time limits",
+                jobs(j)
+            );
+            if *in_flight > 0 {
+                o.push_str(&format!(", {in_flight} GPUs already being freed for it"));
+            }
+            o.push(')');
+            o
+        }
+        Wait::Refused {
+            victim: None,
+            denied: _,
+        } => "no running job to preempt; waiting for free GPUs".into(),
+        Wait::Refused {
+            victim: Some(v),
+            denied,
+        } => format!(
+            "no preemption: job {v} (first in Slurm's order) {}",
+            denied
+                .as_ref()
+                .map_or_else(String::new, |d| denied_words(fs, d, now))
+        ),
+    }
+}
+
+/// A refusal in words.
+pub fn denied_words(_fs: Option<&FairShare>, d: &Denied, now: i64) -> String {
+    let h = |s: f64| s / crate::HOUR as f64;
+    match d {
+        Denied::Protected { until } => format!(
+            "is protected until {} (in {})",
+            utc(*until),
+            crate::format_duration((until - now).max(0))
+        ),
+        Denied::PreemptorFree => "cannot be taken: free-tier jobs never preempt".into(),
+        Denied::SafeMode => {
+            "cannot be taken: no fresh fair-share snapshot (safe mode), only free-tier jobs yield"
+                .into()
+        }
+        Denied::StaleState => "cannot be taken yet: the state is being recomputed".into(),
+        Denied::UnknownAccount { account } => {
+            format!("cannot be taken: account {account} is not in the tree")
+        }
+        Denied::PreemptorNotBudgeted { tier } => format!(
+            "cannot be taken: only budgeted jobs take others, this one is {}",
+            tier.as_str()
+        ),
+        Denied::SameSide => "cannot be taken: it belongs to the same side".into(),
+        Denied::RatioGapTooSmall {
+            preemptor_ratio,
+            victim_ratio,
+            hysteresis,
+        } => format!(
+            "cannot be taken: usage ratios {preemptor_ratio:.3} vs {victim_ratio:.3} differ by less than the hysteresis {hysteresis}"
+        ),
+        Denied::VictimSideWithinEntitlement { held, entitled, .. } => {
+            format!("cannot be taken: its side holds {held} GPUs of {entitled:.1} entitled")
+        }
+        Denied::TurnoverSuffices { deficit, .. } => {
+            format!("need not be taken: turnover covers the {deficit:.1} GPUs short")
+        }
+        Denied::RecentReverse { at } => format!(
+            "cannot be taken: its side was preempted by this side at {} (no back-and-forth within a window)",
+            utc(*at)
+        ),
+        Denied::RequeueCap { requeues, max } => {
+            format!("cannot be taken: requeued {requeues} times (cap {max})")
+        }
+        Denied::LostBudget {
+            spent_gpu_secs,
+            budget_gpu_secs,
+            victim_lost_gpu_secs,
+        } => format!(
+            "cannot be taken: losing {:.2} GPU-h would pass the side's lost-work budget ({:.2} of {:.2} GPU-h spent)",
+            h(*victim_lost_gpu_secs),
+            h(*spent_gpu_secs),
+            h(*budget_gpu_secs)
+        ),
+        Denied::SiteCap {
+            preemptions,
+            lost_gpu_hours,
+        } => format!(
+            "cannot be taken: the site cap is reached ({preemptions} rebalancing preemptions, {lost_gpu_hours:.2} GPU-h lost in the window)"
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -1337,6 +1660,58 @@ mod tests {
         assert_eq!(st.side(&fs, b).unwrap().deficit, 0.0);
         assert_eq!(st.releases(&fs, a).len(), 1);
         assert_eq!(st.releases(&fs, a)[0].at, 48 * H);
+    }
+
+    #[test]
+    fn waits_are_explained_in_the_rules_terms() {
+        let now = 2 * H;
+        let p = pend(9, "a", "ua", 4);
+        // Turnover: b's runs end at their 5 h time limits.
+        let (fs, running) = starved(5 * H);
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [p],
+            [],
+            Some(16.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        let w = explain_wait(&st, Some(&fs), &InFlight::default(), &p, &running, now);
+        assert!(
+            matches!(&w, Wait::Turnover { at: Some(t), jobs, .. } if *t == 5 * H && jobs == &[2]),
+            "{w:?}"
+        );
+        assert_eq!(
+            describe_wait(Some(&fs), &w, now),
+            "GPUs expected free at 1970-01-01 05:00:00 UTC (in 3h) from jobs 2; no preemption needed (a short of 4.0 GPUs, covered by their time limits)"
+        );
+        // Multi-day runs: preempt the one that loses least (the youngest).
+        let (fs, mut running) = starved(48 * H);
+        running[3].run_start = H;
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [p],
+            [],
+            Some(16.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        let w = explain_wait(&st, Some(&fs), &InFlight::default(), &p, &running, now);
+        assert!(matches!(w, Wait::Preempting { victim: 4, .. }), "{w:?}");
+        let text = describe_wait(Some(&fs), &w, now);
+        assert!(
+            text.starts_with("preempting job 4: its window ended 0s ago, least work lost (4.00 GPU-h); rebalance below"),
+            "{text}"
+        );
+        // Nothing to take.
+        let w = explain_wait(&st, Some(&fs), &InFlight::default(), &p, &[], now);
+        assert_eq!(
+            describe_wait(Some(&fs), &w, now),
+            "no running job to preempt; waiting for free GPUs"
+        );
+        assert_eq!(utc(1_767_225_600 + 3661), "2026-01-01 01:01:01 UTC");
     }
 
     #[test]
