@@ -1507,6 +1507,9 @@ pub fn denied_words(_fs: Option<&FairShare>, d: &Denied, now: i64) -> String {
             tier.as_str()
         ),
         Denied::SameSide => "cannot be taken: it belongs to the same side".into(),
+        Denied::WithinAccount { account } => format!(
+            "cannot be taken: both jobs are within account {account}, and GPUs are rebalanced only between accounts"
+        ),
         Denied::RatioGapTooSmall {
             preemptor_ratio,
             victim_ratio,
@@ -2079,6 +2082,14 @@ mod tests {
                 })
             );
         }
+        let words = denied_words(
+            Some(&fs),
+            &Denied::WithinAccount {
+                account: "t".into(),
+            },
+            now,
+        );
+        assert!(words.contains("within account t"), "{words}");
         // A free-tier run of a colleague still yields at once.
         let free = RunningJob {
             free_tier: true,
