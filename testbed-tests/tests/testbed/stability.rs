@@ -140,7 +140,11 @@ fn scenario(c: &mut Checks, tb: &Testbed, secs: i64, cap: u32) -> Result<()> {
         let a = s.sbatch_attempt(&["--test-only", "-A", "teamx", "--wrap", "true"])?;
         Ok(a.output.contains("no GPU budget"))
     });
-    ensure!(w.ok, "job_submit/budget never saw the tree: {}", w.describe());
+    ensure!(
+        w.ok,
+        "job_submit/budget never saw the tree: {}",
+        w.describe()
+    );
     let ratios = (api.ratio("teama")?, api.ratio("teamb")?);
     say(format_args!(
         "== stability: r = {:.3} / {:.3}, {secs}s saturated, site cap {cap}",
@@ -231,7 +235,9 @@ fn scenario(c: &mut Checks, tb: &Testbed, secs: i64, cap: u32) -> Result<()> {
     if rows.len() >= cap as usize {
         // The plugin logs a refusal by the cap once per period state.
         let logged = tb.ctld_log().contains("site cap reached")?;
-        say(format_args!("site cap reached; slurmctld log says so: {logged}"));
+        say(format_args!(
+            "site cap reached; slurmctld log says so: {logged}"
+        ));
     }
     s.cancel_user(tb.user())?;
     Ok(())
@@ -263,7 +269,16 @@ mod tests {
         assert_eq!(back_and_forth(&flip), vec![("b".into(), "a".into(), 20)]);
         let later = [row(1, "a", "b", 10), row(2, "b", "a", 10 + WINDOW)];
         assert!(back_and_forth(&later).is_empty());
-        assert_eq!(sample("x 1\nbudget_site_cap_reached 1\n", "budget_site_cap_reached"), Some(1.0));
-        assert_eq!(sample("budget_site_cap_reached_x 1\n", "budget_site_cap_reached"), None);
+        assert_eq!(
+            sample(
+                "x 1\nbudget_site_cap_reached 1\n",
+                "budget_site_cap_reached"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample("budget_site_cap_reached_x 1\n", "budget_site_cap_reached"),
+            None
+        );
     }
 }
