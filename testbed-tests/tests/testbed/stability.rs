@@ -136,9 +136,16 @@ fn scenario(c: &mut Checks, tb: &Testbed, secs: i64, cap: u32) -> Result<()> {
         import.inserted,
         import.invalid.len()
     );
+    // job_submit/budget has the tree once both teams are accepted (--test-only
+    // queues nothing).
     let w = wait_secs(40, || -> Result<bool> {
-        let a = s.sbatch_attempt(&["--test-only", "-A", "teamx", "--wrap", "true"])?;
-        Ok(a.output.contains("no GPU budget"))
+        let mut ok = true;
+        for team in ["teama", "teamb"] {
+            let a =
+                s.sbatch_attempt(&["--test-only", "-A", team, "--gres=gpu:1", "--wrap", "true"])?;
+            ok &= a.accepted;
+        }
+        Ok(ok)
     });
     ensure!(
         w.ok,
