@@ -60,6 +60,10 @@
 //! preempted by a pending job P when R is past its protected window and either
 //! R is free tier and P is not (unchanged, immediate), or, with P budgeted and
 //! their paths splitting below node `parent` into sides `ps` (P's) and `vs` (R's):
+//! 0. **Between accounts**: `ps` and `vs` are both accounts (sibling teams or
+//!    top-level budget nodes), never a user: GPUs move between accounts only,
+//!    never from one user of an account to another or to a sub-account of it
+//!    ([`Denied::WithinAccount`]; docs/design.md §6.1).
 //! 1. **Rank agreement**: `ratio(ps) < ratio(vs) - hysteresis` (the priority
 //!    order agrees that P's side comes first; as in the old rule).
 //! 2. **Victim side above its entitlement**: R's side still holds at least its
@@ -515,6 +519,11 @@ pub enum Denied {
     PreemptorNotBudgeted { tier: Tier },
     /// Same leaf, or one path contains the other.
     SameSide,
+    /// The two jobs' paths split below one account into a user of it and
+    /// another of its users or sub-accounts: rebalancing moves GPUs only
+    /// between sibling accounts, never between users of one account
+    /// (docs/design.md §6.1).
+    WithinAccount { account: String },
     /// The priority order does not put the preemptor's side first by the hysteresis.
     RatioGapTooSmall {
         preemptor_ratio: f64,
@@ -1073,6 +1082,19 @@ pub fn judge_sides(
     let (p_path, v_path) = (state.path(fs, pn), state.path(fs, vn));
     let k = split_at(&p_path, &v_path).ok_or(Denied::SameSide)?;
     let (parent, ps, vs) = (v_path[k - 1], p_path[k], v_path[k]);
+    // The product's unit of entitlement is the account: users of one account
+    // share its allocation, and a user's own ratio only orders the account's
+    // queue. Rebalancing inside one account would requeue a colleague's run to
+    // reorder that queue, work lost for no entitlement gained (Helios measured
+    // exactly one such preemption and it cost the replay its makespan:
+    // docs/simulator-results.md). So both sides must be accounts.
+    if !matches!(fs.nodes[ps].kind, NodeKind::Account)
+        || !matches!(fs.nodes[vs].kind, NodeKind::Account)
+    {
+        return Err(Denied::WithinAccount {
+            account: node_name(fs, parent),
+        });
+    }
     let policy = &state.policy;
     if policy.reverse_lock
         && let Some(&at) = state.took_from.get(&(vs, ps))
@@ -1485,6 +1507,9 @@ pub fn denied_words(_fs: Option<&FairShare>, d: &Denied, now: i64) -> String {
             tier.as_str()
         ),
         Denied::SameSide => "cannot be taken: it belongs to the same side".into(),
+        Denied::WithinAccount { account } => format!(
+            "cannot be taken: both jobs are within account {account}, and GPUs are rebalanced only between accounts"
+        ),
         Denied::RatioGapTooSmall {
             preemptor_ratio,
             victim_ratio,
@@ -1997,6 +2022,104 @@ mod tests {
         assert!(o(&old_small) < o(&young_big));
     }
 
+    /// Account `t` (16 GPUs of 32) with members `u1` and `u2`, and account `o`
+    /// (16) with member `uo`; usage in GPU-hours per user.
+    fn one_account_two_users(u1_used: f64, u2_used: f64) -> FairShare {
+        let acct = |n: &str| AccountSpec {
+            name: n.to_string(),
+            parent: None,
+            allocation_gpu_hours: 16.0 * 168.0,
+            overcommit: false,
+        };
+        let member = |u: &str, a: &str| MemberSpec {
+            user: u.to_string(),
+            account: a.to_string(),
+            allocation_gpu_hours: None,
+        };
+        let tree = TreeSpec {
+            root_allocation_gpu_hours: None,
+            accounts: vec![acct("t"), acct("o")],
+            members: vec![member("u1", "t"), member("u2", "t"), member("uo", "o")],
+        };
+        let usage: UsageByLeaf = [
+            (("t".to_string(), "u1".to_string()), u1_used * 3600.0),
+            (("t".to_string(), "u2".to_string()), u2_used * 3600.0),
+        ]
+        .into_iter()
+        .collect();
+        FairShare::compute(&tree, &usage, 0, W)
+    }
+
+    #[test]
+    fn never_between_users_of_one_account() {
+        // u1 holds all 16 of t's GPUs in long runs, u2 (ratio 0) waits for 8: every
+        // other check of the rule would allow u2 to take u1's runs (u2 is short
+        // of its share of t and turnover is 46 h away), but both are t's users.
+        let fs = one_account_two_users(1000.0, 0.0);
+        let now = 2 * H;
+        let running: Vec<RunningJob<'static>> =
+            (1..=4).map(|i| run(i, "t", "u1", 4, 0, 48 * H)).collect();
+        let p = pend(9, "t", "u2", 8);
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [p],
+            [],
+            Some(32.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        let (u1, u2) = (fs.place("t", "u1").unwrap(), fs.place("t", "u2").unwrap());
+        assert!(fs.nodes[u2.node].ratio < fs.nodes[u1.node].ratio - 0.1);
+        let side = st.side(&fs, u2.node).unwrap();
+        assert!(side.deficit > 0.0 && side.uncovered > 0.0, "{side:?}");
+        assert!(st.side(&fs, u1.node).unwrap().held > 4);
+        for v in &running {
+            assert_eq!(
+                decide(&st, Some(&fs), &InFlight::default(), &p, v, now),
+                Err(Denied::WithinAccount {
+                    account: "t".into()
+                })
+            );
+        }
+        let words = denied_words(
+            Some(&fs),
+            &Denied::WithinAccount {
+                account: "t".into(),
+            },
+            now,
+        );
+        assert!(words.contains("within account t"), "{words}");
+        // A free-tier run of a colleague still yields at once.
+        let free = RunningJob {
+            free_tier: true,
+            ..running[0]
+        };
+        assert_eq!(
+            decide(&st, Some(&fs), &InFlight::default(), &p, &free, now),
+            Ok(Allowed::VictimFreeTier)
+        );
+        // Between accounts the rule still rebalances: o (ratio 0, holding
+        // nothing) may take a 4-GPU run from t, which holds 20 of its 16 entitled.
+        let mut running = running;
+        running.push(run(5, "t", "u1", 4, 0, 48 * H));
+        let po = pend(10, "o", "uo", 4);
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [po],
+            [],
+            Some(32.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        let d = decide(&st, Some(&fs), &InFlight::default(), &po, &running[0], now);
+        assert!(
+            matches!(d, Ok(Allowed::Rebalance(r)) if node_name(&fs, r.victim_side) == "t"),
+            "{d:?}"
+        );
+    }
+
     #[test]
     fn settings_parse_and_bad_ones_change_nothing() {
         let mut p = RebalancePolicy::default();
@@ -2160,6 +2283,17 @@ mod tests {
                     let ab = decide(&st, Some(&fs), &none, &as_pending(a), &as_running(b), now);
                     let ba = decide(&st, Some(&fs), &none, &as_pending(b), &as_running(a), now);
                     prop_assert!(!(ab.is_ok() && ba.is_ok()), "loop between {} and {}: {:?} / {:?}", a, b, ab, ba);
+                    // Rebalancing only between accounts: both sides are accounts,
+                    // the jobs' accounts differ, and two jobs of one account
+                    // never rebalance (whatever their users' ratios).
+                    if let Ok(Allowed::Rebalance(r)) = &ab {
+                        prop_assert!(matches!(fs.nodes[r.preemptor_side].kind, NodeKind::Account));
+                        prop_assert!(matches!(fs.nodes[r.victim_side].kind, NodeKind::Account));
+                        prop_assert_ne!(&names[a].0, &names[b].0);
+                    }
+                    if names[a].0 == names[b].0 {
+                        prop_assert!(!matches!(ab, Ok(Allowed::Rebalance(_))), "{:?}", ab);
+                    }
                     let vb = as_running(b);
                     if is_protected(vb.run_start, vb.min_runtime, vb.free_tier, now) {
                         prop_assert!(ab.is_err());
