@@ -12,7 +12,7 @@ use budget_protocol::RunState;
 use budget_protocol::reports::{ShareReport, ShareRow, UsageReport, UsageRow};
 use budget_protocol::why::{PathStep, PreemptPeer, Why};
 use policy_core::FairShare;
-use policy_core::fairshare::NodeKind;
+use policy_core::fairshare::{NodeKind, Tier};
 use policy_core::preempt;
 use policy_core::priority::{job_priority, priority_parts};
 use policy_core::protection::{is_protected, protected_until};
@@ -187,10 +187,14 @@ fn rebalance_history(store: &Store, now: i64) -> Vec<budget_protocol::preemption
 }
 
 /// The wire's reason (`PreemptPeer::reason`) for what the cost-aware rule allowed.
-fn wire_reason(fs: &FairShare, a: &rebalance::Allowed) -> preempt::Allowed {
+/// A job of an over-budget path is `victim_over_budget`, as `preempt/budget`
+/// records it.
+fn wire_reason(fs: &FairShare, a: &rebalance::Allowed, victim: &RunRecord) -> preempt::Allowed {
+    let over = preempt::job_tier(Some(fs), &victim.view()) == Tier::OverBudget;
     match a {
         rebalance::Allowed::VictimFreeTier => preempt::Allowed::VictimFreeTier,
         rebalance::Allowed::Rebalance(r) => match r.clause {
+            _ if over => preempt::Allowed::VictimOverBudget,
             rebalance::Clause::OverBudget => preempt::Allowed::VictimOverBudget,
             rebalance::Clause::Entitlement => preempt::Allowed::Rebalance {
                 parent: rebalance::node_name(fs, r.parent),
@@ -278,7 +282,7 @@ pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> Why {
             let views: Vec<_> = running.iter().map(RunRecord::running_job).collect();
             for (r, v) in running.iter().zip(&views) {
                 if let Ok(a) = rebalance::decide(&state, Some(fs), &none, &p, v, now) {
-                    could_preempt.push(peer(r, wire_reason(fs, &a)));
+                    could_preempt.push(peer(r, wire_reason(fs, &a, r)));
                 }
             }
             let w = rebalance::explain_wait(&state, Some(fs), &none, &p, &views, now);
@@ -289,7 +293,7 @@ pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> Why {
             for p in &pending {
                 if let Ok(a) = rebalance::decide(&state, Some(fs), &none, &p.pending_job(), &v, now)
                 {
-                    preemptable_by.push(peer(p, wire_reason(fs, &a)));
+                    preemptable_by.push(peer(p, wire_reason(fs, &a, job)));
                 }
             }
         }

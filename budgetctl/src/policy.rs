@@ -1,7 +1,8 @@
 //! `budgetctl policy show|set`: the site policy (window, min_runtime
 //! defaults, hysteresis, snapshot age, idle threshold, and the site caps on
 //! rebalancing preemptions per window: `site_max_preemptions`,
-//! `site_max_lost_gpu_hours`, `none` to clear).
+//! `site_max_lost_gpu_hours`, `none` to clear; `max_requeues`, the requeues
+//! after which a job is no longer taken for rebalancing).
 
 use anyhow::bail;
 use budget_protocol::Policy;
@@ -13,7 +14,7 @@ use crate::output::{Out, num, render};
 
 const KEYS: &str = "window, default_min_runtime, max_min_runtime, require_min_runtime, \
                     hysteresis, snapshot_max_age, idle_threshold, site_max_preemptions, \
-                    site_max_lost_gpu_hours";
+                    site_max_lost_gpu_hours, max_requeues";
 
 /// Reads `KEY=VALUE` pairs (durations as 90m, 4h, 7d, HH:MM:SS) into a patch.
 fn patch(pairs: &[String]) -> anyhow::Result<PolicyPatch> {
@@ -44,6 +45,16 @@ fn patch(pairs: &[String]) -> anyhow::Result<PolicyPatch> {
                     val.parse::<f64>()
                         .map_err(|_| UsageError(format!("{k}: expected a number, got {val:?}")))?,
                 )
+            }
+            "max_requeues" => {
+                p.max_requeues = Some(match val.trim() {
+                    "default" | "none" => None,
+                    v => Some(v.parse::<u32>().map_err(|_| {
+                        UsageError(format!(
+                            "{k}: expected a whole number or default, got {val:?}"
+                        ))
+                    })?),
+                })
             }
             "site_max_preemptions" => {
                 p.site_max_preemptions = Some(match val.trim() {
@@ -89,6 +100,7 @@ fn table(p: &Policy) -> String {
         idle_threshold_secs,
         site_max_preemptions,
         site_max_lost_gpu_hours,
+        max_requeues,
     } = p;
     let d = |secs: &i64| policy_core::format_duration(*secs);
     let rows = [
@@ -96,6 +108,18 @@ fn table(p: &Policy) -> String {
         ("hysteresis", num(*hysteresis, 3)),
         ("idle_threshold", d(idle_threshold_secs)),
         ("max_min_runtime", d(max_min_runtime_secs)),
+        (
+            "max_requeues",
+            // The effective cap (the rule's default when unset).
+            p.rebalance()
+                .max_requeues
+                .map_or("none".into(), |n| n.to_string())
+                + if max_requeues.is_none() {
+                    " (default)"
+                } else {
+                    ""
+                },
+        ),
         ("require_min_runtime", require_min_runtime.to_string()),
         (
             "site_max_lost_gpu_hours",
@@ -150,7 +174,7 @@ mod tests {
         assert!(line("hysteresis").ends_with(" 0.1"), "{t}");
         assert!(line("require_min_runtime").ends_with(" false"), "{t}");
         assert!(line("site_max_preemptions").ends_with(" none"), "{t}");
-        assert_eq!(t.lines().count(), 10, "{t}");
+        assert_eq!(t.lines().count(), 11, "{t}");
         let p = patch(&[
             "site_max_preemptions=3".into(),
             "site_max_lost_gpu_hours=none".into(),

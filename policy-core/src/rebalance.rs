@@ -25,7 +25,7 @@
 //! The callback ([`decide`]) reads that state, a small [`InFlight`] list of
 //! preemptors already granted victims and not yet running, and the two jobs.
 //!
-//! # Wiring in `preempt/budget` (phase 2)
+//! # Wiring in `preempt/budget` (done: `slurm-plugin/preempt/src/rule.rs`)
 //! - Background thread, each period (when `last_job_update` or the snapshot
 //!   changed, as `Holdings` today): one walk under the job read lock collecting
 //!   every running job as a [`RunningJob`] (`time_limit` minutes x 60, `None` for

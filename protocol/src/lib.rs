@@ -70,6 +70,10 @@ pub struct Policy {
     /// window (`None`: no cap).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub site_max_lost_gpu_hours: Option<f64>,
+    /// A job requeued this many times is no longer taken for rebalancing
+    /// (`None`: the rule's default, `RebalancePolicy::default().max_requeues`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_requeues: Option<u32>,
 }
 
 impl Default for Policy {
@@ -84,6 +88,7 @@ impl Default for Policy {
             idle_threshold_secs: 1800,
             site_max_preemptions: None,
             site_max_lost_gpu_hours: None,
+            max_requeues: None,
         }
     }
 }
@@ -97,6 +102,9 @@ impl Policy {
             hysteresis: self.hysteresis,
             site_max_preemptions: self.site_max_preemptions,
             site_max_lost_gpu_hours: self.site_max_lost_gpu_hours,
+            max_requeues: self
+                .max_requeues
+                .or(policy_core::rebalance::RebalancePolicy::default().max_requeues),
             ..Default::default()
         }
     }

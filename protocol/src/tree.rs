@@ -124,6 +124,13 @@ pub struct PolicyPatch {
         skip_serializing_if = "Option::is_none"
     )]
     pub site_max_lost_gpu_hours: Option<Option<f64>>,
+    /// As `site_max_preemptions` (`null`: back to the rule's default).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_requeues: Option<Option<u32>>,
 }
 
 /// A field that is present (`null` included) is `Some`: absent stays `None` by
@@ -159,6 +166,7 @@ impl PolicyPatch {
             site_max_lost_gpu_hours: self
                 .site_max_lost_gpu_hours
                 .unwrap_or(base.site_max_lost_gpu_hours),
+            max_requeues: self.max_requeues.unwrap_or(base.max_requeues),
         }
     }
 

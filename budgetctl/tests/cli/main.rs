@@ -10,3 +10,4 @@ mod support;
 mod idle;
 mod json;
 mod scenario;
+mod wait;

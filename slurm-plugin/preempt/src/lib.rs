@@ -53,6 +53,7 @@ use slurm_plugin_common::users::{UserCache, lookup_uid};
 use slurm_plugin_common::worker::Worker;
 use slurm_plugin_common::{controller, ffi_guard, install_panic_hook, log};
 
+use policy_core::fairshare::Tier;
 use policy_core::rebalance::{Allowed, Clause, Denied};
 
 use crate::jobs::{JobFacts, facts, is_running};
@@ -375,7 +376,7 @@ unsafe fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
             report::Candidate {
                 run: u32::from(victim.restart_cnt),
                 preemptor: r.job_id,
-                reason: reason_of(allowed.as_ref()),
+                reason: reason_of(allowed.as_ref(), h.as_deref(), &v),
                 at: now,
                 account: v.account.clone(),
                 user: v.user.clone(),
@@ -393,15 +394,21 @@ unsafe fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
     decision.is_ok()
 }
 
-/// The preemption record's reason for what the rule allowed (`None`: a drain).
-fn reason_of(a: Option<&Allowed>) -> PreemptionReason {
+/// The preemption record's reason for what the rule allowed (`None`: a drain):
+/// a rebalancing that takes a job of an over-budget path is `over_budget`, as
+/// the previous rule recorded it.
+fn reason_of(a: Option<&Allowed>, h: Option<&Period>, v: &JobFacts) -> PreemptionReason {
     match a {
         None => PreemptionReason::Drain,
         Some(Allowed::VictimFreeTier) => PreemptionReason::FreeTier,
-        Some(Allowed::Rebalance(r)) => match r.clause {
-            Clause::Entitlement => PreemptionReason::Rebalance,
-            Clause::OverBudget => PreemptionReason::OverBudget,
-        },
+        Some(Allowed::Rebalance(r)) => {
+            let tier = policy_core::preempt::job_tier(h.and_then(Period::fair_share), &v.view());
+            if r.clause == Clause::OverBudget || tier == Tier::OverBudget {
+                PreemptionReason::OverBudget
+            } else {
+                PreemptionReason::Rebalance
+            }
+        }
     }
 }
 

@@ -109,6 +109,11 @@ impl Period {
         self.snapshot.is_some()
     }
 
+    /// The snapshot's fair share, if any.
+    pub fn fair_share(&self) -> Option<&policy_core::FairShare> {
+        self.snapshot.as_ref().map(|s| &s.fair_share)
+    }
+
     /// The rule's state.
     pub fn state(&self) -> &PreemptState {
         &self.state
