@@ -177,6 +177,8 @@ fn main() -> anyhow::Result<()> {
                     RunState::Ended
                 },
                 first_seen: start,
+                time_limit_secs: None,
+                checkpoint_secs: None,
             });
             job += 1;
         }
@@ -241,6 +243,8 @@ fn main() -> anyhow::Result<()> {
                     nodes: Some("node[001-002]".into()),
                     priority: Some(3_000_000_000),
                     reason: None,
+                    time_limit_secs: Some(86_400),
+                    checkpoint_secs: None,
                 }
             })
             .collect(),

@@ -123,6 +123,12 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX idle_streaks_gpu_end ON idle_streaks(gpu_uuid, end);
     CREATE INDEX idle_streaks_end ON idle_streaks(end);
     "#,
+    // 4: a run's time limit and declared checkpoint interval (issue 9: the
+    // cost-aware rule's inputs, read by `budgetctl why`).
+    r#"
+    ALTER TABLE runs ADD COLUMN time_limit INTEGER;
+    ALTER TABLE runs ADD COLUMN checkpoint INTEGER;
+    "#,
 ];
 
 /// Schema version this build expects.

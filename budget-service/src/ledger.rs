@@ -22,6 +22,7 @@ use std::sync::Arc;
 use budget_protocol::{JobRun, RunState};
 use policy_core::Run;
 use policy_core::preempt::JobView;
+use policy_core::rebalance::{PendingJob, RunningJob};
 use serde::{Deserialize, Serialize};
 
 /// One ledger row as stored and returned by the API.
@@ -42,6 +43,10 @@ pub struct RunRecord {
     pub state: RunState,
     /// When the service first heard of this run (Unix seconds).
     pub first_seen: i64,
+    /// The run's time limit in seconds, if the controller sent one.
+    pub time_limit_secs: Option<i64>,
+    /// Declared checkpoint interval in seconds.
+    pub checkpoint_secs: Option<i64>,
 }
 
 /// What ingesting one record does.
@@ -97,6 +102,8 @@ impl RunRecord {
             free_tier: r.free_tier,
             min_runtime_secs: r.min_runtime_secs,
             nodes: r.nodes.clone(),
+            time_limit_secs: r.time_limit_secs.filter(|l| *l > 0),
+            checkpoint_secs: r.checkpoint_secs.filter(|c| *c > 0),
             state: r.state,
             first_seen: seen_at,
         };
@@ -141,6 +148,37 @@ impl RunRecord {
                 Err("a pending run cannot have a start".into())
             }
             _ => Ok(()),
+        }
+    }
+
+    /// The run as the cost-aware rule sees a running job (requeues: its run
+    /// number; GraceTime unknown here: 0).
+    pub fn running_job(&self) -> RunningJob<'_> {
+        RunningJob {
+            job_id: self.job_id,
+            account: &self.account,
+            user: &self.user,
+            free_tier: self.free_tier,
+            gpus: self.gpus,
+            run_start: self.start.unwrap_or(0),
+            time_limit: self.time_limit_secs,
+            min_runtime: self.min_runtime_secs,
+            checkpoint: self.checkpoint_secs,
+            grace: 0,
+            requeues: self.run,
+            leaf: None,
+        }
+    }
+
+    /// The run as the cost-aware rule sees a pending job.
+    pub fn pending_job(&self) -> PendingJob<'_> {
+        PendingJob {
+            job_id: self.job_id,
+            account: &self.account,
+            user: &self.user,
+            free_tier: self.free_tier,
+            gpus: self.gpus,
+            leaf: None,
         }
     }
 
@@ -209,6 +247,13 @@ pub fn merge(existing: Option<&RunRecord>, incoming: &RunRecord) -> Merge {
         if incoming.nodes.is_some() {
             new.nodes.clone_from(&incoming.nodes);
         }
+        // `scontrol update TimeLimit=` changes it while the run lives.
+        if incoming.time_limit_secs.is_some() {
+            new.time_limit_secs = incoming.time_limit_secs;
+        }
+        if incoming.checkpoint_secs.is_some() {
+            new.checkpoint_secs = incoming.checkpoint_secs;
+        }
     }
     if new.end.is_some() && !terminal(new.state) {
         new.state = RunState::Ended;
@@ -269,6 +314,8 @@ struct MemRun {
     min_runtime: i64,
     first_seen: i64,
     nodes: Option<Box<str>>,
+    time_limit: Option<i64>,
+    checkpoint: Option<i64>,
 }
 
 /// Weighted-usage inputs: integer GPU-seconds per (account, user, GPU type).
@@ -328,6 +375,8 @@ impl Ledger {
             min_runtime: r.min_runtime_secs,
             first_seen: r.first_seen,
             nodes: r.nodes.as_deref().map(Box::from),
+            time_limit: r.time_limit_secs,
+            checkpoint: r.checkpoint_secs,
         }
     }
 
@@ -352,6 +401,8 @@ impl Ledger {
             nodes: m.nodes.as_deref().map(str::to_string),
             state: m.state,
             first_seen: m.first_seen,
+            time_limit_secs: m.time_limit,
+            checkpoint_secs: m.checkpoint,
         }
     }
 
@@ -516,6 +567,8 @@ mod tests {
             nodes: None,
             state,
             first_seen: 1,
+            time_limit_secs: None,
+            checkpoint_secs: None,
         }
     }
 

@@ -248,6 +248,7 @@ pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) 
         [("4xx", load(&c.errors_4xx)), ("5xx", load(&c.errors_5xx))],
     );
     preemptions(&mut x, store);
+    site_cap(&mut x, store, now);
     idle(&mut x, store, now, state.config.agent_stale_secs);
     x.0
 }
@@ -281,6 +282,52 @@ fn preemptions(x: &mut Exposition, store: &Store) {
         by_account
             .iter()
             .map(|a| (a.account.as_str(), a.gpu_hours_lost)),
+    );
+}
+
+/// The site safety net (issue 9): rebalancing preemptions and the GPU-hours
+/// they lost in the window ending now, the caps `budgetctl policy set` gave,
+/// and whether a cap is reached (then `preempt/budget` refuses rebalancing
+/// and logs "site cap reached" in the slurmctld log).
+fn site_cap(x: &mut Exposition, store: &Store, now: i64) {
+    let (n, lost) = crate::preemptions::site_totals(store, now);
+    let p = store.policy();
+    x.single(
+        (
+            "budget_rebalance_preemptions_window",
+            "gauge",
+            "Rebalancing preemptions (reasons rebalance and over_budget) in the window ending now.",
+        ),
+        n,
+    );
+    x.single(
+        (
+            "budget_rebalance_lost_gpu_hours_window",
+            "gauge",
+            "GPU-hours of runs lost to rebalancing preemptions in the window ending now.",
+        ),
+        lost,
+    );
+    x.family(
+        "budget_site_cap",
+        "gauge",
+        "Site caps per window set with budgetctl policy set (absent: no cap).",
+    );
+    if let Some(m) = p.site_max_preemptions {
+        x.sample("budget_site_cap", &[("kind", "preemptions")], m);
+    }
+    if let Some(m) = p.site_max_lost_gpu_hours {
+        x.sample("budget_site_cap", &[("kind", "lost_gpu_hours")], m);
+    }
+    let reached = p.site_max_preemptions.is_some_and(|m| n >= u64::from(m))
+        || p.site_max_lost_gpu_hours.is_some_and(|m| lost >= m);
+    x.single(
+        (
+            "budget_site_cap_reached",
+            "gauge",
+            "1 while a site cap is reached: preempt/budget takes no job for rebalancing.",
+        ),
+        u8::from(reached),
     );
 }
 

@@ -39,6 +39,13 @@ pub fn validate(p: &Policy) -> Result<(), String> {
             p.hysteresis
         ));
     }
+    if let Some(h) = p.site_max_lost_gpu_hours
+        && !(h.is_finite() && h >= 0.0)
+    {
+        return Err(format!(
+            "site_max_lost_gpu_hours must be a number of GPU-hours >= 0, got {h}"
+        ));
+    }
     if !(1..=86_400).contains(&p.snapshot_max_age_secs) {
         return Err(format!(
             "snapshot_max_age_secs must be between 1 and 86400, got {}",

@@ -131,6 +131,24 @@ pub fn of_run(store: &Store, job_id: u32, run: u32) -> Option<Preemption> {
 }
 
 /// Totals per victim account (no roll-up: a preemption is a fact about one job).
+/// Rebalancing preemptions (reasons `rebalance` and `over_budget`: what the
+/// cost-aware rule allows between budgeted teams) in the window ending at
+/// `now`, and the GPU-hours their runs lost: what the site caps count.
+pub fn site_totals(store: &Store, now: i64) -> (u64, f64) {
+    let since = now - store.policy().window_secs + 1;
+    list(store, since)
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| p.at <= now)
+        .filter(|p| {
+            matches!(
+                p.reason,
+                PreemptionReason::Rebalance | PreemptionReason::OverBudget
+            )
+        })
+        .fold((0, 0.0), |(n, h), p| (n + 1, h + p.gpu_hours))
+}
+
 pub fn by_account(rows: &[Preemption]) -> Vec<AccountLoss> {
     let mut m: BTreeMap<&str, AccountLoss> = BTreeMap::new();
     for r in rows {

@@ -3,7 +3,8 @@
 //!
 //! Everything here is derived (nothing is stored): the numbers come from
 //! `policy_core` — window clipping (`Run`), `FairShare::compute`, tiers,
-//! `priority_parts` and `may_preempt` — applied to the ledger and tree.
+//! `priority_parts` and the cost-aware rule (`rebalance::decide`, `explain_wait`)
+//! — applied to the ledger and tree.
 
 use std::collections::BTreeMap;
 
@@ -11,10 +12,11 @@ use budget_protocol::RunState;
 use budget_protocol::reports::{ShareReport, ShareRow, UsageReport, UsageRow};
 use budget_protocol::why::{PathStep, PreemptPeer, Why};
 use policy_core::FairShare;
-use policy_core::fairshare::NodeKind;
-use policy_core::preempt::{self, Context, PreemptPolicy};
+use policy_core::fairshare::{NodeKind, Tier};
+use policy_core::preempt;
 use policy_core::priority::{job_priority, priority_parts};
 use policy_core::protection::{is_protected, protected_until};
+use policy_core::rebalance::{self, InFlight, PastPreemption, PreemptState};
 use policy_core::tree::ROOT;
 
 use crate::auth::Scope;
@@ -168,6 +170,45 @@ pub fn usage(store: &Store, from: i64, to: i64, by_user: bool, scope: &Scope) ->
     }
 }
 
+/// Rebalancing preemptions (the rule's own) of the window ending at `now`.
+fn rebalance_history(store: &Store, now: i64) -> Vec<budget_protocol::preemption::Preemption> {
+    use budget_protocol::preemption::PreemptionReason;
+    crate::preemptions::list(store, now - store.policy().window_secs + 1)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| {
+            p.at <= now
+                && matches!(
+                    p.reason,
+                    PreemptionReason::Rebalance | PreemptionReason::OverBudget
+                )
+        })
+        .collect()
+}
+
+/// The wire's reason (`PreemptPeer::reason`) for what the cost-aware rule allowed.
+/// A job of an over-budget path is `victim_over_budget`, as `preempt/budget`
+/// records it.
+fn wire_reason(fs: &FairShare, a: &rebalance::Allowed, victim: &RunRecord) -> preempt::Allowed {
+    let over = preempt::job_tier(Some(fs), &victim.view()) == Tier::OverBudget;
+    match a {
+        rebalance::Allowed::VictimFreeTier => preempt::Allowed::VictimFreeTier,
+        rebalance::Allowed::Rebalance(r) => match r.clause {
+            _ if over => preempt::Allowed::VictimOverBudget,
+            rebalance::Clause::OverBudget => preempt::Allowed::VictimOverBudget,
+            rebalance::Clause::Entitlement => preempt::Allowed::Rebalance {
+                parent: rebalance::node_name(fs, r.parent),
+                preemptor_side: rebalance::node_name(fs, r.preemptor_side),
+                preemptor_ratio: r.preemptor_ratio,
+                victim_side: rebalance::node_name(fs, r.victim_side),
+                victim_ratio: r.victim_ratio,
+                victim_side_gpus: r.victim_side_held,
+                victim_side_entitled_gpus: r.victim_side_entitled,
+            },
+        },
+    }
+}
+
 /// Explains the latest run of a job at `now` with the given fair share.
 /// `visible` says which other jobs the caller may see: the peers listed
 /// (jobs this one could preempt or be preempted by) are only those, so a
@@ -210,20 +251,29 @@ pub fn why(
                 .collect()
         })
         .unwrap_or_default();
+    // The cost-aware rule, with the inputs `preempt/budget` has: every running
+    // run (time limits, requeues, checkpoints as the controller synced them),
+    // every pending one, and the rebalancing preemptions of the window.
     let running = store.ledger().in_state(RunState::Running);
-    let held = fs.holdings(
-        running
-            .iter()
-            .map(|r| (r.account.as_str(), r.user.as_str(), r.gpus)),
-    );
-    let ctx = Context {
-        fair_share: Some(fs),
-        held: &held,
-        policy: PreemptPolicy {
-            hysteresis: store.policy().hysteresis,
-        },
+    let pending = store.ledger().in_state(RunState::Pending);
+    let history = rebalance_history(store, now);
+    let state = PreemptState::compute(
+        Some(fs),
+        running.iter().map(RunRecord::running_job),
+        pending.iter().map(RunRecord::pending_job),
+        history.iter().map(|h| PastPreemption {
+            at: h.at,
+            preemptor_account: h.preemptor_account.as_deref().unwrap_or(""),
+            preemptor_user: "",
+            victim_account: &h.account,
+            victim_user: &h.user,
+            lost_gpu_secs: h.gpu_hours * 3600.0,
+        }),
+        None,
+        store.policy().rebalance(),
         now,
-    };
+    );
+    let none = InFlight::default();
     let peer = |r: &RunRecord, reason| PreemptPeer {
         job_id: r.job_id,
         run: r.run,
@@ -234,23 +284,25 @@ pub fn why(
     };
     let mut could_preempt = Vec::new();
     let mut preemptable_by = Vec::new();
+    let mut wait = None;
     match job.state {
         RunState::Pending => {
-            for r in running.iter().filter(|r| visible(r)) {
-                if let Ok(reason) = preempt::may_preempt(&ctx, &v, &r.view()) {
-                    could_preempt.push(peer(r, reason));
+            let p = job.pending_job();
+            let views: Vec<_> = running.iter().map(RunRecord::running_job).collect();
+            for (r, v) in running.iter().zip(&views).filter(|(r, _)| visible(r)) {
+                if let Ok(a) = rebalance::decide(&state, Some(fs), &none, &p, v, now) {
+                    could_preempt.push(peer(r, wire_reason(fs, &a, r)));
                 }
             }
+            let w = rebalance::explain_wait(&state, Some(fs), &none, &p, &views, now);
+            wait = Some(rebalance::describe_wait(Some(fs), &w, now));
         }
         RunState::Running => {
-            for p in store
-                .ledger()
-                .in_state(RunState::Pending)
-                .into_iter()
-                .filter(|p| visible(p))
-            {
-                if let Ok(reason) = preempt::may_preempt(&ctx, &p.view(), &v) {
-                    preemptable_by.push(peer(&p, reason));
+            let v = job.running_job();
+            for p in pending.iter().filter(|p| visible(p)) {
+                if let Ok(a) = rebalance::decide(&state, Some(fs), &none, &p.pending_job(), &v, now)
+                {
+                    preemptable_by.push(peer(p, wire_reason(fs, &a, job)));
                 }
             }
         }
@@ -285,6 +337,7 @@ pub fn why(
         priority,
         priority_parts: parts,
         path,
+        wait,
         could_preempt,
         preemptable_by,
         preemption: crate::preemptions::why(store, fs, job, now),

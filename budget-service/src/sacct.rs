@@ -198,6 +198,8 @@ pub fn parse(
                 nodes: None,
                 state: l.state,
                 first_seen: now,
+                time_limit_secs: None,
+                checkpoint_secs: None,
             });
         }
     }

@@ -108,12 +108,13 @@ fn norm_parent(p: Option<String>) -> Option<String> {
 }
 
 const UPSERT_RUN: &str = "INSERT INTO runs(job_id, run, account, user, partition, gpus, gpu_type, start, end, \
-     free_tier, min_runtime, nodes, state, first_seen, source) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+     free_tier, min_runtime, nodes, state, first_seen, source, time_limit, checkpoint) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
      ON CONFLICT(job_id, run) DO UPDATE SET account = excluded.account, user = excluded.user, \
      partition = excluded.partition, gpus = excluded.gpus, gpu_type = excluded.gpu_type, start = excluded.start, \
      end = excluded.end, free_tier = excluded.free_tier, min_runtime = excluded.min_runtime, \
-     nodes = excluded.nodes, state = excluded.state";
+     nodes = excluded.nodes, state = excluded.state, time_limit = excluded.time_limit, \
+     checkpoint = excluded.checkpoint";
 
 impl Store {
     /// Opens the database, migrates it, and loads the in-memory state.
@@ -196,7 +197,7 @@ impl Store {
         {
             let mut st = conn.prepare(
                 "SELECT job_id, run, account, user, partition, gpus, gpu_type, start, end, free_tier, \
-                 min_runtime, nodes, state, first_seen FROM runs",
+                 min_runtime, nodes, state, first_seen, time_limit, checkpoint FROM runs",
             )?;
             let mut rows = st.query([])?;
             while let Some(r) = rows.next()? {
@@ -217,6 +218,8 @@ impl Store {
                     state: RunState::parse(&state)
                         .ok_or_else(|| anyhow::anyhow!("bad run state {state:?} in db"))?,
                     first_seen: r.get(13)?,
+                    time_limit_secs: r.get(14)?,
+                    checkpoint_secs: r.get(15)?,
                 });
             }
         }
@@ -821,7 +824,9 @@ impl Store {
                         r.nodes,
                         r.state.as_str(),
                         r.first_seen,
-                        source
+                        source,
+                        r.time_limit_secs,
+                        r.checkpoint_secs
                     ])?;
                 }
                 Ok(())

@@ -1,5 +1,8 @@
 //! `budgetctl policy show|set`: the site policy (window, min_runtime
-//! defaults, hysteresis, snapshot age, idle threshold).
+//! defaults, hysteresis, snapshot age, idle threshold, and the site caps on
+//! rebalancing preemptions per window: `site_max_preemptions`,
+//! `site_max_lost_gpu_hours`, `none` to clear; `max_requeues`, the requeues
+//! after which a job is no longer taken for rebalancing).
 
 use anyhow::bail;
 use budget_protocol::Policy;
@@ -10,7 +13,8 @@ use crate::args::{PolicyCmd, UsageError};
 use crate::output::{Out, num, render};
 
 const KEYS: &str = "window, default_min_runtime, max_min_runtime, require_min_runtime, \
-                    hysteresis, snapshot_max_age, idle_threshold";
+                    hysteresis, snapshot_max_age, idle_threshold, site_max_preemptions, \
+                    site_max_lost_gpu_hours, max_requeues";
 
 /// Reads `KEY=VALUE` pairs (durations as 90m, 4h, 7d, HH:MM:SS) into a patch.
 fn patch(pairs: &[String]) -> anyhow::Result<PolicyPatch> {
@@ -42,6 +46,39 @@ fn patch(pairs: &[String]) -> anyhow::Result<PolicyPatch> {
                         .map_err(|_| UsageError(format!("{k}: expected a number, got {val:?}")))?,
                 )
             }
+            "max_requeues" => {
+                p.max_requeues = Some(match val.trim() {
+                    "default" | "none" => None,
+                    v => Some(v.parse::<u32>().map_err(|_| {
+                        UsageError(format!(
+                            "{k}: expected a whole number or default, got {val:?}"
+                        ))
+                    })?),
+                })
+            }
+            "site_max_preemptions" => {
+                p.site_max_preemptions = Some(match val.trim() {
+                    "none" | "off" => None,
+                    v => Some(v.parse::<u32>().map_err(|_| {
+                        UsageError(format!("{k}: expected a whole number or none, got {val:?}"))
+                    })?),
+                })
+            }
+            "site_max_lost_gpu_hours" => {
+                p.site_max_lost_gpu_hours = Some(match val.trim() {
+                    "none" | "off" => None,
+                    v => Some(
+                        v.parse::<f64>()
+                            .ok()
+                            .filter(|x| x.is_finite() && *x >= 0.0)
+                            .ok_or_else(|| {
+                                UsageError(format!(
+                                    "{k}: expected a number of GPU-hours >= 0 or none, got {val:?}"
+                                ))
+                            })?,
+                    ),
+                })
+            }
             _ => bail!(UsageError(format!(
                 "unknown policy key {k:?}; keys: {KEYS}"
             ))),
@@ -61,6 +98,9 @@ fn table(p: &Policy) -> String {
         hysteresis,
         snapshot_max_age_secs,
         idle_threshold_secs,
+        site_max_preemptions,
+        site_max_lost_gpu_hours,
+        max_requeues,
     } = p;
     let d = |secs: &i64| policy_core::format_duration(*secs);
     let rows = [
@@ -68,7 +108,27 @@ fn table(p: &Policy) -> String {
         ("hysteresis", num(*hysteresis, 3)),
         ("idle_threshold", d(idle_threshold_secs)),
         ("max_min_runtime", d(max_min_runtime_secs)),
+        (
+            "max_requeues",
+            // The effective cap (the rule's default when unset).
+            p.rebalance()
+                .max_requeues
+                .map_or("none".into(), |n| n.to_string())
+                + if max_requeues.is_none() {
+                    " (default)"
+                } else {
+                    ""
+                },
+        ),
         ("require_min_runtime", require_min_runtime.to_string()),
+        (
+            "site_max_lost_gpu_hours",
+            site_max_lost_gpu_hours.map_or("none".into(), |h| num(h, 2)),
+        ),
+        (
+            "site_max_preemptions",
+            site_max_preemptions.map_or("none".into(), |n| n.to_string()),
+        ),
         ("snapshot_max_age", d(snapshot_max_age_secs)),
         ("window", d(window_secs)),
     ]
@@ -113,6 +173,17 @@ mod tests {
         assert!(line("window").ends_with(" 7d"), "{t}");
         assert!(line("hysteresis").ends_with(" 0.1"), "{t}");
         assert!(line("require_min_runtime").ends_with(" false"), "{t}");
-        assert_eq!(t.lines().count(), 8, "{t}");
+        assert!(line("site_max_preemptions").ends_with(" none"), "{t}");
+        assert_eq!(t.lines().count(), 11, "{t}");
+        let p = patch(&[
+            "site_max_preemptions=3".into(),
+            "site_max_lost_gpu_hours=none".into(),
+        ])
+        .expect("caps");
+        assert_eq!(p.site_max_preemptions, Some(Some(3)));
+        assert_eq!(p.site_max_lost_gpu_hours, Some(None));
+        for bad in ["site_max_preemptions=-1", "site_max_lost_gpu_hours=NaN"] {
+            assert!(patch(&[bad.into()]).is_err(), "{bad}");
+        }
     }
 }

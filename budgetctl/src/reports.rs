@@ -259,6 +259,9 @@ fn why_text(w: &Why) -> String {
     }
     match w.state {
         RunState::Pending => {
+            if let Some(wait) = &w.wait {
+                o.push_str(&format!("wait:      {wait}\n"));
+            }
             o.push_str(&format!("could preempt: {}\n", peers(&w.could_preempt)));
         }
         RunState::Running => {

@@ -25,7 +25,7 @@
 //! The callback ([`decide`]) reads that state, a small [`InFlight`] list of
 //! preemptors already granted victims and not yet running, and the two jobs.
 //!
-//! # Wiring in `preempt/budget` (phase 2)
+//! # Wiring in `preempt/budget` (done: `slurm-plugin/preempt/src/rule.rs`)
 //! - Background thread, each period (when `last_job_update` or the snapshot
 //!   changed, as `Holdings` today): one walk under the job read lock collecting
 //!   every running job as a [`RunningJob`] (`time_limit` minutes x 60, `None` for
@@ -60,6 +60,10 @@
 //! preempted by a pending job P when R is past its protected window and either
 //! R is free tier and P is not (unchanged, immediate), or, with P budgeted and
 //! their paths splitting below node `parent` into sides `ps` (P's) and `vs` (R's):
+//! 0. **Between accounts**: `ps` and `vs` are both accounts (sibling teams or
+//!    top-level budget nodes), never a user: GPUs move between accounts only,
+//!    never from one user of an account to another or to a sub-account of it
+//!    ([`Denied::WithinAccount`]; docs/design.md §6.1).
 //! 1. **Rank agreement**: `ratio(ps) < ratio(vs) - hysteresis` (the priority
 //!    order agrees that P's side comes first; as in the old rule).
 //! 2. **Victim side above its entitlement**: R's side still holds at least its
@@ -366,9 +370,18 @@ struct Forecast {
 /// time the callback allows it a victim (it cannot know which candidates Slurm
 /// takes): conservative. The simulator starts a preemptor at once, so its list
 /// lives for one pass.
+///
+/// It also counts the *victims* allowed and not yet requeued ([`InFlight::take`]):
+/// the period state's holdings refresh once a second at best, so without them
+/// two preemptors of one pass could each take a job of the same side, each
+/// check seeing the side above its entitlement by one job (issue 11, item 13),
+/// and several preemptions of one pass could each pass the site cap. The
+/// simulator takes none (its holdings are live).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InFlight {
     grants: Vec<(u32, Vec<usize>, u32)>,
+    /// (victim job, its leaf path, GPUs, work it loses in GPU-seconds).
+    victims: Vec<(u32, Vec<usize>, u32, f64)>,
 }
 
 impl InFlight {
@@ -392,7 +405,53 @@ impl InFlight {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.grants.is_empty()
+        self.grants.is_empty() && self.victims.is_empty()
+    }
+
+    /// Records that victim `v` was allowed to be preempted (losing
+    /// `lost_gpu_secs`): until [`InFlight::retain_victims`] drops it, its
+    /// GPUs count as already leaving its side, and it counts toward the
+    /// site cap.
+    pub fn take(&mut self, v: &RunningJob<'_>, fs: &FairShare, lost_gpu_secs: f64) {
+        if self.victims.iter().any(|x| x.0 == v.job_id) {
+            return;
+        }
+        let node = match v.leaf {
+            Some(n) if n < fs.nodes.len() => Some(n),
+            _ => fs.place(v.account, v.user).map(|p| p.node),
+        };
+        if let Some(n) = node {
+            self.victims
+                .push((v.job_id, fs.path(n), v.gpus, lost_gpu_secs.max(0.0)));
+        }
+    }
+
+    /// GPUs of victims under `side` already allowed, other than `except`.
+    pub fn victim_gpus_under(&self, side: usize, except: u32) -> u32 {
+        self.victims
+            .iter()
+            .filter(|x| x.0 != except && x.1.contains(&side))
+            .map(|x| x.2)
+            .sum()
+    }
+
+    /// Victims allowed and their lost work (GPU-seconds), other than `except`.
+    pub fn victims_total(&self, except: u32) -> (u32, f64) {
+        self.victims
+            .iter()
+            .filter(|x| x.0 != except)
+            .fold((0, 0.0), |(n, l), x| (n + 1, l + x.3))
+    }
+
+    /// Job ids of the victims recorded.
+    pub fn victims(&self) -> impl Iterator<Item = u32> + '_ {
+        self.victims.iter().map(|x| x.0)
+    }
+
+    /// Keeps the victims `keep` says are still on their way out (running,
+    /// not yet requeued, not yet in the preemption record).
+    pub fn retain_victims(&mut self, mut keep: impl FnMut(u32) -> bool) {
+        self.victims.retain(|x| keep(x.0));
     }
 
     /// Keeps the grants whose preemptor `keep` says is still waiting (pending, not
@@ -460,6 +519,11 @@ pub enum Denied {
     PreemptorNotBudgeted { tier: Tier },
     /// Same leaf, or one path contains the other.
     SameSide,
+    /// The two jobs' paths split below one account into a user of it and
+    /// another of its users or sub-accounts: rebalancing moves GPUs only
+    /// between sibling accounts, never between users of one account
+    /// (docs/design.md §6.1).
+    WithinAccount { account: String },
     /// The priority order does not put the preemptor's side first by the hysteresis.
     RatioGapTooSmall {
         preemptor_ratio: f64,
@@ -902,9 +966,15 @@ impl PreemptState {
 
     /// Whether the site cap is reached (shown in `/metrics` when it bites).
     pub fn site_cap_reached(&self, extra_lost_gpu_secs: f64) -> bool {
+        self.site_cap_reached_with(0, extra_lost_gpu_secs)
+    }
+
+    /// [`PreemptState::site_cap_reached`] with `extra_preemptions` not yet in
+    /// the record (victims in flight).
+    pub fn site_cap_reached_with(&self, extra_preemptions: u32, extra_lost_gpu_secs: f64) -> bool {
         let p = &self.policy;
         p.site_max_preemptions
-            .is_some_and(|m| self.site_preemptions >= m)
+            .is_some_and(|m| self.site_preemptions.saturating_add(extra_preemptions) >= m)
             || p.site_max_lost_gpu_hours.is_some_and(|m| {
                 (self.site_lost_gpu_secs + extra_lost_gpu_secs) / crate::HOUR as f64 > m
             })
@@ -964,6 +1034,10 @@ pub struct SideVerdict {
     in_flight: u32,
     deficit: f64,
     uncovered: f64,
+    /// GPUs of the victim's side already allowed to other preemptions.
+    victims_in_flight: u32,
+    /// Victims allowed and not yet in the record, with their lost GPU-seconds.
+    site_in_flight: (u32, f64),
 }
 
 /// Side-level checks for a budgeted preemptor `p` against a non-free victim
@@ -1008,6 +1082,19 @@ pub fn judge_sides(
     let (p_path, v_path) = (state.path(fs, pn), state.path(fs, vn));
     let k = split_at(&p_path, &v_path).ok_or(Denied::SameSide)?;
     let (parent, ps, vs) = (v_path[k - 1], p_path[k], v_path[k]);
+    // The product's unit of entitlement is the account: users of one account
+    // share its allocation, and a user's own ratio only orders the account's
+    // queue. Rebalancing inside one account would requeue a colleague's run to
+    // reorder that queue, work lost for no entitlement gained (Helios measured
+    // exactly one such preemption and it cost the replay its makespan:
+    // docs/simulator-results.md). So both sides must be accounts.
+    if !matches!(fs.nodes[ps].kind, NodeKind::Account)
+        || !matches!(fs.nodes[vs].kind, NodeKind::Account)
+    {
+        return Err(Denied::WithinAccount {
+            account: node_name(fs, parent),
+        });
+    }
     let policy = &state.policy;
     if policy.reverse_lock
         && let Some(&at) = state.took_from.get(&(vs, ps))
@@ -1032,7 +1119,8 @@ pub fn judge_sides(
                 .any(|&i| fs.nodes[i].ratio >= 1.0 + band.max(0.0))
     });
     let vside = &state.nodes[vs];
-    if !over_budget && f64::from(vside.held) <= vside.entitled {
+    let taken = in_flight.victim_gpus_under(vs, v.job_id);
+    if !over_budget && f64::from(vside.held.saturating_sub(taken)) <= vside.entitled {
         return Err(Denied::VictimSideWithinEntitlement {
             held: vside.held,
             entitled: vside.entitled,
@@ -1064,6 +1152,8 @@ pub fn judge_sides(
         in_flight: granted,
         deficit: pside.deficit,
         uncovered,
+        victims_in_flight: taken,
+        site_in_flight: in_flight.victims_total(v.job_id),
     })
 }
 
@@ -1089,8 +1179,8 @@ pub fn judge_victim(
         });
     }
     let vside = &state.nodes[sides.vs];
-    let keeps_entitlement =
-        f64::from(vside.held) - f64::from(v.gpus) >= vside.entitled && vside.held >= v.gpus;
+    let held = vside.held.saturating_sub(sides.victims_in_flight);
+    let keeps_entitlement = f64::from(held) - f64::from(v.gpus) >= vside.entitled && held >= v.gpus;
     if !sides.over_budget && !keeps_entitlement {
         return Err(Denied::VictimSideWithinEntitlement {
             held: vside.held,
@@ -1107,11 +1197,12 @@ pub fn judge_victim(
             victim_lost_gpu_secs: lost,
         });
     }
-    if state.site_cap_reached(lost) {
+    let (n_flight, lost_flight) = sides.site_in_flight;
+    if state.site_cap_reached_with(n_flight, lost_flight + lost) {
         let (preemptions, lost_secs) = state.site_totals();
         return Err(Denied::SiteCap {
-            preemptions,
-            lost_gpu_hours: lost_secs / crate::HOUR as f64,
+            preemptions: preemptions.saturating_add(n_flight),
+            lost_gpu_hours: (lost_secs + lost_flight) / crate::HOUR as f64,
         });
     }
     Ok(Allowed::Rebalance(Rebalance {
@@ -1199,6 +1290,263 @@ pub fn describe(fs: &FairShare, r: &Rebalance) -> String {
         r.victim_side_entitled,
         r.victim_lost_gpu_secs / crate::HOUR as f64,
     )
+}
+
+/// Why a pending job waits, in the rule's terms (`budgetctl why`): what
+/// [`decide`] says about every running job, summed up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Wait {
+    /// The rule allows taking `victim` now; among the allowed, Slurm's order
+    /// ([`victim_priority`]) puts it first: free tier, else least work lost.
+    Preempting {
+        victim: u32,
+        /// When its protected window ended.
+        window_ended: i64,
+        allowed: Allowed,
+    },
+    /// Turnover covers the side's deficit: GPUs of jobs above their side's
+    /// entitlement come free at their time limits, the last needed at `at`.
+    Turnover {
+        side: usize,
+        at: Option<i64>,
+        jobs: Vec<u32>,
+        deficit: f64,
+        in_flight: u32,
+    },
+    /// No preemption, for the reason the rule gave about the running job
+    /// Slurm would have asked about first (`None` when nothing runs).
+    Refused {
+        victim: Option<u32>,
+        denied: Option<Denied>,
+    },
+}
+
+/// Explains a pending job's wait with [`decide`] against each running job.
+pub fn explain_wait(
+    state: &PreemptState,
+    fs: Option<&FairShare>,
+    in_flight: &InFlight,
+    p: &PendingJob<'_>,
+    running: &[RunningJob<'_>],
+    now: i64,
+) -> Wait {
+    let mut best: Option<(u32, &RunningJob<'_>, Allowed)> = None;
+    let mut refused: Option<(u32, &RunningJob<'_>, Denied)> = None;
+    let mut turnover = false;
+    for v in running {
+        let order = victim_priority(fs, v, now);
+        match decide(state, fs, in_flight, p, v, now) {
+            Ok(a) => {
+                if best
+                    .as_ref()
+                    .is_none_or(|b| (order, v.job_id) < (b.0, b.1.job_id))
+                {
+                    best = Some((order, v, a));
+                }
+            }
+            Err(d) => {
+                turnover |= matches!(d, Denied::TurnoverSuffices { .. });
+                // The most informative refusal: a job past its window before a
+                // protected one, then Slurm's order.
+                let key = (matches!(d, Denied::Protected { .. }), order, v.job_id);
+                if refused.as_ref().is_none_or(|r| {
+                    key < (matches!(r.2, Denied::Protected { .. }), r.0, r.1.job_id)
+                }) {
+                    refused = Some((order, v, d));
+                }
+            }
+        }
+    }
+    if let Some((_, v, allowed)) = best {
+        return Wait::Preempting {
+            victim: v.job_id,
+            window_ended: protected_until(v.run_start, v.min_runtime),
+            allowed,
+        };
+    }
+    if turnover && let Some(fs) = fs {
+        // The highest side on the job's path the forecast covers.
+        if let Some(place) = fs.place(p.account, p.user) {
+            for side in fs.path(place.node).into_iter().skip(1) {
+                let rel = state.releases(fs, side);
+                if let Some(s) = state.side(fs, side).filter(|_| !rel.is_empty()) {
+                    return Wait::Turnover {
+                        side,
+                        at: rel.last().map(|r| r.at),
+                        jobs: rel.iter().map(|r| r.job_id).collect(),
+                        deficit: s.deficit,
+                        in_flight: in_flight.gpus_under(side, p.job_id),
+                    };
+                }
+            }
+        }
+    }
+    match refused {
+        Some((_, v, d)) => Wait::Refused {
+            victim: Some(v.job_id),
+            denied: Some(d),
+        },
+        None => Wait::Refused {
+            victim: None,
+            denied: None,
+        },
+    }
+}
+
+/// A Unix time as `YYYY-MM-DD HH:MM:SS UTC` (no time zone database in the core).
+pub fn utc(t: i64) -> String {
+    let (days, secs) = (t.div_euclid(86_400), t.rem_euclid(86_400));
+    // Civil from days (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
+/// [`Wait`] in words, with [`describe`] for an allowed rebalancing:
+/// "GPUs expected free at T from jobs A, B; no preemption needed" or
+/// "preempting job C: its window ended, least work lost".
+pub fn describe_wait(fs: Option<&FairShare>, w: &Wait, now: i64) -> String {
+    let jobs = |j: &[u32]| j.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    match w {
+        Wait::Preempting {
+            victim,
+            window_ended,
+            allowed,
+        } => {
+            let ago = crate::format_duration(now - window_ended);
+            match (allowed, fs) {
+                (Allowed::VictimFreeTier, _) => {
+                    format!("preempting job {victim}: it runs in the free tier")
+                }
+                (Allowed::Rebalance(r), Some(fs)) => format!(
+                    "preempting job {victim}: its window ended {ago} ago, least work lost ({:.2} GPU-h); {}",
+                    r.victim_lost_gpu_secs / crate::HOUR as f64,
+                    describe(fs, r)
+                ),
+                (Allowed::Rebalance(r), None) => format!(
+                    "preempting job {victim}: its window ended {ago} ago, least work lost ({:.2} GPU-h)",
+                    r.victim_lost_gpu_secs / crate::HOUR as f64
+                ),
+            }
+        }
+        Wait::Turnover {
+            side,
+            at,
+            jobs: j,
+            deficit,
+            in_flight,
+        } => {
+            let name = fs.map(|fs| node_name(fs, *side)).unwrap_or_default();
+            let when = match at {
+                Some(t) => format!(
+                    "at {} (in {})",
+                    utc(*t),
+                    crate::format_duration((t - now).max(0))
+                ),
+                None => "soon".into(),
+            };
+            let mut o = format!(
+                "GPUs expected free {when} from jobs {}; no preemption needed ({name} short of {deficit:.1} GPUs, covered by their time limits",
+                jobs(j)
+            );
+            if *in_flight > 0 {
+                o.push_str(&format!(", {in_flight} GPUs already being freed for it"));
+            }
+            o.push(')');
+            o
+        }
+        Wait::Refused {
+            victim: None,
+            denied: _,
+        } => "no running job to preempt; waiting for free GPUs".into(),
+        Wait::Refused {
+            victim: Some(v),
+            denied,
+        } => format!(
+            "no preemption: job {v} (first in Slurm's order) {}",
+            denied
+                .as_ref()
+                .map_or_else(String::new, |d| denied_words(fs, d, now))
+        ),
+    }
+}
+
+/// A refusal in words.
+pub fn denied_words(_fs: Option<&FairShare>, d: &Denied, now: i64) -> String {
+    let h = |s: f64| s / crate::HOUR as f64;
+    match d {
+        Denied::Protected { until } => format!(
+            "is protected until {} (in {})",
+            utc(*until),
+            crate::format_duration((until - now).max(0))
+        ),
+        Denied::PreemptorFree => "cannot be taken: free-tier jobs never preempt".into(),
+        Denied::SafeMode => {
+            "cannot be taken: no fresh fair-share snapshot (safe mode), only free-tier jobs yield"
+                .into()
+        }
+        Denied::StaleState => "cannot be taken yet: the state is being recomputed".into(),
+        Denied::UnknownAccount { account } => {
+            format!("cannot be taken: account {account} is not in the tree")
+        }
+        Denied::PreemptorNotBudgeted { tier } => format!(
+            "cannot be taken: only budgeted jobs take others, this one is {}",
+            tier.as_str()
+        ),
+        Denied::SameSide => "cannot be taken: it belongs to the same side".into(),
+        Denied::WithinAccount { account } => format!(
+            "cannot be taken: both jobs are within account {account}, and GPUs are rebalanced only between accounts"
+        ),
+        Denied::RatioGapTooSmall {
+            preemptor_ratio,
+            victim_ratio,
+            hysteresis,
+        } => format!(
+            "cannot be taken: usage ratios {preemptor_ratio:.3} vs {victim_ratio:.3} differ by less than the hysteresis {hysteresis}"
+        ),
+        Denied::VictimSideWithinEntitlement { held, entitled, .. } => {
+            format!("cannot be taken: its side holds {held} GPUs of {entitled:.1} entitled")
+        }
+        Denied::TurnoverSuffices { deficit, .. } => {
+            format!("need not be taken: turnover covers the {deficit:.1} GPUs short")
+        }
+        Denied::RecentReverse { at } => format!(
+            "cannot be taken: its side was preempted by this side at {} (no back-and-forth within a window)",
+            utc(*at)
+        ),
+        Denied::RequeueCap { requeues, max } => {
+            format!("cannot be taken: requeued {requeues} times (cap {max})")
+        }
+        Denied::LostBudget {
+            spent_gpu_secs,
+            budget_gpu_secs,
+            victim_lost_gpu_secs,
+        } => format!(
+            "cannot be taken: losing {:.2} GPU-h would pass the side's lost-work budget ({:.2} of {:.2} GPU-h spent)",
+            h(*victim_lost_gpu_secs),
+            h(*spent_gpu_secs),
+            h(*budget_gpu_secs)
+        ),
+        Denied::SiteCap {
+            preemptions,
+            lost_gpu_hours,
+        } => format!(
+            "cannot be taken: the site cap is reached ({preemptions} rebalancing preemptions, {lost_gpu_hours:.2} GPU-h lost in the window)"
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -1315,6 +1663,58 @@ mod tests {
         assert_eq!(st.side(&fs, b).unwrap().deficit, 0.0);
         assert_eq!(st.releases(&fs, a).len(), 1);
         assert_eq!(st.releases(&fs, a)[0].at, 48 * H);
+    }
+
+    #[test]
+    fn waits_are_explained_in_the_rules_terms() {
+        let now = 2 * H;
+        let p = pend(9, "a", "ua", 4);
+        // Turnover: b's runs end at their 5 h time limits.
+        let (fs, running) = starved(5 * H);
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [p],
+            [],
+            Some(16.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        let w = explain_wait(&st, Some(&fs), &InFlight::default(), &p, &running, now);
+        assert!(
+            matches!(&w, Wait::Turnover { at: Some(t), jobs, .. } if *t == 5 * H && jobs == &[2]),
+            "{w:?}"
+        );
+        assert_eq!(
+            describe_wait(Some(&fs), &w, now),
+            "GPUs expected free at 1970-01-01 05:00:00 UTC (in 3h) from jobs 2; no preemption needed (a short of 4.0 GPUs, covered by their time limits)"
+        );
+        // Multi-day runs: preempt the one that loses least (the youngest).
+        let (fs, mut running) = starved(48 * H);
+        running[3].run_start = H;
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [p],
+            [],
+            Some(16.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        let w = explain_wait(&st, Some(&fs), &InFlight::default(), &p, &running, now);
+        assert!(matches!(w, Wait::Preempting { victim: 4, .. }), "{w:?}");
+        let text = describe_wait(Some(&fs), &w, now);
+        assert!(
+            text.starts_with("preempting job 4: its window ended 0s ago, least work lost (4.00 GPU-h); rebalance below"),
+            "{text}"
+        );
+        // Nothing to take.
+        let w = explain_wait(&st, Some(&fs), &InFlight::default(), &p, &[], now);
+        assert_eq!(
+            describe_wait(Some(&fs), &w, now),
+            "no running job to preempt; waiting for free GPUs"
+        );
+        assert_eq!(utc(1_767_225_600 + 3661), "2026-01-01 01:01:01 UTC");
     }
 
     #[test]
@@ -1622,6 +2022,104 @@ mod tests {
         assert!(o(&old_small) < o(&young_big));
     }
 
+    /// Account `t` (16 GPUs of 32) with members `u1` and `u2`, and account `o`
+    /// (16) with member `uo`; usage in GPU-hours per user.
+    fn one_account_two_users(u1_used: f64, u2_used: f64) -> FairShare {
+        let acct = |n: &str| AccountSpec {
+            name: n.to_string(),
+            parent: None,
+            allocation_gpu_hours: 16.0 * 168.0,
+            overcommit: false,
+        };
+        let member = |u: &str, a: &str| MemberSpec {
+            user: u.to_string(),
+            account: a.to_string(),
+            allocation_gpu_hours: None,
+        };
+        let tree = TreeSpec {
+            root_allocation_gpu_hours: None,
+            accounts: vec![acct("t"), acct("o")],
+            members: vec![member("u1", "t"), member("u2", "t"), member("uo", "o")],
+        };
+        let usage: UsageByLeaf = [
+            (("t".to_string(), "u1".to_string()), u1_used * 3600.0),
+            (("t".to_string(), "u2".to_string()), u2_used * 3600.0),
+        ]
+        .into_iter()
+        .collect();
+        FairShare::compute(&tree, &usage, 0, W)
+    }
+
+    #[test]
+    fn never_between_users_of_one_account() {
+        // u1 holds all 16 of t's GPUs in long runs, u2 (ratio 0) waits for 8: every
+        // other check of the rule would allow u2 to take u1's runs (u2 is short
+        // of its share of t and turnover is 46 h away), but both are t's users.
+        let fs = one_account_two_users(1000.0, 0.0);
+        let now = 2 * H;
+        let running: Vec<RunningJob<'static>> =
+            (1..=4).map(|i| run(i, "t", "u1", 4, 0, 48 * H)).collect();
+        let p = pend(9, "t", "u2", 8);
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [p],
+            [],
+            Some(32.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        let (u1, u2) = (fs.place("t", "u1").unwrap(), fs.place("t", "u2").unwrap());
+        assert!(fs.nodes[u2.node].ratio < fs.nodes[u1.node].ratio - 0.1);
+        let side = st.side(&fs, u2.node).unwrap();
+        assert!(side.deficit > 0.0 && side.uncovered > 0.0, "{side:?}");
+        assert!(st.side(&fs, u1.node).unwrap().held > 4);
+        for v in &running {
+            assert_eq!(
+                decide(&st, Some(&fs), &InFlight::default(), &p, v, now),
+                Err(Denied::WithinAccount {
+                    account: "t".into()
+                })
+            );
+        }
+        let words = denied_words(
+            Some(&fs),
+            &Denied::WithinAccount {
+                account: "t".into(),
+            },
+            now,
+        );
+        assert!(words.contains("within account t"), "{words}");
+        // A free-tier run of a colleague still yields at once.
+        let free = RunningJob {
+            free_tier: true,
+            ..running[0]
+        };
+        assert_eq!(
+            decide(&st, Some(&fs), &InFlight::default(), &p, &free, now),
+            Ok(Allowed::VictimFreeTier)
+        );
+        // Between accounts the rule still rebalances: o (ratio 0, holding
+        // nothing) may take a 4-GPU run from t, which holds 20 of its 16 entitled.
+        let mut running = running;
+        running.push(run(5, "t", "u1", 4, 0, 48 * H));
+        let po = pend(10, "o", "uo", 4);
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [po],
+            [],
+            Some(32.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        let d = decide(&st, Some(&fs), &InFlight::default(), &po, &running[0], now);
+        assert!(
+            matches!(d, Ok(Allowed::Rebalance(r)) if node_name(&fs, r.victim_side) == "t"),
+            "{d:?}"
+        );
+    }
+
     #[test]
     fn settings_parse_and_bad_ones_change_nothing() {
         let mut p = RebalancePolicy::default();
@@ -1785,6 +2283,17 @@ mod tests {
                     let ab = decide(&st, Some(&fs), &none, &as_pending(a), &as_running(b), now);
                     let ba = decide(&st, Some(&fs), &none, &as_pending(b), &as_running(a), now);
                     prop_assert!(!(ab.is_ok() && ba.is_ok()), "loop between {} and {}: {:?} / {:?}", a, b, ab, ba);
+                    // Rebalancing only between accounts: both sides are accounts,
+                    // the jobs' accounts differ, and two jobs of one account
+                    // never rebalance (whatever their users' ratios).
+                    if let Ok(Allowed::Rebalance(r)) = &ab {
+                        prop_assert!(matches!(fs.nodes[r.preemptor_side].kind, NodeKind::Account));
+                        prop_assert!(matches!(fs.nodes[r.victim_side].kind, NodeKind::Account));
+                        prop_assert_ne!(&names[a].0, &names[b].0);
+                    }
+                    if names[a].0 == names[b].0 {
+                        prop_assert!(!matches!(ab, Ok(Allowed::Rebalance(_))), "{:?}", ab);
+                    }
                     let vb = as_running(b);
                     if is_protected(vb.run_start, vb.min_runtime, vb.free_tier, now) {
                         prop_assert!(ab.is_err());

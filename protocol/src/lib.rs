@@ -61,6 +61,19 @@ pub struct Policy {
     pub snapshot_max_age_secs: i64,
     /// A job whose GPUs stay idle this long is flagged as squatting.
     pub idle_threshold_secs: i64,
+    /// Site safety net: at most this many rebalancing preemptions per window
+    /// (`None`: no cap). Left out of the JSON when unset, so plugins of the
+    /// previous release still read a snapshot that sets no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site_max_preemptions: Option<u32>,
+    /// Site safety net: at most this many GPU-hours lost to rebalancing per
+    /// window (`None`: no cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site_max_lost_gpu_hours: Option<f64>,
+    /// A job requeued this many times is no longer taken for rebalancing
+    /// (`None`: the rule's default, `RebalancePolicy::default().max_requeues`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_requeues: Option<u32>,
 }
 
 impl Default for Policy {
@@ -73,6 +86,26 @@ impl Default for Policy {
             hysteresis: 0.1,
             snapshot_max_age_secs: 60,
             idle_threshold_secs: 1800,
+            site_max_preemptions: None,
+            site_max_lost_gpu_hours: None,
+            max_requeues: None,
+        }
+    }
+}
+
+impl Policy {
+    /// The cost-aware rule's knobs under this policy: the rule's defaults with
+    /// the site's hysteresis and site caps (`preempt/budget` and `budgetctl
+    /// why` read the same).
+    pub fn rebalance(&self) -> policy_core::rebalance::RebalancePolicy {
+        policy_core::rebalance::RebalancePolicy {
+            hysteresis: self.hysteresis,
+            site_max_preemptions: self.site_max_preemptions,
+            site_max_lost_gpu_hours: self.site_max_lost_gpu_hours,
+            max_requeues: self
+                .max_requeues
+                .or(policy_core::rebalance::RebalancePolicy::default().max_requeues),
+            ..Default::default()
         }
     }
 }
@@ -170,6 +203,13 @@ pub struct JobRun {
     /// Slurm's textual state reason, if any (e.g. `Priority`, `Resources`).
     #[serde(default)]
     pub reason: Option<String>,
+    /// The run's time limit in seconds (`None`: unlimited or unknown): the
+    /// cost-aware rule's turnover forecast (`budgetctl why`) reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_secs: Option<i64>,
+    /// Declared checkpoint interval (`checkpoint=` in the comment), seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_secs: Option<i64>,
 }
 
 /// A batch of job runs from the controller.

@@ -110,6 +110,37 @@ pub struct PolicyPatch {
     pub snapshot_max_age_secs: Option<i64>,
     #[serde(default)]
     pub idle_threshold_secs: Option<i64>,
+    /// `Some(None)` (JSON `null`) clears the cap; absent keeps it.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub site_max_preemptions: Option<Option<u32>>,
+    /// As `site_max_preemptions`.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub site_max_lost_gpu_hours: Option<Option<f64>>,
+    /// As `site_max_preemptions` (`null`: back to the rule's default).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_requeues: Option<Option<u32>>,
+}
+
+/// A field that is present (`null` included) is `Some`: absent stays `None` by
+/// `default`, so a patch tells "clear" from "leave alone".
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 impl PolicyPatch {
@@ -129,6 +160,13 @@ impl PolicyPatch {
                 .snapshot_max_age_secs
                 .unwrap_or(base.snapshot_max_age_secs),
             idle_threshold_secs: self.idle_threshold_secs.unwrap_or(base.idle_threshold_secs),
+            site_max_preemptions: self
+                .site_max_preemptions
+                .unwrap_or(base.site_max_preemptions),
+            site_max_lost_gpu_hours: self
+                .site_max_lost_gpu_hours
+                .unwrap_or(base.site_max_lost_gpu_hours),
+            max_requeues: self.max_requeues.unwrap_or(base.max_requeues),
         }
     }
 

@@ -94,6 +94,12 @@ pub struct Why {
     pub priority_parts: PriorityParts,
     /// From the root down to the job's leaf.
     pub path: Vec<PathStep>,
+    /// For a pending job: why it waits, in the cost-aware rule's words
+    /// (`policy_core::rebalance::describe_wait`: "GPUs expected free at T from
+    /// jobs A, B; no preemption needed" or "preempting job C: its window ended
+    /// ..., least work lost"); `null` for other states.
+    #[serde(default)]
+    pub wait: Option<String>,
     /// For a pending job: running jobs it could preempt now.
     pub could_preempt: Vec<PreemptPeer>,
     /// For a running job: pending jobs that could preempt it now.

@@ -197,6 +197,11 @@ pub struct SimulateArgs {
     /// Pending jobs examined per scheduling pass (Slurm's bf_max_job_test).
     #[arg(long, default_value_t = 200)]
     pub backfill_depth: usize,
+    /// What the first blocked job's reservation holds: `nodes` (Slurm's
+    /// sched/backfill: the nodes it will start on, from its planned start) or
+    /// `gpus` (GPU counts only, the replays before phase 2).
+    #[arg(long, value_enum, default_value = "nodes")]
+    pub backfill: crate::engine::Backfill,
     /// Check the incremental window against policy_core::window_usage at every
     /// recalculation (slow; for small traces).
     #[arg(long)]
@@ -385,6 +390,7 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
         time_limits: args.time_limits,
         max_time_limit: args.max_time_limit,
         backfill_depth: args.backfill_depth.max(1),
+        backfill: args.backfill,
         seed: args.seed,
         free_fraction: args.free_fraction,
         verify_window: args.verify_window,

@@ -84,6 +84,23 @@ impl Cluster {
         Some(alloc)
     }
 
+    /// Places a job (first fit) on nodes not `held` (a backfill reservation's
+    /// nodes, `held[node]`); `None` if it does not fit there.
+    pub fn place_outside(&mut self, gpus: u32, held: &[bool]) -> Option<Alloc> {
+        let masked: Vec<u32> = self
+            .free
+            .iter()
+            .zip(held)
+            .map(|(&f, &h)| if h { 0 } else { f })
+            .collect();
+        let alloc = plan(&masked, self.gpus_per_node, gpus)?;
+        for &(n, g) in &alloc {
+            let v = self.free[n as usize] - g;
+            self.set_free(n as usize, v);
+        }
+        Some(alloc)
+    }
+
     /// Gives a job's GPUs back.
     pub fn release(&mut self, alloc: &[(u32, u32)]) {
         for &(n, g) in alloc {
@@ -157,5 +174,20 @@ mod tests {
         assert_eq!(c.place(4).unwrap(), vec![(1, 4)]);
         c.release(&b);
         assert_eq!(c.free_total(), 24 - 8);
+    }
+
+    #[test]
+    fn placing_outside_held_nodes() {
+        let mut c = Cluster::new(3, 8);
+        let held = [true, false, false];
+        // First fit would take node 0; it is held.
+        assert_eq!(c.place_outside(2, &held).unwrap(), vec![(1, 2)]);
+        // 16 GPUs need two whole nodes outside node 0: node 1 is no longer whole.
+        assert!(c.place_outside(16, &held).is_none());
+        assert_eq!(c.place_outside(8, &held).unwrap(), vec![(2, 8)]);
+        assert!(c.place_outside(7, &held).is_none());
+        assert_eq!(c.free_total(), 24 - 10);
+        // Without the hold, node 0 is used again.
+        assert_eq!(c.place(7).unwrap(), vec![(0, 7)]);
     }
 }

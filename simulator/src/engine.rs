@@ -28,12 +28,24 @@
 //! # Placement and backfill (identical for all policies)
 //! First fit ([`crate::cluster`]). A pass walks pending jobs in priority
 //! order and starts each one that fits. The first job that does not fit (and
-//! cannot preempt) gets a reservation: its *shadow time* is the earliest
-//! time-limit end of running jobs at which enough GPUs are free (counted in
-//! GPUs, whole nodes for multi-node jobs). Later jobs are started only if they
-//! fit now and either their limit ends before the shadow time or they use no
-//! more than the GPUs left over at the shadow time (EASY backfill on GPU
-//! counts, ignoring node fragmentation at the shadow time). The walk stops
+//! cannot preempt) gets a reservation ([`Backfill`], `--backfill`):
+//! - `nodes` (default), as Slurm's `sched/backfill` does: its start is
+//!   planned by releasing running jobs' GPUs node by node in the order of
+//!   their time-limit ends until it can be placed (the will-run test), and
+//!   the nodes of that placement are *held*: a later job may start on a held
+//!   node only if its limit ends before the planned start; otherwise only on
+//!   the other nodes (`backfill.c`'s `_add_reservation` removes the planned
+//!   nodes from the availability map from the planned start to its end).
+//! - `gpus`: the replays before phase 2: its *shadow time* is the earliest
+//!   time-limit end at which enough GPUs are free (counted in GPUs, whole
+//!   nodes for multi-node jobs); later jobs start if they fit now and either
+//!   their limit ends before the shadow time or they use no more than the
+//!   GPUs left over then, on any node (fragmentation at the shadow time is
+//!   ignored, so small jobs can keep a multi-node job waiting).
+//!
+//! Slurm reserves for every job its backfill pass examines and cannot start
+//! (up to `bf_max_job_test` and the per-user/partition limits); the engine
+//! reserves for the first only (EASY backfill). The walk stops
 //! after `--backfill-depth` jobs (Slurm's `bf_max_job_test`), or as soon as no
 //! GPU is free and no preemption is possible.
 //!
@@ -138,6 +150,8 @@ pub struct SimConfig {
     pub max_time_limit: i64,
     /// Pending jobs examined per scheduling pass.
     pub backfill_depth: usize,
+    /// What the top blocked job's reservation holds ([`Backfill`]).
+    pub backfill: Backfill,
     /// Preemption attempts per scheduling pass.
     pub preempt_attempts: usize,
     /// Metric sample period (seconds).
@@ -170,6 +184,7 @@ impl Default for SimConfig {
             time_limits: TimeLimitModel::Exact,
             max_time_limit: 7 * 86_400,
             backfill_depth: 200,
+            backfill: Backfill::Nodes,
             preempt_attempts: 16,
             sample_every: 3600,
             decay_half_life: 7 * 86_400,
@@ -179,6 +194,34 @@ impl Default for SimConfig {
             horizon: i64::MAX,
         }
     }
+}
+
+/// What the reservation of the first blocked job of a pass holds (`--backfill`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Backfill {
+    /// Slurm's `sched/backfill`: the blocked job's start is planned on nodes
+    /// (the running jobs' time-limit ends, node by node), and the nodes it
+    /// will start on are held from then on: a later job may use a held node
+    /// only if its limit ends before the planned start.
+    #[default]
+    Nodes,
+    /// GPU counts only (the replays before issue 9's phase 2): a later job may
+    /// start if its limit ends before the shadow time or it takes no more than
+    /// the GPUs left over at the shadow time, on any node; node fragmentation
+    /// at the shadow time is ignored, so a multi-node job can be delayed
+    /// indefinitely by small jobs that land on the nodes it waits for.
+    Gpus,
+}
+
+/// The reservation of the first blocked job of a pass.
+enum Reservation {
+    /// `--backfill gpus`: shadow time and GPUs left over then.
+    Gpus { shadow: i64, extra: i64 },
+    /// `--backfill nodes`: planned start and the nodes it holds.
+    Nodes { shadow: i64, held: Vec<bool> },
+    /// The job cannot start even when every running job has ended (it is
+    /// larger than the cluster, or held by nothing we model): nothing held.
+    Never,
 }
 
 /// A team and its allocation.
@@ -642,11 +685,25 @@ impl<'a> Core<'a> {
 
     /// Starts job `j` now; `false` if it does not fit (nothing changes).
     fn start(&mut self, pol: &mut dyn SchedPolicy, j: u32) -> bool {
+        let gpus = self.jobs[j as usize].gpus;
+        match self.cluster.place(gpus) {
+            Some(alloc) => self.start_on(pol, j, alloc),
+            None => false,
+        }
+    }
+
+    /// Starts `j` on nodes outside a reservation's `held` ones, if it fits there.
+    fn start_outside(&mut self, pol: &mut dyn SchedPolicy, j: u32, held: &[bool]) -> bool {
+        let gpus = self.jobs[j as usize].gpus;
+        match self.cluster.place_outside(gpus, held) {
+            Some(alloc) => self.start_on(pol, j, alloc),
+            None => false,
+        }
+    }
+
+    fn start_on(&mut self, pol: &mut dyn SchedPolicy, j: u32, alloc: Alloc) -> bool {
         let now = self.now;
         let gpus = self.jobs[j as usize].gpus;
-        let Some(alloc) = self.cluster.place(gpus) else {
-            return false;
-        };
         let wait_class = pol.wait_class(self, j);
         let run_index = self.runs.len();
         let job = &mut self.jobs[j as usize];
@@ -813,12 +870,70 @@ impl<'a> Core<'a> {
         (i64::MAX, 0)
     }
 
+    /// Slurm's will-run test for a reservation: release running jobs' GPUs in
+    /// the order of their time-limit ends, node by node, until `gpus` can be
+    /// placed (first fit); the instant and the nodes of that placement.
+    fn plan_nodes(&self, gpus: u32) -> Option<(i64, Vec<bool>)> {
+        let g = self.cluster.gpus_per_node();
+        let mut free = self.cluster.free_per_node().to_vec();
+        // Fits as soon as one node has `gpus` free (one-node jobs) or enough
+        // nodes are whole (multi-node jobs): checked on the nodes that change.
+        let need_whole = self.cluster.nodes_needed(gpus) as usize;
+        let mut whole = free.iter().filter(|&&f| f == g).count();
+        let fits = |free: &[u32], whole: usize| {
+            if gpus <= g {
+                free.iter().any(|&f| f >= gpus)
+            } else {
+                whole >= need_whole
+            }
+        };
+        let hold = |free: &[u32]| {
+            let alloc = plan(free, g, gpus)?;
+            let mut held = vec![false; free.len()];
+            for (n, _) in alloc {
+                held[n as usize] = true;
+            }
+            Some(held)
+        };
+        if fits(&free, whole) {
+            return hold(&free).map(|h| (self.now, h));
+        }
+        for &(end, j) in &self.running_by_limit {
+            let mut hit = false;
+            for &(n, k) in &self.jobs[j as usize].alloc {
+                let f = &mut free[n as usize];
+                *f += k;
+                if *f == g {
+                    whole += 1;
+                }
+                hit |= gpus <= g && *f >= gpus;
+            }
+            if hit || (gpus > g && whole >= need_whole) {
+                return hold(&free).map(|h| (end.max(self.now), h));
+            }
+        }
+        None
+    }
+
+    fn reservation(&self, gpus: u32) -> Reservation {
+        match self.cfg.backfill {
+            Backfill::Gpus => {
+                let (shadow, extra) = self.shadow(gpus);
+                Reservation::Gpus { shadow, extra }
+            }
+            Backfill::Nodes => match self.plan_nodes(gpus) {
+                Some((shadow, held)) => Reservation::Nodes { shadow, held },
+                None => Reservation::Never,
+            },
+        }
+    }
+
     fn pass(&mut self, pol: &mut dyn SchedPolicy) {
         self.passes += 1;
         pol.begin_pass();
         let preempting = pol.preempts();
         let mut merge = Merge::new(&self.classes, &self.class_prio);
-        let mut reservation: Option<(i64, i64)> = None;
+        let mut reservation: Option<Reservation> = None;
         let mut scanned = 0usize;
         let mut attempts = 0usize;
         let mut hopeless: BTreeSet<u32> = BTreeSet::new();
@@ -835,18 +950,26 @@ impl<'a> Core<'a> {
             let job = &self.jobs[j as usize];
             let (gpus, limit, class, free) = (job.gpus, job.run_limit(), job.class, job.free);
             if self.cluster.fits(gpus) {
-                let ok = match reservation {
-                    None => true,
-                    Some((shadow, extra)) => {
-                        self.now.saturating_add(limit) <= shadow || i64::from(gpus) <= extra
+                let end = self.now.saturating_add(limit);
+                match reservation.as_mut() {
+                    None | Some(Reservation::Never) => {
+                        self.start(pol, j);
                     }
-                };
-                if ok
-                    && self.start(pol, j)
-                    && let Some((shadow, extra)) = reservation.as_mut()
-                    && self.now.saturating_add(limit) > *shadow
-                {
-                    *extra -= i64::from(gpus);
+                    Some(Reservation::Gpus { shadow, extra }) => {
+                        let ok = end <= *shadow || i64::from(gpus) <= *extra;
+                        if ok && self.start(pol, j) && end > *shadow {
+                            *extra -= i64::from(gpus);
+                        }
+                    }
+                    Some(Reservation::Nodes { shadow, held }) => {
+                        if end <= *shadow {
+                            self.start(pol, j);
+                        } else {
+                            // A held node is free for it only until the
+                            // planned start: past it, only the other nodes.
+                            self.start_outside(pol, j, held);
+                        }
+                    }
                 }
                 continue;
             }
@@ -861,7 +984,7 @@ impl<'a> Core<'a> {
                 }
             }
             if reservation.is_none() {
-                reservation = Some(self.shadow(gpus));
+                reservation = Some(self.reservation(gpus));
             }
         }
     }

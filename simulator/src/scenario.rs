@@ -14,9 +14,18 @@
 //! | `overload` | 16 x 8 | a 64, b 32, c 32 | each ~102 (0.8 of the cluster) for 21 days: 2.4x supply | 1-16 GPUs, 1-48 h |
 //! | `multiday` | 16 x 8 | a 64, b 64 | each ~102 for 28 days: 1.6x | 1-16 GPUs, 12 h-5 d |
 //! | `late-arrival` | 16 x 8 | m 64, l 64 | m ~154 (1.2x the cluster) days 0-28, multi-day; l ~96 from day 7 to 28 | m: 4-16 GPUs, 1-5 d; l: 1-16 GPUs, 1-48 h |
+//! | `fragmented` | 16 x 8 | w 64, n 64 | w ~77 in 2-4-node jobs, n ~128 in 1-2-GPU jobs, days 0-21: 1.6x | w: 16-32 GPUs, 4-48 h; n: 1-2 GPUs, 1-12 h |
 //!
 //! Sizes (GPUs, weight): overload and `l` 1:0.3, 2:0.2, 4:0.2, 8:0.2, 16:0.1;
-//! multiday 1:0.2, 2:0.2, 4:0.2, 8:0.25, 16:0.15; `m` 4:0.3, 8:0.4, 16:0.3.
+//! multiday 1:0.2, 2:0.2, 4:0.2, 8:0.25, 16:0.15; `m` 4:0.3, 8:0.4, 16:0.3;
+//! `w` 16:0.6, 32:0.4; `n` 1:0.6, 2:0.4 (n offers ~128: 1.0 of the cluster).
+//!
+//! `fragmented` is adversarial (added in issue 9's phase 2, not derived from a
+//! trace): a team whose every job needs whole nodes shares the cluster with a
+//! team flooding it with one- and two-GPU jobs. Free GPUs then come back one
+//! at a time on many nodes, so the wide team's entitlement depends on the
+//! backfill reservation holding nodes for it (`--backfill nodes`) and on
+//! whether the rule can free whole nodes by taking small jobs.
 //! Lengths are log-uniform in the range given. Four users per team.
 
 use std::collections::BTreeMap;
@@ -33,6 +42,8 @@ pub enum ScenarioName {
     Multiday,
     /// A team arrives on day 7 to a cluster full of another team's multi-day jobs.
     LateArrival,
+    /// Whole-node jobs of one team against a flood of 1-2 GPU jobs of another.
+    Fragmented,
 }
 
 /// A generated workload with its cluster and allocations.
@@ -61,6 +72,8 @@ struct TeamStream {
 const MIXED: &[(u32, f64)] = &[(1, 0.3), (2, 0.2), (4, 0.2), (8, 0.2), (16, 0.1)];
 const MULTIDAY: &[(u32, f64)] = &[(1, 0.2), (2, 0.2), (4, 0.2), (8, 0.25), (16, 0.15)];
 const LARGE: &[(u32, f64)] = &[(4, 0.3), (8, 0.4), (16, 0.3)];
+const WIDE: &[(u32, f64)] = &[(16, 0.6), (32, 0.4)];
+const NARROW: &[(u32, f64)] = &[(1, 0.6), (2, 0.4)];
 const USERS: u32 = 4;
 
 impl ScenarioName {
@@ -69,6 +82,7 @@ impl ScenarioName {
             ScenarioName::Overload => "overload",
             ScenarioName::Multiday => "multiday",
             ScenarioName::LateArrival => "late-arrival",
+            ScenarioName::Fragmented => "fragmented",
         }
     }
 
@@ -117,6 +131,26 @@ impl ScenarioName {
                     to_day: 28.0,
                     sizes: MIXED,
                     hours: (1.0, 48.0),
+                },
+            ],
+            ScenarioName::Fragmented => vec![
+                TeamStream {
+                    team: "w",
+                    allocation: 64.0,
+                    offered: 0.6 * cluster,
+                    from_day: 0.0,
+                    to_day: 21.0,
+                    sizes: WIDE,
+                    hours: (4.0, 48.0),
+                },
+                TeamStream {
+                    team: "n",
+                    allocation: 64.0,
+                    offered: 1.0 * cluster,
+                    from_day: 0.0,
+                    to_day: 21.0,
+                    sizes: NARROW,
+                    hours: (1.0, 12.0),
                 },
             ],
         }
@@ -196,6 +230,7 @@ mod tests {
             ScenarioName::Overload,
             ScenarioName::Multiday,
             ScenarioName::LateArrival,
+            ScenarioName::Fragmented,
         ] {
             let a = name.generate(1);
             let b = name.generate(1);

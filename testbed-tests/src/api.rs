@@ -51,6 +51,12 @@ pub struct PolicyPatch {
     pub snapshot_max_age_secs: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hysteresis: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_secs: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub site_max_preemptions: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_requeues: Option<u32>,
 }
 
 /// `POST /v1/usage/import` answer (the fields the suites read).
@@ -237,6 +243,15 @@ impl Budgetd {
     /// Changes the site policy.
     pub fn set_policy(&self, patch: &PolicyPatch) -> Result<()> {
         self.patch("/v1/policy", patch)
+    }
+
+    /// `GET /metrics` (Prometheus text).
+    pub fn metrics(&self) -> Result<String> {
+        self.client
+            .request("GET", "/metrics", &[], None)
+            .and_then(|r| r.error_for_status())
+            .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+            .map_err(|e| api_error("GET", "/metrics", e))
     }
 
     /// Imports sacct-format history (`--tz UTC` times).

@@ -132,7 +132,9 @@ fn snapshot_serves_etag_and_304_until_a_write() {
 fn why_explains_tier_path_protection_and_preemption() {
     let s = start();
     let c = s.unix();
-    add_account(&c, "teama", None, 100.0);
+    // teama is entitled to ~6 GPUs (1000 GPU-h a week) and holds 1: the
+    // cost-aware rule lets it take GPUs no time limit will release.
+    add_account(&c, "teama", None, 1000.0);
     add_account(&c, "teamb", None, 100.0);
     add_member(&c, "alice", "teama");
     add_member(&c, "bob", "teamb");
@@ -173,6 +175,14 @@ fn why_explains_tier_path_protection_and_preemption() {
         "{w3}"
     );
     assert!(w3["priority"].as_u64().unwrap_or(0) >= 3_000_000_000);
+    // ... and says why in the rule's words.
+    let wait = w3["wait"].as_str().unwrap_or_default();
+    assert!(
+        wait.starts_with("preempting job 2: its window ended 1h")
+            && wait.contains(" ago, least work lost (16.00 GPU-h)"),
+        "{wait}"
+    );
+    assert_eq!(w["wait"], Value::Null);
     // Job 4 is inside its protected window: nobody may preempt it.
     let (_, w4) = call(&c, "GET", "/v1/jobs/4/why", None);
     assert_eq!(

@@ -11,3 +11,4 @@ mod idle;
 mod json;
 mod scenario;
 mod site;
+mod wait;

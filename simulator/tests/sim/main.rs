@@ -1,10 +1,12 @@
 //! The simulator's integration tests, one binary (the project's style):
+//! - [`backfill`]: the backfill reservation, nodes held vs GPU counts, by hand;
 //! - [`determinism`]: same inputs and seed, same bytes;
 //! - [`hand_trace`]: a schedule worked out by hand, replayed through the old rule;
 //! - [`entitlement`]: the entitlement shortfall and work figures on a hand-computed trace;
 //! - [`scenarios`]: the generated overload and arrival scenarios keep the goals'
 //!   invariants under the cost-aware rule.
 
+mod backfill;
 mod determinism;
 mod entitlement;
 mod hand_trace;

@@ -6,7 +6,9 @@
 //! stored contract, TRES, hostlists) are `policy-core`'s; the GPU count and the
 //! uid -> name cache are `slurm-plugin-common`'s, as in `priority/budget`.
 
+use policy_core::comment::parse_comment;
 use policy_core::contract::{Contract, effective_contract, is_free_name};
+use policy_core::rebalance::{PendingJob, RunningJob};
 use slurm_ffi::job_state;
 use slurm_ffi::sys::job_record_t;
 use slurm_plugin_common::cstr::opt_string;
@@ -27,6 +29,14 @@ pub struct JobFacts {
     pub running: bool,
     /// Allocated nodes (hostlist expression), if any.
     pub nodes: Option<String>,
+    /// Time limit of the run in seconds; `None`: unlimited (or not set).
+    pub time_limit: Option<i64>,
+    /// Times the job was requeued before this run (`restart_cnt`).
+    pub requeues: u32,
+    /// Declared checkpoint interval (`checkpoint=` in the comment), seconds.
+    pub checkpoint: Option<i64>,
+    /// Its partition's GraceTime in seconds.
+    pub grace: i64,
 }
 
 impl JobFacts {
@@ -42,6 +52,42 @@ impl JobFacts {
             gpus: self.gpus,
         }
     }
+
+    /// The cost-aware rule's view of this job as a running job.
+    pub fn running_job(&self) -> RunningJob<'_> {
+        RunningJob {
+            job_id: self.job_id,
+            account: &self.account,
+            user: &self.user,
+            free_tier: self.contract.free_tier,
+            gpus: self.gpus,
+            run_start: self.run_start,
+            time_limit: self.time_limit,
+            min_runtime: self.contract.min_runtime,
+            checkpoint: self.checkpoint,
+            grace: self.grace,
+            requeues: self.requeues,
+            leaf: None,
+        }
+    }
+
+    /// The cost-aware rule's view of this job as a pending job.
+    pub fn pending_job(&self) -> PendingJob<'_> {
+        PendingJob {
+            job_id: self.job_id,
+            account: &self.account,
+            user: &self.user,
+            free_tier: self.contract.free_tier,
+            gpus: self.gpus,
+            leaf: None,
+        }
+    }
+}
+
+/// A time limit in minutes as seconds; `NO_VAL` and `INFINITE` are none.
+pub fn limit_secs(minutes: u32) -> Option<i64> {
+    (minutes != slurm_ffi::NO_VAL && minutes != slurm_ffi::INFINITE)
+        .then(|| i64::from(minutes) * 60)
 }
 
 /// Whether a job is running now (suspended jobs hold no GPUs for the rule).
@@ -81,6 +127,10 @@ pub unsafe fn facts_with_gpus(
     // SAFETY: as above.
     let (admin_comment, comment) =
         unsafe { (opt_string(job.admin_comment), opt_string(job.comment)) };
+    let checkpoint = comment
+        .as_deref()
+        .and_then(|c| parse_comment(c).ok())
+        .and_then(|r| r.checkpoint);
     let contract = effective_contract(
         admin_comment.as_deref(),
         comment.as_deref(),
@@ -109,6 +159,11 @@ pub unsafe fn facts_with_gpus(
         running,
         // SAFETY: as above.
         nodes: unsafe { opt_string(job.nodes) },
+        time_limit: limit_secs(job.time_limit),
+        requeues: u32::from(job.restart_cnt),
+        checkpoint,
+        // SAFETY: part_ptr is NULL or a valid partition record under the job lock.
+        grace: unsafe { job.part_ptr.as_ref() }.map_or(0, |p| i64::from(p.grace_time)),
     }
 }
 
@@ -131,7 +186,9 @@ mod tests {
         job.account = c"TeamA".as_ptr().cast_mut();
         job.nodes = c"gpu[1-2]".as_ptr().cast_mut();
         job.tres_per_node = c"gres/gpu:h100=4".as_ptr().cast_mut();
-        job.comment = c"min_runtime=2h".as_ptr().cast_mut();
+        job.comment = c"min_runtime=2h checkpoint=30m".as_ptr().cast_mut();
+        job.time_limit = 90;
+        job.restart_cnt = 2;
         let users = UserCache::default();
         // SAFETY: a valid record with literal strings, read by this thread only.
         let read = |job: &job_record_t| unsafe {
@@ -141,6 +198,13 @@ mod tests {
         assert_eq!((f.job_id, f.account.as_str(), f.gpus), (9, "teama", 8));
         assert_eq!((f.run_start, f.running), (1000, true));
         assert_eq!(f.nodes.as_deref(), Some("gpu[1-2]"));
+        assert_eq!(
+            (f.time_limit, f.requeues, f.checkpoint, f.grace),
+            (Some(5400), 2, Some(1800), 0)
+        );
+        job.time_limit = slurm_ffi::INFINITE;
+        assert_eq!(read(&job).time_limit, None);
+        job.time_limit = 90;
         assert_eq!(
             f.contract,
             Contract {

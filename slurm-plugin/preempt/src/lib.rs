@@ -3,15 +3,21 @@
 //!
 //! Slurm's own machinery does the preempting (candidate search, `select/cons_tres`
 //! fitting, GraceTime, requeue); this plugin only answers its questions, with the rule
-//! of `policy_core::preempt` evaluated on the job records and the in-memory snapshot:
-//! - `preempt_p_preemptable(preemptee, preemptor)`: [`policy_core::preempt::may_preempt`]
-//!   (protected window of the current run, free tier, over budget, hierarchical
-//!   rebalancing with hysteresis and current holdings), plus drains: a job on a node
-//!   listed in the snapshot's drains may be taken by any non-free job once its window
-//!   is over. In safe mode (no fresh snapshot) only free-tier jobs yield.
-//! - `PREEMPT_DATA_PRIO`: [`policy_core::preempt::victim_order`] (free first, most over
-//!   share, youngest run); `MODE`: always REQUEUE; `GRACE_TIME`: the victim partition's
-//!   `GraceTime` (slurm.conf), so sites set it where jobs checkpoint on SIGTERM.
+//! of `policy_core::rebalance` (the simulator's and `budgetd`'s too) evaluated on the
+//! job records, the period state and the in-memory snapshot:
+//! - `preempt_p_preemptable(preemptee, preemptor)`: [`policy_core::rebalance::decide`]
+//!   (protected window of the current run, free tier, and the cost-aware rule: a
+//!   budgeted job takes another team's job only when turnover at the running jobs'
+//!   time limits will not deliver its side's entitlement in time, within requeue,
+//!   lost-work, reverse-lock and site caps; [`rule`]), with the victims and
+//!   preemptors already allowed since the state was computed counted ([`rule::Grants`]),
+//!   plus drains: a job on a node listed in the snapshot's drains may be taken by any
+//!   non-free job once its window is over. In safe mode (no fresh snapshot) only
+//!   free-tier jobs yield.
+//! - `PREEMPT_DATA_PRIO`: [`policy_core::rebalance::victim_priority`] (free first, least
+//!   work lost: checkpoint-aware, then most over share); `MODE`: always REQUEUE;
+//!   `GRACE_TIME`: the victim partition's `GraceTime` (slurm.conf), so sites set it
+//!   where jobs checkpoint on SIGTERM.
 //! - `preempt_p_job_preempt_check` (also the pending-queue comparator): true only for a
 //!   non-free job against a free one. Anything snapshot-dependent could change between
 //!   two comparisons of one sort (the fetcher swaps snapshots concurrently) and break
@@ -19,9 +25,10 @@
 //!   plugin's job.
 //!
 //! Every hook runs under slurmctld's job lock: no I/O, no locking, and no walk of
-//! `job_list` (Slurm calls `preemptable` from inside a `list_for_each` over it). Holdings
-//! (GPUs held per tree node by running non-free jobs) are computed by a background
-//! thread under the job read lock whenever `last_job_update` or the snapshot changes.
+//! `job_list` (Slurm calls `preemptable` from inside a `list_for_each` over it). The
+//! period state (holdings, demand, time-limit forecast per tree node) is computed by a
+//! background thread under the job read lock whenever `last_job_update` or the snapshot
+//! changes, at most once a second; the same thread settles the grants.
 
 pub mod jobs;
 pub mod report;
@@ -42,8 +49,11 @@ use slurm_plugin_common::users::{UserCache, lookup_uid};
 use slurm_plugin_common::worker::Worker;
 use slurm_plugin_common::{controller, ffi_guard, install_panic_hook, log};
 
+use policy_core::fairshare::Tier;
+use policy_core::rebalance::{Allowed, Clause, Denied};
+
 use crate::jobs::{JobFacts, facts, is_running};
-use crate::rule::{Holdings, decide};
+use crate::rule::{Grants, JobNow, Period, decide};
 
 /// Human-readable plugin name (Slurm reads the bytes of this symbol).
 #[unsafe(no_mangle)]
@@ -67,7 +77,11 @@ const SAFE_MODE_EFFECT: &str = "contracts still honoured, budgeted jobs not reba
 struct Plugin {
     snapshots: Arc<SnapshotCache>,
     users: UserCache,
-    holdings: ArcSwapOption<Holdings>,
+    holdings: ArcSwapOption<Period>,
+    /// What the callbacks allowed since the period state was computed.
+    grants: Mutex<Grants>,
+    /// When the site cap last refused a preemption (logged once per period state).
+    cap_logged: Mutex<i64>,
     workers: Mutex<Vec<Worker>>,
     /// Allowed preemptions awaiting confirmation (see `report`).
     pending: report::Pending,
@@ -79,6 +93,8 @@ fn plugin() -> &'static Plugin {
         snapshots: Arc::new(SnapshotCache::new()),
         users: UserCache::default(),
         holdings: ArcSwapOption::empty(),
+        grants: Mutex::new(Grants::default()),
+        cap_logged: Mutex::new(0),
         workers: Mutex::new(Vec::new()),
         pending: report::Pending::default(),
     })
@@ -108,6 +124,7 @@ pub extern "C" fn init() -> i32 {
                 Err(e) => log::error(&format!("cannot start snapshot thread: {e}; safe mode")),
             }
             match Worker::spawn("budget-holdings", Duration::from_secs(1), move || {
+                settle_grants(plugin());
                 refresh_holdings(plugin());
                 report_preemptions(plugin(), &mut reporter);
             }) {
@@ -149,14 +166,15 @@ pub extern "C" fn fini() -> i32 {
 }
 const _: slurm_ffi::api::common::FiniFn = fini;
 
-/// Background refresh of the holdings (GPUs held per tree node by running jobs).
+/// Background refresh of the period state (holdings, demand, forecast).
 ///
 /// Why not in the callback: Slurm calls `preempt_p_preemptable` from inside
 /// `list_for_each(job_list, ...)`, which holds `job_list`'s own list lock; walking
 /// `job_list` again there makes `list_iterator_create` fail with EDEADLK and slurmctld
 /// `fatal()`s (measured on 22.05.8). So this thread takes the job *read* lock for one
 /// short walk (no I/O under it) whenever `last_job_update` or the snapshot changed, and
-/// callbacks read the result: at most one tick (1 s) old.
+/// callbacks read the result: at most one tick (1 s) old, which is why the callbacks
+/// count what they allowed meanwhile ([`Grants`]).
 fn refresh_holdings(p: &Plugin) {
     // Names first, with no Slurm lock held (NSS may block).
     p.users.resolve_misses(lookup_uid);
@@ -174,18 +192,70 @@ fn refresh_holdings(p: &Plugin) {
         return;
     }
     let default_min = p.snapshots.policy().default_min_runtime_secs;
-    let mut running = Vec::new();
+    let mut jobs = Vec::new();
     {
         let guard = ctl.job_read_lock();
         guard.for_each_job(|job| {
-            if is_running(job) {
+            if is_running(job) || slurm_ffi::job_state::is_pending(job.job_state) {
                 // SAFETY: a valid record, read under the job read lock `guard` holds.
-                running.push(unsafe { facts(job, &p.users, default_min) });
+                jobs.push(unsafe { facts(job, &p.users, default_min) });
             }
         });
     }
-    p.holdings
-        .store(Some(Arc::new(Holdings::compute(stamp, snap, running))));
+    let history = match p.grants.lock() {
+        Ok(g) => g.history(),
+        Err(_) => Vec::new(),
+    };
+    p.holdings.store(Some(Arc::new(Period::compute(
+        stamp, snap, &jobs, &history, now,
+    ))));
+}
+
+/// Settles the grants against the job records (read lock, one walk, only when
+/// something is in flight): a victim Slurm requeued becomes a rebalancing
+/// preemption of the history, the rest expire (`rule::Grants::settle`).
+fn settle_grants(p: &Plugin) {
+    use std::collections::{HashMap, HashSet};
+    let watched: HashSet<u32> = match p.grants.lock() {
+        Ok(g) if !g.idle() => g.watched().into_iter().collect(),
+        _ => return,
+    };
+    let Ok(ctl) = controller::Controller::get() else {
+        return;
+    };
+    let mut seen = HashMap::new();
+    {
+        let guard = ctl.job_read_lock();
+        guard.for_each_job(|job| {
+            if watched.contains(&job.job_id) {
+                seen.insert(
+                    job.job_id,
+                    JobNow {
+                        running: is_running(job),
+                        pending: slurm_ffi::job_state::is_pending(job.job_state),
+                        restart_cnt: u32::from(job.restart_cnt),
+                    },
+                );
+            }
+        });
+    }
+    let now = unix_now();
+    let window = p.snapshots.policy().window_secs;
+    let done = match p.grants.lock() {
+        Ok(mut g) => g.settle(&seen, now, window),
+        Err(_) => return,
+    };
+    for d in done {
+        log::info(&format!(
+            "rebalance: job {} ({}/{}) requeued for {}/{}; {:.2} GPU-h lost",
+            d.victim,
+            d.victim_account,
+            d.victim_user,
+            d.preemptor_account,
+            d.preemptor_user,
+            d.lost_gpu_secs / 3600.0
+        ));
+    }
 }
 
 /// Confirm remembered preemptions against the job records (read lock, one walk, only
@@ -255,7 +325,7 @@ fn report_preemptions(p: &Plugin, client: &mut LazyClient) {
 
 /// The latest holdings if they were computed from a still-fresh snapshot; `None` means
 /// safe mode (free-tier victims only).
-fn current_holdings(now: i64) -> Option<Arc<Holdings>> {
+fn current_holdings(now: i64) -> Option<Arc<Period>> {
     let p = plugin();
     let h = p.holdings.load_full()?;
     (h.has_snapshot() && p.snapshots.fresh(now).is_some()).then_some(h)
@@ -283,14 +353,35 @@ unsafe fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
         )
     };
     let h = current_holdings(now);
-    let decision = decide(h.as_deref(), &policy, &r, &v, now);
+    let decision = match p.grants.lock() {
+        Ok(mut g) => decide(h.as_deref(), &mut g, &r, &v, now),
+        // A poisoned lock: never break a contract by accident.
+        Err(_) => return false,
+    };
+    if let (
+        Err(Denied::SiteCap {
+            preemptions,
+            lost_gpu_hours,
+        }),
+        Some(h),
+    ) = (&decision, h.as_deref())
+        && let Ok(mut last) = p.cap_logged.lock()
+        && *last != h.state().at
+    {
+        *last = h.state().at;
+        log::info(&format!(
+            "site cap reached: job {} not preempted for job {} ({preemptions} rebalancing \
+             preemptions, {lost_gpu_hours:.2} GPU-h lost in the window)",
+            v.job_id, r.job_id
+        ));
+    }
     if let Ok(allowed) = &decision {
         p.pending.remember(
             v.job_id,
             report::Candidate {
                 run: u32::from(victim.restart_cnt),
                 preemptor: r.job_id,
-                reason: PreemptionReason::of(allowed.as_ref()),
+                reason: reason_of(allowed.as_ref(), h.as_deref(), &v),
                 at: now,
                 account: v.account.clone(),
                 user: v.user.clone(),
@@ -315,6 +406,24 @@ unsafe fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
     decision.is_ok()
 }
 
+/// The preemption record's reason for what the rule allowed (`None`: a drain):
+/// a rebalancing that takes a job of an over-budget path is `over_budget`, as
+/// the previous rule recorded it.
+fn reason_of(a: Option<&Allowed>, h: Option<&Period>, v: &JobFacts) -> PreemptionReason {
+    match a {
+        None => PreemptionReason::Drain,
+        Some(Allowed::VictimFreeTier) => PreemptionReason::FreeTier,
+        Some(Allowed::Rebalance(r)) => {
+            let tier = policy_core::preempt::job_tier(h.and_then(Period::fair_share), &v.view());
+            if r.clause == Clause::OverBudget || tier == Tier::OverBudget {
+                PreemptionReason::OverBudget
+            } else {
+                PreemptionReason::Rebalance
+            }
+        }
+    }
+}
+
 /// # Safety
 /// `job` must be a valid record under the job lock.
 unsafe fn victim_prio(job: &job_record_t) -> u32 {
@@ -323,7 +432,7 @@ unsafe fn victim_prio(job: &job_record_t) -> u32 {
     let snap = p.snapshots.fresh(now);
     // SAFETY: forwarded contract.
     let v = unsafe { facts(job, &p.users, p.snapshots.policy().default_min_runtime_secs) };
-    policy_core::preempt::victim_order(snap.as_ref().map(|s| &s.fair_share), &v.view(), now)
+    rule::victim_priority(snap.as_deref(), &v, now)
 }
 
 /// The stored free-tier flag of a queued job: fixed per job, so a strict weak order.

@@ -1,51 +1,95 @@
 //! The decision `preempt/budget` gives Slurm, as a pure function of job facts, the
-//! per-pass holdings and the snapshot: the policy core's rule plus the drain hook.
+//! period state and the snapshot: the policy core's cost-aware rule
+//! ([`policy_core::rebalance`], the simulator's too) plus the drain hook.
+//!
+//! The background thread computes a [`Period`] (the rule's [`PreemptState`]
+//! from every running and pending job, the recent preemptions and the snapshot)
+//! when `last_job_update` or the snapshot changed, at most once a second. The
+//! callbacks of one scheduling pass all read that one period, so [`Grants`]
+//! counts what they already allowed (preemptors and victims in flight): one
+//! preemptor's need never takes victims twice over, two preemptors of a side
+//! never both take the same excess, and the site cap counts preemptions not
+//! yet confirmed.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use budget_protocol::{PluginSnapshot, Policy};
 use policy_core::hostlist;
-use policy_core::preempt::{
-    Allowed, Context, Decision, Denied, PreemptPolicy, drain_may_take, may_preempt,
+use policy_core::preempt::drain_may_take;
+use policy_core::rebalance::{
+    self, Allowed, Denied, InFlight, PastPreemption, PreemptState, expected_lost_gpu_secs,
 };
 
 use crate::jobs::JobFacts;
 
-/// State computed once per scheduling pass: the snapshot it was computed with, GPUs
-/// held per fair-share node by running non-free jobs, and the drained nodes.
+/// A rebalancing preemption that happened (a victim the rule allowed, then
+/// requeued), kept for one window: the reverse lock, the lost-work budgets and
+/// the site cap read them. Kept in memory: a restarted `slurmctld` starts with
+/// none (the cap then counts from the restart).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Past {
+    pub at: i64,
+    pub victim: u32,
+    pub preemptor_account: String,
+    pub preemptor_user: String,
+    pub victim_account: String,
+    pub victim_user: String,
+    pub lost_gpu_secs: f64,
+}
+
+/// State computed once per period: the snapshot it was computed with, the rule's
+/// [`PreemptState`], and the drained nodes.
 #[derive(Debug)]
-pub struct Holdings {
+pub struct Period {
     stamp: i64,
     snapshot: Option<Arc<PluginSnapshot>>,
-    held: Vec<u32>,
+    state: PreemptState,
     drained: HashSet<String>,
 }
 
-impl Holdings {
-    /// Compute from the running jobs. `stamp` is `last_job_update`.
+impl Period {
+    /// Compute from every job (running ones hold, pending ones ask) and the
+    /// recent preemptions. `stamp` is `last_job_update`.
     pub fn compute(
         stamp: i64,
         snapshot: Option<Arc<PluginSnapshot>>,
-        running: Vec<JobFacts>,
+        jobs: &[JobFacts],
+        history: &[Past],
+        now: i64,
     ) -> Self {
-        let held = match &snapshot {
-            Some(s) => s.fair_share.holdings(
-                running
-                    .iter()
-                    .filter(|j| !j.contract.free_tier)
-                    .map(|j| (j.account.as_str(), j.user.as_str(), j.gpus)),
-            ),
-            None => Vec::new(),
-        };
+        let policy = snapshot
+            .as_ref()
+            .map(|s| s.policy.rebalance())
+            .unwrap_or_default();
+        let state = PreemptState::compute(
+            snapshot.as_ref().map(|s| &s.fair_share),
+            jobs.iter().filter(|j| j.running).map(JobFacts::running_job),
+            jobs.iter()
+                .filter(|j| !j.running && j.gpus > 0)
+                .map(JobFacts::pending_job),
+            history.iter().map(|h| PastPreemption {
+                at: h.at,
+                preemptor_account: &h.preemptor_account,
+                preemptor_user: &h.preemptor_user,
+                victim_account: &h.victim_account,
+                victim_user: &h.victim_user,
+                lost_gpu_secs: h.lost_gpu_secs,
+            }),
+            // The top level's entitlement is its allocations: a site whose
+            // allocations exceed the cluster is scaled by Fair-Tree's ratios anyway.
+            None,
+            policy,
+            now,
+        );
         let drained = snapshot
             .as_ref()
             .map(|s| s.drains.iter().map(|d| d.node.clone()).collect())
             .unwrap_or_default();
-        Holdings {
+        Period {
             stamp,
             snapshot,
-            held,
+            state,
             drained,
         }
     }
@@ -60,9 +104,19 @@ impl Holdings {
             }
     }
 
-    /// Whether these were computed with a snapshot (else: safe mode).
+    /// Whether this was computed with a snapshot (else: safe mode).
     pub fn has_snapshot(&self) -> bool {
         self.snapshot.is_some()
+    }
+
+    /// The snapshot's fair share, if any.
+    pub fn fair_share(&self) -> Option<&policy_core::FairShare> {
+        self.snapshot.as_ref().map(|s| &s.fair_share)
+    }
+
+    /// The rule's state.
+    pub fn state(&self) -> &PreemptState {
+        &self.state
     }
 
     /// Whether `nodes` (a hostlist) touches a drained node. A list that does not
@@ -76,10 +130,128 @@ impl Holdings {
     }
 }
 
-/// May `preemptor` take `victim` now? `None` holdings = safe mode with no drains.
+/// A victim allowed and not yet requeued.
+#[derive(Debug, Clone, PartialEq)]
+struct VictimGrant {
+    /// Its run when allowed (`restart_cnt`).
+    run: u32,
+    until: i64,
+    past: Past,
+}
+
+/// What the callbacks allowed since the period state was computed: the rule's
+/// [`InFlight`] plus when each entry expires and what becomes of a victim once
+/// Slurm requeued it.
+#[derive(Debug, Default)]
+pub struct Grants {
+    in_flight: InFlight,
+    /// Preemptor -> until when its grant holds while it is still pending.
+    preemptors: HashMap<u32, i64>,
+    victims: HashMap<u32, VictimGrant>,
+    /// Rebalancing preemptions of the last window.
+    history: VecDeque<Past>,
+}
+
+/// How long a grant outlives its decision beyond the victim's GraceTime: a
+/// preemptor starts 7-8 s after the requeue on the testbed (GraceTime 10 s,
+/// KillWait 5 s, `report.rs`); a grant Slurm did not act on expires by then.
+pub const GRANT_SLACK_SECS: i64 = 60;
+
+/// What the background walk saw of a job the grants name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobNow {
+    pub running: bool,
+    pub pending: bool,
+    pub restart_cnt: u32,
+}
+
+impl Grants {
+    /// Records an allowed rebalancing of `victim` by `preemptor`.
+    fn grant(
+        &mut self,
+        fs: &policy_core::FairShare,
+        p: &JobFacts,
+        v: &JobFacts,
+        lost: f64,
+        now: i64,
+    ) {
+        let until = now + v.grace.max(0) + GRANT_SLACK_SECS;
+        self.in_flight.grant(&p.pending_job(), fs);
+        self.in_flight.take(&v.running_job(), fs, lost);
+        let e = self.preemptors.entry(p.job_id).or_insert(until);
+        *e = (*e).max(until);
+        self.victims.insert(
+            v.job_id,
+            VictimGrant {
+                run: v.requeues,
+                until,
+                past: Past {
+                    at: now,
+                    victim: v.job_id,
+                    preemptor_account: p.account.clone(),
+                    preemptor_user: p.user.clone(),
+                    victim_account: v.account.clone(),
+                    victim_user: v.user.clone(),
+                    lost_gpu_secs: lost,
+                },
+            },
+        );
+    }
+
+    /// Job ids the background walk must look at.
+    pub fn watched(&self) -> Vec<u32> {
+        self.preemptors
+            .keys()
+            .chain(self.victims.keys())
+            .copied()
+            .collect()
+    }
+
+    /// Drops grants that are over: a preemptor no longer pending or past its
+    /// time; a victim requeued (then a preemption in the history, at `now`),
+    /// ended, or past its time while still running (Slurm took another).
+    /// History older than `window` is forgotten. Returns the victims that
+    /// became history.
+    pub fn settle(&mut self, seen: &HashMap<u32, JobNow>, now: i64, window: i64) -> Vec<Past> {
+        self.preemptors
+            .retain(|id, until| *until >= now && seen.get(id).is_some_and(|j| j.pending));
+        let mut done = Vec::new();
+        self.victims.retain(|id, g| match seen.get(id) {
+            Some(j) if j.restart_cnt > g.run || (j.pending && !j.running) => {
+                let mut past = g.past.clone();
+                past.at = now;
+                done.push(past);
+                false
+            }
+            Some(j) => j.running && g.until >= now,
+            None => false,
+        });
+        let (p, v) = (&self.preemptors, &self.victims);
+        self.in_flight.retain(|id| p.contains_key(&id));
+        self.in_flight.retain_victims(|id| v.contains_key(&id));
+        self.history.extend(done.iter().cloned());
+        while self.history.front().is_some_and(|h| h.at <= now - window) {
+            self.history.pop_front();
+        }
+        done
+    }
+
+    /// The recent rebalancing preemptions, oldest first.
+    pub fn history(&self) -> Vec<Past> {
+        self.history.iter().cloned().collect()
+    }
+
+    /// Whether nothing is in flight.
+    pub fn idle(&self) -> bool {
+        self.preemptors.is_empty() && self.victims.is_empty()
+    }
+}
+
+/// May `preemptor` take `victim` now? `None` period = safe mode with no drains.
+/// An allowed rebalancing is recorded in `grants`.
 pub fn decide(
-    h: Option<&Holdings>,
-    policy: &Policy,
+    period: Option<&Period>,
+    grants: &mut Grants,
     preemptor: &JobFacts,
     victim: &JobFacts,
     now: i64,
@@ -87,33 +259,47 @@ pub fn decide(
     if !victim.running {
         return Err(Denied::Protected { until: i64::MAX });
     }
-    let (fs, held) = match h.and_then(|h| h.snapshot.as_ref().map(|s| (s, h))) {
-        Some((s, h)) => (Some(&s.fair_share), h.held.as_slice()),
-        None => (None, &[][..]),
+    let safe = PreemptState::compute(None, [], [], [], None, Default::default(), now);
+    let (state, fs) = match period.and_then(|p| p.snapshot.as_ref().map(|s| (p, s))) {
+        Some((p, s)) => (&p.state, Some(&s.fair_share)),
+        None => (&safe, None),
     };
-    let ctx = Context {
-        fair_share: fs,
-        held,
-        policy: PreemptPolicy {
-            hysteresis: policy.hysteresis,
-        },
-        now,
-    };
-    let (pv, vv) = (preemptor.view(), victim.view());
-    let d: Decision = may_preempt(&ctx, &pv, &vv);
+    let (pv, vv) = (preemptor.pending_job(), victim.running_job());
+    let d = rebalance::decide(state, fs, &grants.in_flight, &pv, &vv, now);
     match d {
-        Ok(a) => Ok(Some(a)),
+        Ok(a) => {
+            if let (Allowed::Rebalance(r), Some(fs)) = (&a, fs) {
+                grants.grant(fs, preemptor, victim, r.victim_lost_gpu_secs, now);
+            }
+            Ok(Some(a))
+        }
         // A maintenance drain may take any job past its window (free preemptors never
         // take anything).
         Err(e)
             if !matches!(e, Denied::Protected { .. } | Denied::PreemptorFree)
-                && h.is_some_and(|h| h.on_drained_node(victim.nodes.as_deref()))
-                && drain_may_take(&vv, now) =>
+                && period.is_some_and(|p| p.on_drained_node(victim.nodes.as_deref()))
+                && drain_may_take(&victim.view(), now) =>
         {
             Ok(None)
         }
         Err(e) => Err(e),
     }
+}
+
+/// Slurm's victim order ([`rebalance::victim_priority`]): free tier first,
+/// then least work lost.
+pub fn victim_priority(snapshot: Option<&PluginSnapshot>, v: &JobFacts, now: i64) -> u32 {
+    rebalance::victim_priority(snapshot.map(|s| &s.fair_share), &v.running_job(), now)
+}
+
+/// The work a victim would lose now (GPU-seconds).
+pub fn lost_now(v: &JobFacts, now: i64) -> f64 {
+    expected_lost_gpu_secs(&v.running_job(), now)
+}
+
+/// The snapshot's policy, or the default in safe mode.
+pub fn policy_of(snapshot: Option<&PluginSnapshot>) -> Policy {
+    snapshot.map(|s| s.policy.clone()).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -124,7 +310,15 @@ mod tests {
     use policy_core::tree::{AccountSpec, MemberSpec, TreeSpec};
     use policy_core::{FairShare, GpuWeights};
 
-    fn snapshot(a_used: f64, b_used: f64, drains: Vec<DrainSpec>) -> Arc<PluginSnapshot> {
+    const W: i64 = 7 * 86_400;
+
+    /// Two teams entitled to 4 GPUs each; usage in GPU-hours.
+    fn snapshot(
+        a_used: f64,
+        b_used: f64,
+        drains: Vec<DrainSpec>,
+        policy: Policy,
+    ) -> Arc<PluginSnapshot> {
         let tree = TreeSpec {
             root_allocation_gpu_hours: None,
             accounts: ["teama", "teamb"]
@@ -132,7 +326,7 @@ mod tests {
                 .map(|n| AccountSpec {
                     name: n.to_string(),
                     parent: None,
-                    allocation_gpu_hours: 100.0,
+                    allocation_gpu_hours: 4.0 * 168.0,
                     overcommit: false,
                 })
                 .collect(),
@@ -158,63 +352,83 @@ mod tests {
         Arc::new(PluginSnapshot {
             version: "v".into(),
             generated_at: 0,
-            policy: Policy::default(),
+            policy,
             weights: GpuWeights::default(),
-            fair_share: FairShare::compute(&tree, &usage, 0, 7 * 86400),
+            fair_share: FairShare::compute(&tree, &usage, 0, W),
             drains,
         })
     }
 
-    fn job(
-        id: u32,
-        account: &str,
-        user: &str,
-        min: i64,
-        free: bool,
-        start: i64,
-        running: bool,
-    ) -> JobFacts {
+    fn job(id: u32, account: &str, user: &str, start: i64, running: bool) -> JobFacts {
         JobFacts {
             job_id: id,
             account: account.into(),
             user: user.into(),
             contract: Contract {
-                min_runtime: min,
-                free_tier: free,
+                min_runtime: 20,
+                free_tier: false,
             },
             run_start: start,
-            gpus: 2,
+            gpus: 4,
             running,
             nodes: Some("gpu[1-2]".into()),
+            time_limit: Some(48 * 3600),
+            requeues: 0,
+            checkpoint: None,
+            grace: 0,
         }
     }
 
+    /// teamb runs two 4-GPU jobs (8 of its 4 entitled), teama waits with two.
+    fn starved() -> Vec<JobFacts> {
+        vec![
+            job(1, "teamb", "bob", 1000, true),
+            job(2, "teamb", "bob", 1000, true),
+            job(11, "teama", "alice", 0, false),
+            job(12, "teama", "alice", 0, false),
+        ]
+    }
+
     #[test]
-    fn over_budget_victim_after_its_window_only() {
-        let s = snapshot(10.0, 150.0, vec![]);
-        let victim = job(1, "teamb", "bob", 20, false, 1000, true);
-        let p = job(2, "teama", "alice", 20, false, 0, false);
-        let h = Holdings::compute(7, Some(Arc::clone(&s)), vec![victim.clone()]);
-        let pol = Policy::default();
+    fn one_side_excess_is_taken_once_per_pass() {
+        let s = snapshot(10.0, 500.0, vec![], Policy::default());
+        let jobs = starved();
+        let h = Period::compute(7, Some(Arc::clone(&s)), &jobs, &[], 2000);
+        let mut g = Grants::default();
+        let (v1, v2, p1, p2) = (&jobs[0], &jobs[1], &jobs[2], &jobs[3]);
         assert!(matches!(
-            decide(Some(&h), &pol, &p, &victim, 1019),
+            decide(Some(&h), &mut g, p1, v1, 1010),
             Err(Denied::Protected { until: 1020 })
         ));
-        assert_eq!(
-            decide(Some(&h), &pol, &p, &victim, 1020),
-            Ok(Some(Allowed::VictimOverBudget))
-        );
+        let a = decide(Some(&h), &mut g, p1, v1, 2000).expect("allowed");
+        assert!(matches!(a, Some(Allowed::Rebalance(_))), "{a:?}");
+        // Asked again in the same pass: the same victim stays allowed.
+        assert!(decide(Some(&h), &mut g, p1, v1, 2000).is_ok());
+        // The holdings still say teamb holds 8, but v1's 4 are on their way
+        // out: taking v2 too would leave teamb below its entitlement.
+        assert!(matches!(
+            decide(Some(&h), &mut g, p1, v2, 2000),
+            Err(Denied::VictimSideWithinEntitlement { .. })
+        ));
+        // A second preemptor of teama: the deficit is already granted to p1.
+        assert!(matches!(
+            decide(Some(&h), &mut g, p2, v1, 2000),
+            Err(Denied::TurnoverSuffices { in_flight: 4, .. })
+        ));
+        // Without the grants (a fresh pass) both would have been allowed.
+        let mut fresh = Grants::default();
+        assert!(decide(Some(&h), &mut fresh, p1, v2, 2000).is_ok());
         // Reverse: never.
-        let v2 = job(3, "teama", "alice", 0, false, 0, true);
-        let p2 = job(4, "teamb", "bob", 0, false, 0, false);
-        assert!(decide(Some(&h), &pol, &p2, &v2, 5000).is_err());
+        let v3 = job(3, "teama", "alice", 0, true);
+        let p3 = job(4, "teamb", "bob", 0, false);
+        assert!(decide(Some(&h), &mut g, &p3, &v3, 5000).is_err());
         // Pending "victims" are never taken.
         assert!(
             decide(
                 Some(&h),
-                &pol,
-                &p,
-                &job(5, "teamb", "bob", 0, false, 0, false),
+                &mut g,
+                p1,
+                &job(5, "teamb", "bob", 0, false),
                 5000
             )
             .is_err()
@@ -223,24 +437,89 @@ mod tests {
     }
 
     #[test]
+    fn turnover_at_time_limits_means_no_preemption() {
+        let s = snapshot(10.0, 500.0, vec![], Policy::default());
+        let mut jobs = starved();
+        // teamb's runs end within ten minutes at the latest.
+        jobs[0].time_limit = Some(1600);
+        jobs[1].time_limit = Some(1600);
+        let h = Period::compute(7, Some(s), &jobs, &[], 2000);
+        let mut g = Grants::default();
+        match decide(Some(&h), &mut g, &jobs[2], &jobs[0], 2000) {
+            Err(Denied::TurnoverSuffices { next_release, .. }) => {
+                assert_eq!(next_release, Some(2600))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(g.idle());
+    }
+
+    #[test]
+    fn requeued_victims_become_history_reverse_lock_and_site_cap() {
+        let policy = Policy {
+            site_max_preemptions: Some(1),
+            ..Policy::default()
+        };
+        let s = snapshot(10.0, 500.0, vec![], policy);
+        let jobs = starved();
+        let h = Period::compute(7, Some(Arc::clone(&s)), &jobs, &[], 2000);
+        let mut g = Grants::default();
+        assert!(decide(Some(&h), &mut g, &jobs[2], &jobs[0], 2000).is_ok());
+        let mut seen = HashMap::new();
+        let now = |running, pending, restart_cnt| JobNow {
+            running,
+            pending,
+            restart_cnt,
+        };
+        seen.insert(1, now(false, true, 1));
+        seen.insert(11, now(false, true, 0));
+        let done = g.settle(&seen, 2010, W);
+        assert_eq!(done.len(), 1);
+        assert_eq!((done[0].victim, done[0].at), (1, 2010));
+        assert_eq!(done[0].preemptor_account, "teama");
+        assert!(done[0].lost_gpu_secs > 0.0);
+        // The preemptor still waits: its grant holds until it starts.
+        assert_eq!(g.watched(), vec![11]);
+        let h2 = Period::compute(8, Some(s), &jobs, &g.history(), 2020);
+        // The site cap (1 per window) is reached.
+        let mut fresh = Grants::default();
+        assert!(matches!(
+            decide(Some(&h2), &mut fresh, &jobs[3], &jobs[1], 2020),
+            Err(Denied::SiteCap { preemptions: 1, .. })
+        ));
+        // Once the preemptor runs, its grant is gone; history stays a window.
+        seen.insert(11, now(true, false, 0));
+        assert!(g.settle(&seen, 2030, W).is_empty() && g.idle());
+        assert_eq!(g.history().len(), 1);
+        g.settle(&seen, 2010 + W, W);
+        assert!(g.history().is_empty());
+    }
+
+    #[test]
     fn safe_mode_and_free_tier() {
-        let pol = Policy::default();
-        let free = job(1, "teamb", "bob", 0, true, 1000, true);
-        let budgeted = job(2, "teamb", "bob", 20, false, 0, true);
-        let p = job(3, "teama", "alice", 20, false, 0, false);
+        let mut g = Grants::default();
+        let mut free = job(1, "teamb", "bob", 1000, true);
+        free.contract = Contract {
+            min_runtime: 0,
+            free_tier: true,
+        };
+        let budgeted = job(2, "teamb", "bob", 0, true);
+        let p = job(3, "teama", "alice", 0, false);
         assert_eq!(
-            decide(None, &pol, &p, &free, 1000),
+            decide(None, &mut g, &p, &free, 1000),
             Ok(Some(Allowed::VictimFreeTier))
         );
         assert_eq!(
-            decide(None, &pol, &p, &budgeted, 5000),
+            decide(None, &mut g, &p, &budgeted, 5000),
             Err(Denied::SafeMode)
         );
-        let fp = job(4, "teama", "alice", 0, true, 0, false);
+        let mut fp = job(4, "teama", "alice", 0, false);
+        fp.contract.free_tier = true;
         assert_eq!(
-            decide(None, &pol, &fp, &free, 5000),
+            decide(None, &mut g, &fp, &free, 5000),
             Err(Denied::PreemptorFree)
         );
+        assert!(g.idle());
     }
 
     #[test]
@@ -250,21 +529,21 @@ mod tests {
             reason: "fan".into(),
             since: 0,
         };
-        let s = snapshot(10.0, 10.0, vec![drain]);
-        let victim = job(1, "teama", "alice", 20, false, 1000, true);
-        let p = job(2, "teamb", "bob", 0, false, 0, false);
-        let h = Holdings::compute(1, Some(s), vec![victim.clone()]);
-        let pol = Policy::default();
+        let s = snapshot(10.0, 10.0, vec![drain], Policy::default());
+        let victim = job(1, "teama", "alice", 1000, true);
+        let p = job(2, "teamb", "bob", 0, false);
+        let h = Period::compute(1, Some(s), &[victim.clone(), p.clone()], &[], 1000);
+        let mut g = Grants::default();
         assert!(matches!(
-            decide(Some(&h), &pol, &p, &victim, 1010),
+            decide(Some(&h), &mut g, &p, &victim, 1010),
             Err(Denied::Protected { .. })
         ));
-        assert_eq!(decide(Some(&h), &pol, &p, &victim, 1020), Ok(None));
+        assert_eq!(decide(Some(&h), &mut g, &p, &victim, 1020), Ok(None));
         let mut elsewhere = victim.clone();
         elsewhere.nodes = Some("gpu3".into());
-        assert!(decide(Some(&h), &pol, &p, &elsewhere, 1020).is_err());
+        assert!(decide(Some(&h), &mut g, &p, &elsewhere, 1020).is_err());
         let mut unparsable = victim.clone();
         unparsable.nodes = Some("gpu[2".into());
-        assert!(decide(Some(&h), &pol, &p, &unparsable, 1020).is_err());
+        assert!(decide(Some(&h), &mut g, &p, &unparsable, 1020).is_err());
     }
 }

@@ -330,6 +330,13 @@ pub unsafe fn runs_with_gpus(
         nodes,
         priority: Some(job.priority),
         reason: None,
+        time_limit_secs: (job.time_limit != slurm_ffi::NO_VAL
+            && job.time_limit != slurm_ffi::INFINITE)
+            .then(|| i64::from(job.time_limit) * 60),
+        // SAFETY: comment is NULL or a string owned by the record.
+        checkpoint_secs: unsafe { opt_str(job.comment) }
+            .and_then(|c| policy_core::comment::parse_comment(&c).ok())
+            .and_then(|r| r.checkpoint),
     };
     // A requeued job is pending again with restart_cnt bumped: report the end of the
     // previous run (and its start while Slurm still shows it; else Service fills it

@@ -169,6 +169,8 @@ mod tests {
             nodes: None,
             priority: None,
             reason: None,
+            time_limit_secs: None,
+            checkpoint_secs: None,
         }
     }
 

@@ -119,6 +119,10 @@ fn scenario(c: &mut Checks, tb: &Testbed, sections: &[u32]) -> Result<()> {
         max_min_runtime_secs: Some(120),
         snapshot_max_age_secs: Some(30),
         hysteresis: Some(HYSTERESIS),
+        // Section 2 takes the same job twice (its fresh window after a requeue):
+        // the rule's requeue cap (1 by default) would keep it.
+        max_requeues: Some(3),
+        ..PolicyPatch::default()
     })?;
     api.create_account("teama", None, 1000.0)?;
     api.create_account("teamb", None, 0.0)?;

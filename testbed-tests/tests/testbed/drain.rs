@@ -65,6 +65,7 @@ fn scenario(c: &mut Checks, tb: &Testbed, stability_secs: i64) -> Result<()> {
         max_min_runtime_secs: Some(120),
         snapshot_max_age_secs: Some(30),
         hysteresis: Some(0.1),
+        ..PolicyPatch::default()
     })?;
     api.create_account("teama", None, 1000.0)?;
     api.create_account("teamb", None, 1000.0)?;

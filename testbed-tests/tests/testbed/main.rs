@@ -21,3 +21,4 @@
 mod contract;
 mod drain;
 mod priority_usage;
+mod stability;
