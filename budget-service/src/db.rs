@@ -1,15 +1,17 @@
 //! Opening the SQLite database and migrating its schema.
 //!
-//! The schema is versioned with SQLite's `user_version`: migration N runs
-//! once, inside a transaction that also sets `user_version = N`, so a crash
-//! mid-migration leaves the previous version intact. The database runs in
+//! The schema is versioned with SQLite's `user_version`: every migration a
+//! database lacks runs once, all of them inside ONE transaction that also sets
+//! `user_version`, so a failure or a crash mid-migration leaves the previous
+//! version intact. Before migrating a database that holds data, budgetd copies
+//! it (online backup API) to `DB.schema-vN.bak` beside it. The database runs in
 //! WAL mode with `synchronous = FULL`: a transaction the service acknowledged
 //! survives a crash of the process and of the machine (the ledger must not
 //! lose a run, docs/design.md §3). Foreign keys are on for every connection.
 //! The `runs` table has no secondary index: every query over runs is served
 //! by the in-memory mirror (`ledger.rs`), so an index would only slow ingestion.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
@@ -144,6 +146,79 @@ pub enum DbError {
         "database {path} has schema version {found}, newer than this budgetd ({SCHEMA_VERSION}); upgrade budgetd"
     )]
     TooNew { path: String, found: i64 },
+    #[error("database {path}: migrating schema version {from} to {to} failed: {reason}")]
+    Migration {
+        path: String,
+        from: i64,
+        to: i64,
+        reason: String,
+    },
+}
+
+/// Where the copy of a database is kept before migrating it from `from`:
+/// `DB.schema-vFROM.bak` beside it (budgetd may write that folder: under
+/// systemd it is its `StateDirectory`). An existing copy of the same version is
+/// kept (the first one is the one that matters); the name then gets the time.
+pub fn migration_backup_path(path: &Path, from: i64, now: i64) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".schema-v{from}.bak"));
+    let p = PathBuf::from(name);
+    if !p.exists() {
+        return p;
+    }
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".schema-v{from}.{now}.bak"));
+    PathBuf::from(name)
+}
+
+/// Runs `migrations[from..]` in ONE transaction, which also sets `user_version`:
+/// a failure leaves the database exactly as it was (and says so). A database that
+/// holds data (`from > 0`) is first copied with the online backup API to
+/// [`migration_backup_path`]; no copy, no migration.
+fn migrate(
+    conn: &mut Connection,
+    path: &Path,
+    from: i64,
+    migrations: &[&str],
+) -> Result<(), DbError> {
+    let p = path.display().to_string();
+    let to = migrations.len() as i64;
+    let mut backup = None;
+    if from > 0 {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let target = migration_backup_path(path, from, now);
+        crate::backup::copy(conn, &target).map_err(|e| DbError::Migration {
+            path: p.clone(),
+            from,
+            to,
+            reason: format!("the backup before migrating failed: {e}; nothing migrated"),
+        })?;
+        tracing::info!(from, to, backup = %target.display(), "database backed up before its migration");
+        backup = Some(target);
+    }
+    let fail = |source: rusqlite::Error| DbError::Migration {
+        path: p.clone(),
+        from,
+        to,
+        reason: format!(
+            "{source}; rolled back, the database is unchanged at version {from}{}",
+            match &backup {
+                Some(b) => format!(" (its copy: {})", b.display()),
+                None => String::new(),
+            }
+        ),
+    };
+    let tx = conn.transaction().map_err(fail)?;
+    for sql in migrations.iter().skip(usize::try_from(from).unwrap_or(0)) {
+        tx.execute_batch(sql).map_err(fail)?;
+    }
+    tx.pragma_update(None, "user_version", to).map_err(fail)?;
+    tx.commit().map_err(fail)?;
+    tracing::info!(from, to, "database migrated");
+    Ok(())
 }
 
 /// Opens (creating if needed) and migrates the database at `path`.
@@ -175,17 +250,8 @@ pub fn open(path: &Path) -> Result<Connection, DbError> {
             found: version,
         });
     }
-    for (i, sql) in MIGRATIONS
-        .iter()
-        .enumerate()
-        .skip(usize::try_from(version).unwrap_or(0))
-    {
-        let tx = conn.transaction().map_err(wrap)?;
-        tx.execute_batch(sql).map_err(wrap)?;
-        tx.pragma_update(None, "user_version", (i + 1) as i64)
-            .map_err(wrap)?;
-        tx.commit().map_err(wrap)?;
-        tracing::info!(version = i + 1, "database migrated");
+    if version < SCHEMA_VERSION {
+        migrate(&mut conn, path, version, MIGRATIONS)?;
     }
     Ok(conn)
 }

@@ -9,7 +9,9 @@
 //! Request and response bodies are `budget-protocol`'s types.
 //!
 //! Module map:
-//! - [`db`]: opening SQLite, versioned migrations;
+//! - [`db`]: opening SQLite, versioned migrations (all pending ones in one
+//!   transaction, after a backup of the old file);
+//! - [`backup`]: consistent copies of the database (online backup API) and restore;
 //! - [`ledger`]: the run ledger's merge rule and in-memory mirror;
 //! - [`store`]: the state behind the lock and every mutation (one `commit`);
 //! - [`policy`], [`config`]: policy validation, the config file;
@@ -28,6 +30,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod backup;
 pub mod clock;
 pub mod config;
 pub mod db;

@@ -7,12 +7,13 @@
 //! and a std mutex is the right lock for short, synchronous critical sections
 //! that never cross an `.await`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
 use budget_protocol::PluginSnapshot;
+use budget_protocol::service::PluginFetch;
 
 use crate::config::Config;
 use crate::error::{AppError, AppResult};
@@ -61,6 +62,8 @@ pub struct Inner {
     /// uid -> user name, resolved once per uid.
     pub user_names: Mutex<HashMap<u32, String>>,
     pub started_at: i64,
+    /// Each plugin's last snapshot fetch (name -> what it holds), for `GET /v1/plugins`.
+    pub plugin_fetches: Mutex<BTreeMap<String, PluginFetch>>,
 }
 
 /// Cheap-to-clone handle given to every handler.
@@ -92,6 +95,7 @@ impl AppState {
             counters: Counters::default(),
             user_names: Mutex::new(HashMap::new()),
             started_at: crate::clock::now(),
+            plugin_fetches: Mutex::new(BTreeMap::new()),
         }))
     }
 

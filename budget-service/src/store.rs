@@ -259,6 +259,13 @@ impl Store {
     pub(crate) fn conn(&self) -> &Connection {
         &self.conn
     }
+    /// The database file (for backups, which read it through a connection of their own).
+    pub fn db_path(&self) -> Option<std::path::PathBuf> {
+        self.conn
+            .path()
+            .filter(|p| !p.is_empty())
+            .map(std::path::PathBuf::from)
+    }
     /// Shared handle on the generation counter.
     pub fn generation_handle(&self) -> Arc<AtomicU64> {
         self.generation.clone()
@@ -760,6 +767,18 @@ impl Store {
     /// Writes checked records through the merge rule in one transaction and
     /// returns what changed. Nothing is written when nothing changed.
     pub fn ingest(&mut self, recs: &[RunRecord], source: &str) -> AppResult<SyncOutcome> {
+        self.ingest_audited(recs, source, |_| None)
+    }
+
+    /// [`Store::ingest`] with the audit row `audit` makes from the outcome written in
+    /// the same transaction (an import's runs and its audit row are one change: a
+    /// backup or a crash never has one without the other).
+    pub(crate) fn ingest_audited<'a>(
+        &mut self,
+        recs: &[RunRecord],
+        source: &str,
+        audit: impl FnOnce(&SyncOutcome) -> Option<Change<'a>>,
+    ) -> AppResult<SyncOutcome> {
         let mut out = SyncOutcome::default();
         // Later records of the same key in one batch merge onto earlier ones.
         let mut pending: BTreeMap<(u32, u32), (RunRecord, bool)> = BTreeMap::new();
@@ -786,7 +805,7 @@ impl Store {
             return Ok(out);
         }
         self.commit(
-            None,
+            audit(&out),
             |tx| {
                 let mut st = tx.prepare_cached(UPSERT_RUN)?;
                 for (r, _) in pending.values() {
@@ -819,30 +838,6 @@ impl Store {
             },
         )?;
         Ok(out)
-    }
-
-    /// Records an import in the audit log (after [`Store::ingest`], which
-    /// already bumped the generation for the rows it wrote).
-    pub fn audit_import(
-        &mut self,
-        actor: &str,
-        summary: serde_json::Value,
-        now: i64,
-    ) -> AppResult<()> {
-        let tx = self.conn.transaction()?;
-        audit(
-            &tx,
-            &Change {
-                actor,
-                at: now,
-                action: "usage.import",
-                target: "ledger".into(),
-                old: None,
-                new: Some(summary),
-            },
-        )?;
-        tx.commit()?;
-        Ok(())
     }
 
     /// Allocation in GPU-hours of an account (for reports).

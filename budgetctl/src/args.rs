@@ -23,6 +23,13 @@ pub struct Cli {
     /// Request timeout in seconds.
     #[arg(long, global = true, default_value_t = 30)]
     pub timeout: u64,
+    /// After a change, wait until slurmctld's plugins have loaded it (exit 1 on
+    /// --wait-timeout). Without it budgetctl only says whether it is in effect yet.
+    #[arg(long, global = true)]
+    pub wait: bool,
+    /// Longest --wait, in seconds.
+    #[arg(long, global = true, default_value_t = 60, value_name = "SECS")]
+    pub wait_timeout: u64,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -84,6 +91,18 @@ pub enum Command {
         #[arg(long)]
         at: Option<String>,
     },
+    /// Write a consistent copy of budgetd's database to FILE while it runs (admin;
+    /// budgetd writes FILE on its host; restore with `budgetd --restore FILE`).
+    Backup {
+        /// Where budgetd writes the copy (made absolute against the current folder).
+        file: std::path::PathBuf,
+        /// Replace FILE if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Which generation slurmctld's plugins hold: whether every change is in effect
+    /// there (with --wait: wait until it is).
+    Status,
     /// Replay a job trace through the policy offline (budget-sim); needs no budgetd.
     Simulate(budget_sim::SimulateArgs),
 }

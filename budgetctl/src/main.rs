@@ -11,7 +11,8 @@
 //! One module per subject: [`args`] (the command line), [`api`] (typed
 //! calls), [`output`] (tables, `--json`), [`tree`], [`policy`], [`reports`]
 //! (share, usage, import, audit, why), [`drains`] (drains and the preemption
-//! record), [`idle`], [`simulate`].
+//! record), [`idle`], [`simulate`], [`site`] (backup, and when a change is in
+//! effect in slurmctld: `status`, `--wait`).
 
 mod api;
 mod args;
@@ -21,6 +22,7 @@ mod output;
 mod policy;
 mod reports;
 mod simulate;
+mod site;
 mod tree;
 
 use clap::Parser;
@@ -36,29 +38,40 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     }
     let api = Api::from_cli(cli)?;
     let out = Out { json: cli.json };
+    let changes = site::changes_budget_state(&cli.command);
+    let result = dispatch(cli, &api, out);
+    if result.is_ok() && changes {
+        site::in_effect(&api, cli.wait, cli.wait_timeout)?;
+    }
+    result
+}
+
+fn dispatch(cli: &Cli, api: &Api, out: Out) -> anyhow::Result<()> {
     match &cli.command {
-        Command::Account(c) => tree::account(&api, out, c),
-        Command::User(c) => tree::user(&api, out, c),
-        Command::Coordinator(c) => tree::coordinator(&api, out, c),
-        Command::Budget(c) => tree::budget(&api, out, c),
-        Command::Weights(c) => tree::weights(&api, out, c),
-        Command::Policy(c) => policy::run(&api, out, c),
-        Command::Share { at } => reports::share(&api, out, at.as_deref()),
+        Command::Account(c) => tree::account(api, out, c),
+        Command::User(c) => tree::user(api, out, c),
+        Command::Coordinator(c) => tree::coordinator(api, out, c),
+        Command::Budget(c) => tree::budget(api, out, c),
+        Command::Weights(c) => tree::weights(api, out, c),
+        Command::Policy(c) => policy::run(api, out, c),
+        Command::Share { at } => reports::share(api, out, at.as_deref()),
         Command::Usage(u) => match &u.command {
             Some(UsageCmd::Import {
                 file,
                 skip_invalid,
                 tz,
-            }) => reports::import(&api, out, file, *skip_invalid, tz.as_deref()),
-            None if u.preemptions => drains::preemptions(&api, out, u.since.as_deref()),
-            None => reports::usage(&api, out, u),
+            }) => reports::import(api, out, file, *skip_invalid, tz.as_deref()),
+            None if u.preemptions => drains::preemptions(api, out, u.since.as_deref()),
+            None => reports::usage(api, out, u),
         },
-        Command::Audit { limit } => reports::audit(&api, out, *limit),
-        Command::Why { job_id } => reports::why(&api, out, *job_id),
-        Command::Drain { nodes, reason } => drains::drain(&api, out, nodes, reason),
-        Command::Drains => drains::drains(&api, out),
-        Command::Undrain { nodes } => drains::undrain(&api, out, nodes),
-        Command::Idle { since, at } => idle::run(&api, out, since.as_deref(), at.as_deref()),
+        Command::Audit { limit } => reports::audit(api, out, *limit),
+        Command::Why { job_id } => reports::why(api, out, *job_id),
+        Command::Drain { nodes, reason } => drains::drain(api, out, nodes, reason),
+        Command::Drains => drains::drains(api, out),
+        Command::Undrain { nodes } => drains::undrain(api, out, nodes),
+        Command::Idle { since, at } => idle::run(api, out, since.as_deref(), at.as_deref()),
+        Command::Backup { file, force } => site::backup(api, out, cli.url.is_some(), file, *force),
+        Command::Status => site::status(api, out, cli.wait, cli.wait_timeout),
         Command::Simulate(args) => simulate::run(args),
     }
 }

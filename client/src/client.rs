@@ -293,11 +293,21 @@ impl Client {
         path: &str,
         etag: Option<&str>,
     ) -> Result<Option<Response>, ClientError> {
-        let headers: &[(&str, &str)] = match etag {
-            Some(tag) => &[("If-None-Match", tag)],
-            None => &[],
-        };
-        let resp = self.request("GET", path, headers, None)?;
+        self.get_if_none_match_with(path, etag, &[])
+    }
+
+    /// [`Client::get_if_none_match`] with `extra` headers.
+    pub fn get_if_none_match_with(
+        &self,
+        path: &str,
+        etag: Option<&str>,
+        extra: &[(&str, &str)],
+    ) -> Result<Option<Response>, ClientError> {
+        let mut headers: Vec<(&str, &str)> = extra.to_vec();
+        if let Some(tag) = etag {
+            headers.push(("If-None-Match", tag));
+        }
+        let resp = self.request("GET", path, &headers, None)?;
         if resp.status == 304 {
             return Ok(None);
         }

@@ -20,6 +20,7 @@ use crate::error::{AppError, AppResult};
 use crate::report;
 use crate::sacct;
 use crate::state::AppState;
+use crate::store::Change;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -104,6 +105,7 @@ pub async fn snapshot(
     st.counters
         .last_snapshot_fetch_at
         .store(u64::try_from(now()).unwrap_or(0), Ordering::Relaxed);
+    super::site::record_fetch(&st, &headers, snap.generation, now());
     if etag_matches(&headers, &snap.snapshot.version) {
         st.counters
             .snapshots_not_modified
@@ -183,7 +185,15 @@ pub async fn import(
                 },
             });
         }
-        let out = s.ingest(&parsed.records, "import")?;
+        let (lines, skipped_invalid) = (parsed.lines, parsed.invalid.len());
+        let actor = caller.actor();
+        let out = s.ingest_audited(&parsed.records, "import", |o| {
+            let summary = serde_json::json!({
+                "lines": lines, "inserted": o.inserted, "updated": o.updated,
+                "unchanged": o.unchanged, "invalid_skipped": skipped_invalid,
+            });
+            Some(Change::new(&actor, t, "usage.import", "ledger", None, Some(summary)))
+        })?;
         let report = ImportReport {
             lines: parsed.lines,
             runs: parsed.records.len(),
@@ -193,13 +203,6 @@ pub async fn import(
             skipped: parsed.skipped,
             invalid: parsed.invalid,
         };
-        if out.inserted + out.updated > 0 {
-            let summary = serde_json::json!({
-                "lines": report.lines, "inserted": report.inserted, "updated": report.updated,
-                "unchanged": report.unchanged, "invalid_skipped": report.invalid.len(),
-            });
-            s.audit_import(&caller.actor(), summary, t)?;
-        }
         Ok(Json(report))
     })
     .await

@@ -9,6 +9,7 @@ mod drains;
 mod idle;
 mod jobs;
 mod preemptions;
+mod site;
 mod tree;
 
 use std::sync::atomic::Ordering;
@@ -226,6 +227,8 @@ pub fn app(state: AppState) -> Router {
         .route(budget_protocol::AGENT_REPORT_PATH, post(idle::report))
         .route("/v1/idle", get(idle::list))
         .route("/metrics", get(jobs::metrics))
+        .route(budget_protocol::service::BACKUP_PATH, post(site::backup))
+        .route(budget_protocol::service::PLUGINS_PATH, get(site::plugins))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

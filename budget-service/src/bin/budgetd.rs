@@ -1,5 +1,6 @@
 //! `budgetd`: the slurm-budget service. Thin: parses arguments, opens the
-//! store, binds the sockets and serves until SIGTERM/SIGINT.
+//! store, binds the sockets and serves until SIGTERM/SIGINT; or, with
+//! `--restore BACKUP`, replaces the database with a backup and exits.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,6 +28,11 @@ struct Args {
     /// `scontrol` used by drains (needs SLURM_CONF of the cluster in the environment).
     #[arg(long, env = "BUDGET_SCONTROL", default_value = "scontrol")]
     scontrol: String,
+    /// Replace the database with this backup (from `budgetctl backup`) and exit.
+    /// budgetd must be stopped (the socket must not answer); the replaced database
+    /// is kept as DB.before-restore-UNIXTIME. Run as budgetd's user.
+    #[arg(long, value_name = "BACKUP")]
+    restore: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,6 +45,26 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    if let Some(file) = &args.restore {
+        let now = budget_service::clock::now();
+        let r = budget_service::backup::restore(&args.db, &args.socket, file, now)
+            .with_context(|| format!("restoring {} from {}", args.db.display(), file.display()))?;
+        println!(
+            "restored {} from {}: generation {}, last audit id {}, {} runs, schema version {}{}",
+            args.db.display(),
+            file.display(),
+            r.generation,
+            r.audit_id,
+            r.runs,
+            r.schema_version,
+            match &r.previous {
+                Some(p) => format!("; the replaced database is kept as {}", p.display()),
+                None => String::new(),
+            }
+        );
+        println!("start budgetd (systemctl start budgetd)");
+        return Ok(());
+    }
     let config = match &args.config {
         Some(p) => Config::load(p)?,
         None => Config::default(),

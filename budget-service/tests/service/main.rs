@@ -7,8 +7,10 @@ mod daemon;
 
 mod api;
 mod auth;
+mod backup;
 mod crash;
 mod idle;
 mod import;
+mod migrations;
 mod sync;
 mod tree;

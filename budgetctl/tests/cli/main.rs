@@ -10,4 +10,5 @@ mod support;
 mod idle;
 mod json;
 mod scenario;
+mod site;
 mod wait;

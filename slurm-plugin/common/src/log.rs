@@ -18,6 +18,11 @@ pub fn set_prefix(prefix: &'static str) {
     let _ = PREFIX.set(prefix);
 }
 
+/// The prefix set by [`set_prefix`] (the plugin type), if any.
+pub fn prefix() -> Option<&'static str> {
+    PREFIX.get().copied()
+}
+
 /// Slurm log levels we use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {

@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwapOption;
+use budget_protocol::service::PLUGIN_HEADER;
 use budget_protocol::{PluginSnapshot, Policy, SNAPSHOT_PATH};
 
 use crate::log;
@@ -137,9 +138,14 @@ pub trait SnapshotSource: Send {
 /// per request. The client is made on the first fetch, on the fetcher's thread (it may
 /// read `budget_token_file`). An unusable endpoint or token makes every fetch fail with
 /// its reason, so the plugin stays in safe mode and says why, like any other failure.
+///
+/// Each request names the plugin and its period (`X-Budget-Plugin: priority/budget
+/// period=5`): budgetd records which generation each plugin holds, so `budgetctl`
+/// can say when a change is in effect in slurmctld.
 #[derive(Debug)]
 pub struct HttpSource {
     client: LazyClient,
+    ident: String,
 }
 
 impl HttpSource {
@@ -147,6 +153,11 @@ impl HttpSource {
     pub fn new(settings: &Settings) -> Self {
         Self {
             client: LazyClient::new(settings),
+            ident: format!(
+                "{} period={}",
+                log::prefix().unwrap_or("unnamed"),
+                settings.period.as_secs()
+            ),
         }
     }
 }
@@ -154,7 +165,8 @@ impl HttpSource {
 impl SnapshotSource for HttpSource {
     fn fetch(&mut self, etag: Option<&str>) -> Result<Fetched, String> {
         let client = self.client.get()?;
-        match client.get_if_none_match(SNAPSHOT_PATH, etag) {
+        let ident = [(PLUGIN_HEADER, self.ident.as_str())];
+        match client.get_if_none_match_with(SNAPSHOT_PATH, etag, &ident) {
             Ok(None) => Ok(Fetched::NotModified),
             Ok(Some(resp)) => {
                 let snap: PluginSnapshot = resp

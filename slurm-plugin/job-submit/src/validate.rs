@@ -163,10 +163,13 @@ pub fn validate_submit(
                 return Err(reject(
                     RejectKind::Account,
                     format!(
-                        "account '{a}' has no GPU budget. Ask your coordinator to create it \
-                         (budgetctl account add {a} --parent PARENT --allocation GPU_HOURS) \
-                         and add you (budgetctl user add USER --account {a}), or submit to \
-                         the free tier with --comment unallocated"
+                        "account '{a}' has no GPU budget yet. If it was just created, retry \
+                         in a few seconds: slurmctld picks up budget changes every few seconds \
+                         (`budgetctl ... --wait` returns once a change is in effect). \
+                         Otherwise ask your coordinator to create it (budgetctl account add \
+                         {a} --parent PARENT --allocation GPU_HOURS) and add you (budgetctl \
+                         user add USER --account {a}), or submit to the free tier with \
+                         --comment unallocated"
                     ),
                 ));
             }
@@ -423,7 +426,7 @@ mod tests {
         let e = err(validate_submit(&r, &p, Some(&f)));
         assert_eq!(e.kind, RejectKind::Account);
         assert!(
-            e.message.contains("account 'teamx' has no GPU budget")
+            e.message.contains("account 'teamx' has no GPU budget yet. If it was just created, retry in a few seconds")
                 && e.message.contains("budgetctl account add teamx"),
             "{}",
             e.message

@@ -1,0 +1,317 @@
+//! Backups and restore of budgetd's database with SQLite's online backup API.
+//!
+//! A backup ([`backup`], `POST /v1/backup`, `budgetctl backup FILE`) copies the
+//! database through a connection of its own, in one backup step: that step reads
+//! inside one read transaction, so under WAL the copy is the database as of one
+//! commit while budgetd keeps serving and writing (writers are not blocked; the
+//! store's lock is not held). What the copy holds is read back from the copy
+//! itself (generation, last audit id, runs), so the report describes exactly the
+//! file written. The copy goes to a temporary name in the target's folder, is
+//! synced, then linked into place (refusing an existing file) or renamed over it
+//! (`overwrite`): a reader never sees a half-written backup under the final name.
+//!
+//! A restore ([`restore`], `budgetd --restore FILE`) runs with budgetd stopped: it
+//! checks the file (SQLite, `integrity_check`, a budgetd schema not newer than
+//! this build), keeps the current database next to it, then copies the file into
+//! the database through SQLite (which also resets the WAL: copying the file by hand
+//! next to a stale `-wal` would corrupt it). The next start migrates an older
+//! schema as usual (`db.rs`).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use budget_protocol::service::BackupReport;
+use rusqlite::{Connection, OpenFlags, backup::Backup};
+
+use crate::error::AppError;
+
+/// Why a backup or restore failed; each message names the file and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0} already exists (pass --force to replace it)")]
+    Exists(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Sqlite {
+        path: String,
+        source: rusqlite::Error,
+    },
+}
+
+impl From<BackupError> for AppError {
+    fn from(e: BackupError) -> AppError {
+        match e {
+            BackupError::Refused(m) => AppError::Invalid(m),
+            e @ BackupError::Exists(_) => AppError::Conflict(e.to_string()),
+            // The caller named the file: telling them why it failed is the point.
+            e @ (BackupError::Io { .. } | BackupError::Sqlite { .. }) => {
+                AppError::Invalid(format!("backup failed: {e}"))
+            }
+        }
+    }
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BackupError + '_ {
+    move |source| BackupError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn sql(path: &Path) -> impl FnOnce(rusqlite::Error) -> BackupError + '_ {
+    move |source| BackupError::Sqlite {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Copies the database `src` into the (new or emptied) database file `dst` in one
+/// backup step, retrying while SQLite reports the source busy.
+pub(crate) fn copy(src: &Connection, dst_path: &Path) -> Result<(), BackupError> {
+    let mut dst = Connection::open(dst_path).map_err(sql(dst_path))?;
+    copy_into(src, &mut dst, dst_path)
+}
+
+fn copy_into(src: &Connection, dst: &mut Connection, dst_path: &Path) -> Result<(), BackupError> {
+    let b = Backup::new(src, dst).map_err(sql(dst_path))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // -1: all pages in one step, so the copy is one read transaction's view.
+        match b.step(-1).map_err(sql(dst_path))? {
+            rusqlite::backup::StepResult::Done => return Ok(()),
+            rusqlite::backup::StepResult::More => {}
+            _ if Instant::now() > deadline => {
+                return Err(BackupError::Refused(format!(
+                    "{}: the database stayed locked for 30 s; try again",
+                    dst_path.display()
+                )));
+            }
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// What a budgetd database file holds, read from the file itself.
+fn describe(conn: &Connection, path: &Path) -> Result<(u64, i64, i64, i64), BackupError> {
+    let e = sql(path);
+    let read = || -> rusqlite::Result<(u64, i64, i64, i64)> {
+        let generation: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'generation'", [], |r| {
+                r.get(0)
+            })
+            .or_else(|e| match e {
+                rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                e => Err(e),
+            })?;
+        let audit_id: i64 =
+            conn.query_row("SELECT coalesce(max(id), 0) FROM audit", [], |r| r.get(0))?;
+        let runs: i64 = conn.query_row("SELECT count(*) FROM runs", [], |r| r.get(0))?;
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        Ok((
+            generation.and_then(|g| g.parse().ok()).unwrap_or(0),
+            audit_id,
+            runs,
+            version,
+        ))
+    };
+    read().map_err(e)
+}
+
+fn fsync_dir(dir: &Path) -> Result<(), BackupError> {
+    std::fs::File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(io(dir))
+}
+
+/// Writes a consistent copy of the database at `db` to `target` (absolute; its
+/// folder must exist). Refuses an existing `target` unless `overwrite`.
+pub fn backup(
+    db: &Path,
+    target: &Path,
+    overwrite: bool,
+    now: i64,
+) -> Result<BackupReport, BackupError> {
+    if !target.is_absolute() {
+        return Err(BackupError::Refused(format!(
+            "backup path {:?} must be absolute: budgetd writes it on its own host",
+            target.display().to_string()
+        )));
+    }
+    let (Some(dir), Some(name)) = (target.parent(), target.file_name()) else {
+        return Err(BackupError::Refused(format!(
+            "backup path {:?} names no file",
+            target.display().to_string()
+        )));
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(BackupError::Refused(format!(
+                "{} is not a folder",
+                dir.display()
+            )));
+        }
+        Err(e) => {
+            return Err(BackupError::Refused(format!(
+                "folder {} of the backup: {e} (budgetd does not create it)",
+                dir.display()
+            )));
+        }
+    }
+    if same_file(db, target) {
+        return Err(BackupError::Refused(format!(
+            "{} is budgetd's own database",
+            target.display()
+        )));
+    }
+    if !overwrite && std::fs::symlink_metadata(target).is_ok() {
+        return Err(BackupError::Exists(target.display().to_string()));
+    }
+    let started = Instant::now();
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".partial-{}", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let _ = std::fs::remove_file(&tmp);
+    let result = (|| {
+        // Read-write flags but never written: a read-only connection to a WAL
+        // database depends on the -shm file's permissions.
+        let src = Connection::open_with_flags(
+            db,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sql(db))?;
+        src.busy_timeout(Duration::from_secs(5)).map_err(sql(db))?;
+        copy(&src, &tmp)?;
+        drop(src);
+        let copy = Connection::open(&tmp).map_err(sql(&tmp))?;
+        // A single self-contained file (no -wal beside it) to copy around; budgetd
+        // puts a restored database back in WAL mode when it opens it.
+        copy.pragma_update(None, "journal_mode", "DELETE")
+            .map_err(sql(&tmp))?;
+        let (generation, audit_id, runs, schema_version) = describe(&copy, &tmp)?;
+        drop(copy);
+        let f = std::fs::File::open(&tmp).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        let bytes = f.metadata().map_err(io(&tmp))?.len();
+        if overwrite {
+            std::fs::rename(&tmp, target).map_err(io(target))?;
+        } else {
+            // A hard link never replaces an existing file: a backup started by
+            // someone else meanwhile is not overwritten.
+            std::fs::hard_link(&tmp, target).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    BackupError::Exists(target.display().to_string())
+                } else {
+                    BackupError::Io {
+                        path: target.display().to_string(),
+                        source: e,
+                    }
+                }
+            })?;
+            std::fs::remove_file(&tmp).map_err(io(&tmp))?;
+        }
+        fsync_dir(dir)?;
+        Ok(BackupReport {
+            audit_id,
+            bytes,
+            generation,
+            path: target.display().to_string(),
+            runs,
+            schema_version,
+            taken_at: now,
+            took_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        })
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+/// What [`restore`] did.
+#[derive(Debug)]
+pub struct Restored {
+    /// generation, last audit id, runs and schema version of the restored file.
+    pub generation: u64,
+    pub audit_id: i64,
+    pub runs: i64,
+    pub schema_version: i64,
+    /// Where the database that was replaced now is (none if there was none).
+    pub previous: Option<PathBuf>,
+}
+
+/// Replaces the database at `db` with the backup `file` (budgetd must be stopped:
+/// `socket` must not answer). The replaced database is kept as
+/// `DB.before-restore-UNIXTIME`.
+pub fn restore(db: &Path, socket: &Path, file: &Path, now: i64) -> Result<Restored, BackupError> {
+    if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+        return Err(BackupError::Refused(format!(
+            "budgetd is running ({} answers): stop it first (systemctl stop budgetd)",
+            socket.display()
+        )));
+    }
+    if same_file(db, file) {
+        return Err(BackupError::Refused(format!(
+            "{} is the database itself",
+            file.display()
+        )));
+    }
+    std::fs::metadata(file).map_err(io(file))?;
+    let src =
+        Connection::open_with_flags(file, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(sql(file))?;
+    let check: String = src
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .map_err(sql(file))?;
+    if check != "ok" {
+        return Err(BackupError::Refused(format!(
+            "{} fails SQLite's integrity check ({check}); nothing restored",
+            file.display()
+        )));
+    }
+    let (generation, audit_id, runs, schema_version) = describe(&src, file).map_err(|e| {
+        BackupError::Refused(format!(
+            "{} is not a budgetd database ({e}); nothing restored",
+            file.display()
+        ))
+    })?;
+    if schema_version > crate::db::SCHEMA_VERSION {
+        return Err(BackupError::Refused(format!(
+            "{} has schema version {schema_version}, newer than this budgetd ({}); nothing restored",
+            file.display(),
+            crate::db::SCHEMA_VERSION
+        )));
+    }
+    let mut previous = None;
+    if db.exists() {
+        let mut name = db.as_os_str().to_owned();
+        name.push(format!(".before-restore-{now}"));
+        let keep = PathBuf::from(name);
+        let cur = Connection::open(db).map_err(sql(db))?;
+        copy(&cur, &keep)?;
+        previous = Some(keep);
+    }
+    let mut dst = Connection::open(db).map_err(sql(db))?;
+    copy_into(&src, &mut dst, db)?;
+    Ok(Restored {
+        generation,
+        audit_id,
+        runs,
+        schema_version,
+        previous,
+    })
+}

@@ -1,0 +1,177 @@
+//! Schema migrations with the real budgetd binary on databases of earlier schema
+//! versions (`tests/fixtures/schema-v*.sql`, frozen copies of what earlier
+//! budgetd versions wrote): the data survives, a copy of the old file is written
+//! first, all pending migrations run in ONE transaction, and a migration that
+//! fails leaves the database exactly as it was.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rusqlite::{Connection, OpenFlags};
+
+use crate::common::call;
+use crate::daemon::{BUDGETD, Daemon};
+
+fn fixture(name: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A database file made from `sql` (plus `extra`), closed (no -wal left).
+fn make_db(path: &Path, sql: &str, extra: &str) {
+    let conn = Connection::open(path).expect("create");
+    conn.execute_batch(sql).expect("fixture");
+    conn.execute_batch(extra).expect("extra");
+}
+
+/// Every table's rows (sorted, as text), the schema (as table `sqlite_master`)
+/// and `user_version`.
+fn dump(path: &Path) -> (i64, BTreeMap<String, Vec<String>>) {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).expect("open");
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .expect("version");
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        .expect("tables")
+        .query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("names");
+    let mut out = BTreeMap::new();
+    for t in std::iter::once("sqlite_master".to_string()).chain(tables) {
+        let mut st = conn
+            .prepare(&format!("SELECT * FROM \"{t}\""))
+            .expect("select");
+        let n = st.column_count();
+        let mut rows: Vec<String> = st
+            .query_map([], |r| {
+                Ok((0..n)
+                    .map(|i| {
+                        r.get::<_, rusqlite::types::Value>(i)
+                            .map(|v| format!("{v:?}"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+                    .join("|"))
+            })
+            .expect("rows")
+            .collect::<Result<_, _>>()
+            .expect("collect");
+        rows.sort();
+        out.insert(t, rows);
+    }
+    (version, out)
+}
+
+fn bak(db: &Path, from: i64) -> PathBuf {
+    PathBuf::from(format!("{}.schema-v{from}.bak", db.display()))
+}
+
+#[test]
+fn an_old_database_is_backed_up_then_migrated_and_keeps_its_data() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("budget.sqlite");
+    let sock = dir.path().join("budgetd.sock");
+    make_db(&db, &fixture("schema-v2.sql"), "");
+    let (v, before) = dump(&db);
+    assert_eq!(v, 2);
+
+    let mut d = Daemon::start(&db, &sock);
+    let c = d.client();
+    let h = call(&c, "GET", "/v1/health", None).1;
+    assert_eq!(
+        h["schema_version"].as_i64(),
+        Some(budget_service::db::SCHEMA_VERSION)
+    );
+    assert_eq!(h["generation"].as_u64(), Some(9), "{h}");
+    // The old rows are served: tree, members, audit, ledger, drains.
+    let accounts = call(&c, "GET", "/v1/accounts", None).1;
+    let names: Vec<&str> = accounts
+        .as_array()
+        .expect("accounts")
+        .iter()
+        .filter_map(|a| a["name"].as_str())
+        .collect();
+    assert_eq!(names, ["bio", "physics", "physics-hep"], "{accounts}");
+    let audit = call(&c, "GET", "/v1/audit", None).1;
+    assert_eq!(audit.as_array().map(Vec::len), Some(8));
+    let usage = call(&c, "GET", "/v1/usage?by=user&since=0&at=1780010000", None).1;
+    assert!(
+        usage.to_string().contains("alice") && usage.to_string().contains("carol"),
+        "{usage}"
+    );
+    assert!(d.stop().success());
+
+    // The copy taken first is the old database, unchanged.
+    let (bv, copy) = dump(&bak(&db, 2));
+    assert_eq!(bv, 2);
+    assert_eq!(
+        copy, before,
+        "the pre-migration backup differs from the old database"
+    );
+    // The migrated database holds every old row (the policy row budgetd adds on
+    // first start aside) and the new tables.
+    let (after_v, after) = dump(&db);
+    assert_eq!(after_v, budget_service::db::SCHEMA_VERSION);
+    for (t, rows) in before.iter().filter(|(t, _)| *t != "sqlite_master") {
+        let now: Vec<&String> = after[t]
+            .iter()
+            .filter(|r| !(t == "meta" && r.starts_with("Text(\"policy\")")))
+            .collect();
+        assert_eq!(now, rows.iter().collect::<Vec<_>>(), "table {t}");
+    }
+    assert!(after.contains_key("agent_reports") && after.contains_key("idle_streaks"));
+
+    // Opening again migrates nothing and writes no second copy.
+    let d = Daemon::start(&db, &sock);
+    drop(d);
+    let baks = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".bak"))
+        })
+        .count();
+    assert_eq!(baks, 1);
+}
+
+#[test]
+fn a_failed_migration_changes_nothing_and_all_pending_steps_are_one_transaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("budget.sqlite");
+    let sock = dir.path().join("budgetd.sock");
+    // A version-1 database (two migrations pending) where someone created a table
+    // by hand that the third migration creates: that step fails.
+    make_db(
+        &db,
+        &fixture("schema-v1.sql"),
+        "CREATE TABLE agent_reports (note TEXT); INSERT INTO agent_reports VALUES ('by hand');",
+    );
+    let before = dump(&db);
+    let out = Command::new(BUDGETD)
+        .arg("--db")
+        .arg(&db)
+        .arg("--socket")
+        .arg(&sock)
+        .env("BUDGET_LOG", "error")
+        .output()
+        .expect("budgetd");
+    assert!(!out.status.success(), "budgetd must refuse to start");
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        msg.contains("migrating schema version 1 to")
+            && msg.contains("table agent_reports already exists")
+            && msg.contains("rolled back, the database is unchanged at version 1")
+            && msg.contains(".schema-v1.bak"),
+        "{msg}"
+    );
+    // Nothing changed: not even migration 2, which ran fine before 3 failed.
+    assert_eq!(dump(&db), before);
+    assert!(!dump(&db).1.contains_key("drains"));
+    // The copy was written before anything was tried.
+    assert_eq!(dump(&bak(&db, 1)), before);
+    assert!(!sock.exists());
+}
