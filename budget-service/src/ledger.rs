@@ -62,9 +62,10 @@ fn terminal(s: RunState) -> bool {
 }
 
 fn check_text(field: &str, v: &str) -> Result<(), String> {
-    if v.is_empty() || v.len() > 128 || v.chars().any(char::is_control) {
+    if v.is_empty() || v.len() > budget_protocol::MAX_RUN_TEXT || v.chars().any(char::is_control) {
         return Err(format!(
-            "{field} must be 1-128 printable characters, got {v:?}"
+            "{field} must be 1-{} printable characters, got {v:?}",
+            budget_protocol::MAX_RUN_TEXT
         ));
     }
     Ok(())
@@ -436,11 +437,13 @@ impl Ledger {
 
     /// Integer GPU-seconds of every run inside `[at - len, at]`, per
     /// (account, user, GPU type), charged and free tier apart.
+    ///
+    /// The sums live in a map keyed by (leaf, GPU type) that holds only the
+    /// pairs some run in the window touches: memory is linear in the runs,
+    /// never leaves x interned strings (that was ~3.5 GB at 10k users, issue 11).
     pub fn usage(&self, at: i64, len: i64) -> UsageSums {
-        let ntypes = self.strings.names.len() + 1; // + "no type"
-        let slots = self.leaves.len() * ntypes;
-        let mut charged = vec![0i128; slots];
-        let mut free = vec![0i128; slots];
+        // (leaf, GPU type id or u32::MAX) -> (charged, free)
+        let mut sums: HashMap<(u32, u32), (i128, i128)> = HashMap::new();
         let lo = at.saturating_sub(len);
         for m in &self.runs {
             let Some(start) = m.start else { continue };
@@ -455,44 +458,40 @@ impl Ledger {
                 weight: 1.0,
             }
             .overlap_secs(at, len);
-            let t = if m.gpu_type == u32::MAX {
-                ntypes - 1
-            } else {
-                m.gpu_type as usize
-            };
-            let slot = m.leaf as usize * ntypes + t;
             let v = i128::from(secs) * i128::from(m.gpus);
-            if m.free_tier {
-                free[slot] += v
-            } else {
-                charged[slot] += v
+            if v == 0 {
+                continue;
+            }
+            let e = sums.entry((m.leaf, m.gpu_type)).or_default();
+            if m.free_tier { e.1 += v } else { e.0 += v }
+        }
+        // Leaf-major, typed before untyped: a stable order for callers and tests.
+        let mut keys: Vec<(u32, u32)> = sums.keys().copied().collect();
+        keys.sort_unstable();
+        let row = |(leaf, t): (u32, u32), s: i128| {
+            let (a, u) = self
+                .leaves
+                .get(leaf as usize)
+                .copied()
+                .unwrap_or((u32::MAX, u32::MAX));
+            (
+                self.strings.get(a).to_string(),
+                self.strings.get(u).to_string(),
+                self.strings.opt_get(t),
+                s,
+            )
+        };
+        let mut out = UsageSums::default();
+        for k in keys {
+            let (c, f) = sums[&k];
+            if c != 0 {
+                out.charged.push(row(k, c));
+            }
+            if f != 0 {
+                out.free.push(row(k, f));
             }
         }
-        let collect = |v: &[i128]| {
-            v.iter()
-                .enumerate()
-                .filter(|(_, s)| **s != 0)
-                .map(|(slot, &s)| {
-                    let (leaf, t) = (slot / ntypes, slot % ntypes);
-                    let (a, u) = self.leaves[leaf];
-                    let ty = if t == ntypes - 1 {
-                        None
-                    } else {
-                        Some(self.strings.get(t as u32).to_string())
-                    };
-                    (
-                        self.strings.get(a).to_string(),
-                        self.strings.get(u).to_string(),
-                        ty,
-                        s,
-                    )
-                })
-                .collect()
-        };
-        UsageSums {
-            charged: collect(&charged),
-            free: collect(&free),
-        }
+        out
     }
 }
 

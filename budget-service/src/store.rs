@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use budget_protocol::tree::{
     AccountPatch, AuditEntry, Coordinator, NewAccount, PolicyPatch, WeightsPatch,
 };
-use budget_protocol::{JobSync, Policy, RunState, SyncOutcome};
+use budget_protocol::{JobSync, Policy, RefusedRun, RunState, SyncOutcome};
 use policy_core::fairshare::UsageByLeaf;
 use policy_core::tree::{ROOT, validate_name};
 use policy_core::{AccountSpec, FairShare, GpuWeights, HOUR, MemberSpec, TreeSpec};
@@ -741,17 +741,27 @@ impl Store {
 
     // ---- ledger ----
 
-    /// Ingests job-state runs from the plugin. Every run is checked first;
-    /// one bad run rejects the whole batch.
+    /// Ingests job-state runs from the plugin, run by run: a run that fails
+    /// its checks is refused (listed in the outcome with the reason) and the
+    /// others are stored, so one odd job never blocks the whole cluster's
+    /// accounting (issue 11 item 2).
     pub fn sync(&mut self, batch: &JobSync, now: i64) -> AppResult<SyncOutcome> {
         let mut recs = Vec::with_capacity(batch.runs.len());
+        let mut refused = Vec::new();
         for (i, r) in batch.runs.iter().enumerate() {
-            let rec = RunRecord::from_job_run(r, now).map_err(|e| {
-                AppError::Invalid(format!("runs[{i}] (job {} run {}): {e}", r.job_id, r.run))
-            })?;
-            recs.push(rec);
+            match RunRecord::from_job_run(r, now) {
+                Ok(rec) => recs.push(rec),
+                Err(e) => refused.push(RefusedRun {
+                    job_id: r.job_id,
+                    run: r.run,
+                    index: i,
+                    error: e,
+                }),
+            }
         }
-        self.ingest(&recs, "sync")
+        let mut out = self.ingest(&recs, "sync")?;
+        out.refused = refused;
+        Ok(out)
     }
 
     /// Writes checked records through the merge rule in one transaction and

@@ -139,6 +139,17 @@ pub async fn sync(
         .fetch_add(out.unchanged, Ordering::Relaxed);
     c.last_sync_at
         .store(u64::try_from(t).unwrap_or(0), Ordering::Relaxed);
+    for r in out.refused.iter().take(10) {
+        tracing::warn!(
+            job_id = r.job_id,
+            run = r.run,
+            "sync: run refused: {}",
+            r.error
+        );
+    }
+    if out.refused.len() > 10 {
+        tracing::warn!("sync: {} more runs refused", out.refused.len() - 10);
+    }
     Ok(Json(out))
 }
 
