@@ -161,6 +161,7 @@ fn main() -> anyhow::Result<()> {
             recs.push(RunRecord {
                 job_id: job,
                 run: 0,
+                submit: 0,
                 account: account.clone(),
                 user: user.clone(),
                 partition: Some("gpu".into()),
@@ -180,7 +181,7 @@ fn main() -> anyhow::Result<()> {
             });
             job += 1;
         }
-        store.ingest(&recs, "bench")?;
+        store.ingest(&recs, "bench", false)?;
     }
     let fill = t_fill.elapsed();
 
@@ -228,6 +229,7 @@ fn main() -> anyhow::Result<()> {
                 JobRun {
                     job_id: 10_000_000 + i,
                     run: 0,
+                    submit: None,
                     account: account.clone(),
                     user: user.clone(),
                     partition: Some("gpu".into()),
@@ -244,6 +246,7 @@ fn main() -> anyhow::Result<()> {
                 }
             })
             .collect(),
+        live: None,
     };
     let running = sync_batch(RunState::Running, None);
     let t0 = Instant::now();

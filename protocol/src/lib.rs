@@ -141,6 +141,12 @@ pub struct JobRun {
     pub job_id: u32,
     /// Slurm's `restart_cnt` for this run (0 for the first run).
     pub run: u32,
+    /// Slurm's submit time of this run (`details->submit_time`; a requeue sets
+    /// a new one). Tells two jobs with the same id apart (ids wrap at
+    /// MaxJobId and restart after a controller cold start). `None`: unknown
+    /// (the previous run of a requeued job, older plugins).
+    #[serde(default)]
+    pub submit: Option<i64>,
     pub account: String,
     pub user: String,
     #[serde(default)]
@@ -211,6 +217,16 @@ pub struct JobSync {
     /// When the plugin collected the batch (Unix seconds).
     pub collected_at: i64,
     pub runs: Vec<JobRun>,
+    /// The complete set of jobs Slurm had at `collected_at`, as
+    /// `[job_id, submit time of its current run (0: unknown)]`, sent once every
+    /// run of the pass was acknowledged. budgetd closes every pending or
+    /// running run Slurm no longer has (a start lost in a controller crash, a
+    /// cancel racing a requeue, jobs purged while budgetd was down, pending
+    /// jobs cancelled), at the time of the previous complete set: the last
+    /// time Slurm was seen to have them (issue 11 item 12). Absent: a partial
+    /// batch, nothing is closed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<Vec<(u32, i64)>>,
 }
 
 /// What a sync changed.
@@ -228,9 +244,17 @@ pub struct SyncOutcome {
     pub updated: u64,
     /// Runs already known exactly as sent.
     pub unchanged: u64,
+    /// Pending or running runs closed because Slurm no longer has their job
+    /// (with a complete `live` set; absent when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub closed: u64,
     /// Runs not stored, each with the reason (absent when none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<RefusedRun>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One run of a sync batch that budgetd did not store.

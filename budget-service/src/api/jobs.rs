@@ -194,7 +194,7 @@ pub async fn import(
                 },
             });
         }
-        let out = s.ingest(&parsed.records, "import")?;
+        let out = s.ingest(&parsed.records, "import", true)?;
         let report = ImportReport {
             lines: parsed.lines,
             runs: parsed.records.len(),
@@ -203,11 +203,13 @@ pub async fn import(
             unchanged: out.unchanged,
             skipped: parsed.skipped,
             invalid: parsed.invalid,
+            conflicts: out.refused,
         };
         if out.inserted + out.updated > 0 {
             let summary = serde_json::json!({
                 "lines": report.lines, "inserted": report.inserted, "updated": report.updated,
                 "unchanged": report.unchanged, "invalid_skipped": report.invalid.len(),
+                "conflicts": report.conflicts.len(),
             });
             s.audit_import(&caller.actor(), summary, t)?;
         }

@@ -315,6 +315,7 @@ pub unsafe fn runs_with_gpus(
     let base = JobRun {
         job_id: job.job_id,
         run: u32::from(job.restart_cnt),
+        submit: (v.submit_time > 0).then_some(v.submit_time),
         account: ledger_name(&v.account),
         user: v
             .user
@@ -347,6 +348,9 @@ pub unsafe fn runs_with_gpus(
     {
         out.push(JobRun {
             run: u32::from(job.restart_cnt) - 1,
+            // The requeue gave the job a new submit time: the previous run's is
+            // unknown here (budgetd matches the run it stored).
+            submit: None,
             start: prev_start,
             end: Some(prev_end),
             state: RunState::Requeued,

@@ -241,6 +241,9 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
     let mut stats = PassStats::default();
     let mut runs: Vec<JobRun> = Vec::new();
     let collect = cfg.sync_jobs;
+    // The complete set of jobs, on full passes (every FULL_CHECK_EVERY): budgetd
+    // closes the runs Slurm forgot (issue 11 item 12).
+    let mut live: Option<Vec<(u32, i64)>> = None;
     {
         let guard = ctl.job_write_lock();
         let t = Instant::now();
@@ -250,6 +253,9 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
         let dirty = state.take_dirty();
         full |= dirty.is_none();
         let dirty = dirty.unwrap_or_default();
+        if collect && full {
+            live = Some(Vec::new());
+        }
         guard.for_each_job(|job| {
             let id = job.job_id;
             let st = job.job_state;
@@ -304,6 +310,11 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
                     memo.unacked.push((id, fp));
                 }
             }
+            if let Some(live) = live.as_mut() {
+                // SAFETY: details is NULL or valid under the lock.
+                let submit = unsafe { job.details.as_ref() }.map_or(0, |d| d.submit_time);
+                live.push((id, submit));
+            }
             memo.jobs.insert(id, m);
         });
         if stats.changed > 0 {
@@ -318,6 +329,7 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
         let ack = budgetd.syncer.send_jobs(JobSync {
             collected_at: unix_now(),
             runs,
+            live,
         });
         memo.acknowledge(&ack);
         stats.sync_micros = t.elapsed().as_micros();

@@ -86,6 +86,7 @@ impl Syncer {
     /// Returns what budgetd acknowledged: [`SyncAck::All`], or the jobs of the
     /// chunks that were not (the pass resends those).
     pub fn send_jobs(&mut self, mut sync: JobSync) -> SyncAck {
+        let live = sync.live.take();
         fill_starts(&mut self.starts, &mut sync.runs);
         merge_outbox(&mut self.outbox, &mut sync.runs);
         let chunks = chunk_bounds(&sync.runs, CHUNK_RUNS);
@@ -95,6 +96,7 @@ impl Syncer {
             let chunk = JobSync {
                 collected_at: sync.collected_at,
                 runs: sync.runs[lo..hi].to_vec(),
+                live: None,
             };
             let sent = match self.client.get() {
                 Ok(c) => c
@@ -131,6 +133,34 @@ impl Syncer {
                 break;
             }
             self.outbox.insert((r.job_id, r.run), r.clone());
+        }
+        // The complete live set only after every run of the pass (and every ended
+        // run kept in the outbox) was acknowledged: budgetd closes the runs Slurm no
+        // longer has, and must not close one whose real end is still on its way.
+        if let Some(live) = live
+            && rest.is_empty()
+            && self.outbox.is_empty()
+            && result.is_ok()
+        {
+            let msg = JobSync {
+                collected_at: sync.collected_at,
+                runs: Vec::new(),
+                live: Some(live),
+            };
+            let sent = match self.client.get() {
+                Ok(c) => c
+                    .post_json::<_, SyncOutcome>(SYNC_PATH, &msg)
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            match sent {
+                Ok(out) if out.closed > 0 => log::info(&format!(
+                    "job sync: budgetd closed {} runs Slurm no longer has",
+                    out.closed
+                )),
+                Ok(_) => {}
+                Err(e) => result = Err(e),
+            }
         }
         let ack = if rest.is_empty() {
             SyncAck::All
@@ -223,6 +253,7 @@ mod tests {
         JobRun {
             job_id,
             run,
+            submit: None,
             account: "a".into(),
             user: "u".into(),
             partition: None,

@@ -34,6 +34,7 @@ fn run(job_id: u32) -> JobRun {
     JobRun {
         job_id,
         run: 0,
+        submit: Some(T0 - 10),
         account: "teama".into(),
         user: "alice".into(),
         partition: Some("gpu".into()),
@@ -105,6 +106,7 @@ fn a_first_pass_larger_than_the_body_limit_is_sent_in_acknowledged_chunks() {
     let batch = JobSync {
         collected_at: T0 + 100,
         runs: (1..=JOBS).map(run).collect(),
+        live: None,
     };
     let body = serde_json::to_vec(&batch).expect("encode").len();
     assert!(
@@ -149,6 +151,7 @@ fn a_refused_run_is_reported_and_the_rest_of_the_batch_is_stored() {
     let batch = JobSync {
         collected_at: T0 + 100,
         runs: vec![run(1), bad, run(3)],
+        live: None,
     };
     let mut s = syncer(&d);
     // Before: the whole batch was rejected (422) and resent on every pass.
@@ -167,6 +170,7 @@ fn an_unreachable_budgetd_acknowledges_nothing() {
     let ack = s.send_jobs(JobSync {
         collected_at: T0,
         runs: vec![run(1), run(2)],
+        live: None,
     });
     assert_eq!(ack, SyncAck::Except([1, 2].into_iter().collect()));
 }
