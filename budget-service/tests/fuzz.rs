@@ -27,8 +27,12 @@ fn cases(divisor: u32) -> u32 {
 }
 
 /// Runs `strategy` through `check` `cases` times; prints the count.
-fn fuzz<S: Strategy>(name: &str, divisor: u32, strategy: S, check: impl Fn(S::Value) -> Result<(), TestCaseError>)
-where
+fn fuzz<S: Strategy>(
+    name: &str,
+    divisor: u32,
+    strategy: S,
+    check: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) where
     S::Value: std::fmt::Debug,
 {
     let tried = AtomicU64::new(0);
@@ -66,8 +70,25 @@ fn shaped(tokens: &'static [&'static str]) -> impl Strategy<Value = String> {
 #[test]
 fn fuzz_min_runtime_and_comments() {
     let tokens: &'static [&'static str] = &[
-        "min_runtime=", "checkpoint=", "free", "budget:free", "budget:min_runtime=", "h", "m",
-        "s", "d", "-", ":", " ", ",", "=", "90m", "2h30m", "1-00:00:00", "366d", "367d",
+        "min_runtime=",
+        "checkpoint=",
+        "free",
+        "budget:free",
+        "budget:min_runtime=",
+        "h",
+        "m",
+        "s",
+        "d",
+        "-",
+        ":",
+        " ",
+        ",",
+        "=",
+        "90m",
+        "2h30m",
+        "1-00:00:00",
+        "366d",
+        "367d",
     ];
     fuzz("min_runtime/comment", 1, shaped(tokens), |s| {
         if let Ok(v) = parse_duration(&s) {
@@ -75,7 +96,10 @@ fn fuzz_min_runtime_and_comments() {
             prop_assert_eq!(parse_duration(&format_duration(v)).ok(), Some(v));
         }
         if let Ok(c) = policy_core::comment::parse_comment(&s) {
-            prop_assert!(c.min_runtime.is_none_or(|m| (0..=MAX_DURATION_SECS).contains(&m)));
+            prop_assert!(
+                c.min_runtime
+                    .is_none_or(|m| (0..=MAX_DURATION_SECS).contains(&m))
+            );
         }
         if let Some(c) = parse_admin_comment(&s) {
             prop_assert!((0..=MAX_DURATION_SECS).contains(&c.min_runtime));
@@ -87,9 +111,16 @@ fn fuzz_min_runtime_and_comments() {
     fuzz(
         "stored contract round trip",
         1,
-        (0..=MAX_DURATION_SECS, any::<bool>(), proptest::option::of("[ -~]{0,40}")),
+        (
+            0..=MAX_DURATION_SECS,
+            any::<bool>(),
+            proptest::option::of("[ -~]{0,40}"),
+        ),
         |(min, free, existing)| {
-            let c = Contract { min_runtime: if free { 0 } else { min }, free_tier: free };
+            let c = Contract {
+                min_runtime: if free { 0 } else { min },
+                free_tier: free,
+            };
             let text = format_admin_comment(existing.as_deref(), &c);
             prop_assert_eq!(parse_admin_comment(&text), Some(c));
             Ok(())
@@ -100,7 +131,19 @@ fn fuzz_min_runtime_and_comments() {
 #[test]
 fn fuzz_hostlists_and_tres() {
     let tokens: &'static [&'static str] = &[
-        "gpu", "n", "[", "]", "-", ",", "0", "08", "10", "999999999", " ", "rack", "x",
+        "gpu",
+        "n",
+        "[",
+        "]",
+        "-",
+        ",",
+        "0",
+        "08",
+        "10",
+        "999999999",
+        " ",
+        "rack",
+        "x",
     ];
     fuzz("hostlist", 1, shaped(tokens), |s| {
         if let Ok(hosts) = policy_core::hostlist::expand_at_most(&s, 1000) {
@@ -109,7 +152,17 @@ fn fuzz_hostlists_and_tres() {
         Ok(())
     });
     let tokens: &'static [&'static str] = &[
-        "gres", "gres/", "gpu", ":", "=", ",", "h100", "shard", "4", "18446744073709551615", "/",
+        "gres",
+        "gres/",
+        "gpu",
+        ":",
+        "=",
+        ",",
+        "h100",
+        "shard",
+        "4",
+        "18446744073709551615",
+        "/",
     ];
     fuzz("tres", 1, shaped(tokens), |s| {
         let _ = policy_core::tres::gpus(&s);
@@ -120,9 +173,25 @@ fn fuzz_hostlists_and_tres() {
 #[test]
 fn fuzz_sacct_import_lines() {
     let tokens: &'static [&'static str] = &[
-        "|", "\n", "123", "123_4", "123+1", "teama", "alice", "gpu", "gres/gpu=2",
-        "gres/gpu:h100=4", "billing=1,cpu=2,", "2026-01-01T00:00:00", "Unknown", "None",
-        "COMPLETED", "RUNNING", "PENDING", "CANCELLED by 0", "REQUEUED",
+        "|",
+        "\n",
+        "123",
+        "123_4",
+        "123+1",
+        "teama",
+        "alice",
+        "gpu",
+        "gres/gpu=2",
+        "gres/gpu:h100=4",
+        "billing=1,cpu=2,",
+        "2026-01-01T00:00:00",
+        "Unknown",
+        "None",
+        "COMPLETED",
+        "RUNNING",
+        "PENDING",
+        "CANCELLED by 0",
+        "REQUEUED",
     ];
     let header = "JobID|JobIDRaw|Account|User|Partition|AllocTRES|Start|End|State\n";
     let tz = jiff::tz::TimeZone::UTC;
@@ -141,15 +210,38 @@ fn fuzz_sacct_import_lines() {
 fn json_value() -> impl Strategy<Value = serde_json::Value> {
     use serde_json::Value;
     let names: &'static [&'static str] = &[
-        "name", "parent", "allocation_gpu_hours", "user", "account", "job_id", "run", "runs",
-        "collected_at", "gpus", "state", "start", "end", "node", "at", "nvml", "reason", "nodes",
-        "weight", "by_type", "default", "window_secs", "live", "submit", "hysteresis",
+        "name",
+        "parent",
+        "allocation_gpu_hours",
+        "user",
+        "account",
+        "job_id",
+        "run",
+        "runs",
+        "collected_at",
+        "gpus",
+        "state",
+        "start",
+        "end",
+        "node",
+        "at",
+        "nvml",
+        "reason",
+        "nodes",
+        "weight",
+        "by_type",
+        "default",
+        "window_secs",
+        "live",
+        "submit",
+        "hysteresis",
     ];
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
         any::<i64>().prop_map(Value::from),
-        any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        any::<f64>()
+            .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
         "[ -~]{0,20}".prop_map(Value::String),
         prop::sample::select(&["running", "pending", "ended", "requeued", "root", "teama"][..])
             .prop_map(Value::from),
@@ -178,7 +270,14 @@ fn fuzz_every_json_body_of_the_api() {
         }
         for method in ["post", "put", "patch", "delete"] {
             if ops.get(method).is_some() {
-                routes.push((method.to_uppercase(), path.replace("{id}", "7").replace("{name}", "teama").replace("{user}", "alice").replace("{account}", "teama").replace("{node}", "n1")));
+                routes.push((
+                    method.to_uppercase(),
+                    path.replace("{id}", "7")
+                        .replace("{name}", "teama")
+                        .replace("{user}", "alice")
+                        .replace("{account}", "teama")
+                        .replace("{node}", "n1"),
+                ));
             }
         }
     }
@@ -188,13 +287,28 @@ fn fuzz_every_json_body_of_the_api() {
         3 => json_value().prop_map(|v| serde_json::to_vec(&v).unwrap_or_default()),
         1 => prop::collection::vec(any::<u8>(), 0..200),
     ];
-    fuzz("api json bodies", 10, (prop::sample::select(routes), body), |((method, path), bytes)| {
-        let r = c
-            .request(&method, &path, &[("Content-Type", "application/json")], Some(&bytes))
-            .map_err(|e| TestCaseError::fail(format!("{method} {path}: {e}")))?;
-        prop_assert!(r.status < 500, "{method} {path} -> {}: {}", r.status, String::from_utf8_lossy(&r.body));
-        Ok(())
-    });
+    fuzz(
+        "api json bodies",
+        10,
+        (prop::sample::select(routes), body),
+        |((method, path), bytes)| {
+            let r = c
+                .request(
+                    &method,
+                    &path,
+                    &[("Content-Type", "application/json")],
+                    Some(&bytes),
+                )
+                .map_err(|e| TestCaseError::fail(format!("{method} {path}: {e}")))?;
+            prop_assert!(
+                r.status < 500,
+                "{method} {path} -> {}: {}",
+                r.status,
+                String::from_utf8_lossy(&r.body)
+            );
+            Ok(())
+        },
+    );
     let (st, _) = budgetd_testkit::call(&c, "GET", "/v1/health", None);
     assert_eq!(st, 200, "budgetd still answers");
 }
