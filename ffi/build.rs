@@ -83,8 +83,18 @@ fn main() {
             version::version_string(ver)
         ));
     }
-    let all: Vec<&str> = version::CFG_TABLE.iter().map(|(n, _)| *n).collect();
-    let on = version::cfgs_for(ver);
+    let mut all: Vec<&str> = version::CFG_TABLE.iter().map(|(n, _)| *n).collect();
+    all.extend(version::DETECTED_CFGS.iter().map(|(n, _)| *n));
+    let mut on = version::cfgs_for(ver);
+    let slurm_h = src.join("slurm/slurm.h");
+    println!("cargo::rerun-if-changed={}", slurm_h.display());
+    let slurm_h_text = std::fs::read_to_string(&slurm_h).unwrap_or_else(|e| {
+        fail(&format!(
+            "cannot read {} ({e}): is SLURM_SRC_DIR a Slurm source tree?",
+            slurm_h.display()
+        ))
+    });
+    on.extend(version::detected_cfgs(&slurm_h_text));
     for name in &all {
         println!("cargo::rustc-check-cfg=cfg({name})");
     }

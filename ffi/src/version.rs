@@ -25,7 +25,28 @@ pub const CFG_TABLE: &[(&str, u32)] = &[
     ("slurm_25_05", version_num(25, 5, 0)),
     // priority_p_calc_fs_factor removed in 25.11.
     ("slurm_25_11", version_num(25, 11, 0)),
+    // priority_factors_object_t names its job by `slurm_step_id_t step_id` (job_id and
+    // sluid) instead of `uint32_t job_id` (slurm/slurm.h of 26.05; 24.11 has job_id).
+    ("slurm_26_05", version_num(26, 5, 0)),
 ];
+
+/// Cfgs detected from the source tree's headers rather than from the version number,
+/// each with the text in `slurm/slurm.h` that turns it on. Used where the release a
+/// change came with is not in this project (no source of 23.02-24.05 here).
+pub const DETECTED_CFGS: &[(&str, &str)] = &[
+    // sprio's factors moved from priority_factors_object_t's own fields into a separate
+    // priority_factors_t it points to (22.05: inline; 24.11 and 26.05: pointer).
+    ("slurm_prio_factors_t", "priority_factors_t *prio_factors;"),
+];
+
+/// The detected cfgs that `slurm_h` (the text of `slurm/slurm.h`) turns on.
+pub fn detected_cfgs(slurm_h: &str) -> Vec<&'static str> {
+    DETECTED_CFGS
+        .iter()
+        .filter(|(_, needle)| slurm_h.contains(needle))
+        .map(|(name, _)| *name)
+        .collect()
+}
 
 /// The oldest release the bindings support.
 pub const MIN_SUPPORTED: u32 = version_num(22, 5, 0);
@@ -86,6 +107,7 @@ mod tests {
             "slurm_24_05",
             "slurm_25_05",
             "slurm_25_11",
+            "slurm_26_05",
         ];
         // (version, how many cfgs from the front of `all` are on)
         let cases = [
@@ -99,12 +121,21 @@ mod tests {
             (version_num(24, 11, 3), 4),
             (version_num(25, 5, 1), 5),
             (version_num(25, 11, 0), 6),
-            (version_num(26, 5, 0), 6),
+            (version_num(25, 11, 4), 6),
+            (version_num(26, 5, 5), 7),
         ];
         for (v, n) in cases {
             assert_eq!(set(v), all[..n].to_vec(), "version {}", version_string(v));
         }
         assert!(set(version_num(21, 8, 8)).is_empty());
+    }
+
+    #[test]
+    fn detects_split_factors() {
+        let old = "typedef struct priority_factors_object {\n\tdouble priority_age;\n";
+        let new = "\tpriority_factors_t *prio_factors;\n\tchar *qos;\n";
+        assert!(detected_cfgs(old).is_empty());
+        assert_eq!(detected_cfgs(new), vec!["slurm_prio_factors_t"]);
     }
 
     #[test]

@@ -54,3 +54,20 @@ pub fn release_dir() -> PathBuf {
         None => repo_root().join("target").join("release"),
     }
 }
+
+/// Where the Slurm plugins for the testbed's release live: [`release_dir`] for the
+/// machine's own release, `target/slurm-V/release` when `TESTBED_SLURM=V` names
+/// another one (built by `scripts/setup --slurm V`: a plugin loads only into the exact
+/// release it was built for). budgetd and the CLIs do not depend on the release.
+pub fn plugin_dir() -> PathBuf {
+    match std::env::var("TESTBED_SLURM") {
+        Ok(v) if !v.is_empty() && v != DEFAULT_SLURM_RELEASE => repo_root()
+            .join("target")
+            .join(format!("slurm-{v}"))
+            .join("release"),
+        _ => release_dir(),
+    }
+}
+
+/// The Slurm release of this machine's own packages (`scripts/lib/releases.sh`).
+pub const DEFAULT_SLURM_RELEASE: &str = "22.05";

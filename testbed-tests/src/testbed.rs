@@ -230,8 +230,9 @@ impl Testbed {
     /// copied into its plugin folder, `up`), and reads its client environment.
     pub fn up(config: TestbedConfig) -> Result<Testbed> {
         let release = release_dir();
+        let plugin_build = crate::plugin_dir();
         for (lib, _) in PLUGINS {
-            require(&release.join(format!("lib{lib}.so")))?;
+            require(&plugin_build.join(format!("lib{lib}.so")))?;
         }
         for bin in ["budgetd", "budgetctl"] {
             require(&release.join(bin))?;
@@ -241,7 +242,7 @@ impl Testbed {
         let plugins = config.dir.join("plugins");
         std::fs::create_dir_all(&plugins).map_err(|e| Error::file(&plugins, e))?;
         for (lib, file) in PLUGINS {
-            let from = release.join(format!("lib{lib}.so"));
+            let from = plugin_build.join(format!("lib{lib}.so"));
             std::fs::copy(&from, plugins.join(file)).map_err(|e| Error::file(&from, e))?;
         }
         let mut up = config.script();

@@ -94,6 +94,10 @@ impl Controller {
     }
 
     /// Job write lock + node/part read: what set_job_prio callers hold.
+    #[allow(
+        clippy::needless_update,
+        reason = "26.05 adds select_node; the update is empty only on older releases"
+    )]
     pub fn job_write_lock(&'static self) -> LockGuard {
         self.lock(slurmctld_lock_t {
             conf: sys::NO_LOCK,
@@ -101,10 +105,16 @@ impl Controller {
             node: sys::READ_LOCK,
             part: sys::READ_LOCK,
             fed: sys::NO_LOCK,
+            // NO_LOCK (0) for the levels a release added (26.05: select_node).
+            ..Default::default()
         })
     }
 
     /// Job/node/part read locks (as multifactor's `get_priority_factors_list`).
+    #[allow(
+        clippy::needless_update,
+        reason = "26.05 adds select_node; the update is empty only on older releases"
+    )]
     pub fn job_read_lock(&'static self) -> LockGuard {
         self.lock(slurmctld_lock_t {
             conf: sys::NO_LOCK,
@@ -112,6 +122,8 @@ impl Controller {
             node: sys::READ_LOCK,
             part: sys::READ_LOCK,
             fed: sys::NO_LOCK,
+            // NO_LOCK (0) for the levels a release added (26.05: select_node).
+            ..Default::default()
         })
     }
 

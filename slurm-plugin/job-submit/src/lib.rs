@@ -14,11 +14,6 @@
 //! thread keeps fresh ([`slurm_plugin_common::snapshot`]). Messages go back through
 //! `err_msg` (allocated with Slurm's `xstrdup`), which `sbatch` prints.
 
-#![allow(non_upper_case_globals)]
-// The exports are C entry points: Slurm hands us raw pointers by contract, and they
-// cannot be `unsafe fn` without changing the ABI type they are pinned to.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
-
 pub mod validate;
 
 use std::ffi::c_char;
@@ -38,12 +33,15 @@ use crate::validate::{ModifyRequest, RejectKind, Rejection, SubmitRequest};
 
 /// Human-readable plugin name (Slurm reads the bytes of this symbol).
 #[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
 pub static plugin_name: [u8; 40] = *b"Job submit budget plugin (slurm-budget)\0";
 /// `JobSubmitPlugins=budget`.
 #[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
 pub static plugin_type: [u8; 18] = *b"job_submit/budget\0";
 /// Must equal the loading Slurm's SLURM_VERSION_NUMBER (major.minor.micro).
 #[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
 pub static plugin_version: u32 = slurm_ffi::SLURM_VERSION_NUMBER;
 
 const PLUGIN_TYPE: &str = "job_submit/budget";
@@ -91,6 +89,7 @@ pub extern "C" fn init() -> i32 {
         sys::SLURM_SUCCESS
     })
 }
+const _: slurm_ffi::api::common::InitFn = init;
 
 /// `int fini(void)`: stop and join the fetcher before Slurm `dlclose`s us.
 #[unsafe(no_mangle)]
@@ -111,6 +110,7 @@ pub extern "C" fn fini() -> i32 {
         sys::SLURM_SUCCESS
     })
 }
+const _: slurm_ffi::api::common::FiniFn = fini;
 
 fn is_privileged(uid: u32) -> bool {
     // SAFETY: slurm_conf is libslurmfull's global configuration; our callers hold the
@@ -280,8 +280,12 @@ unsafe fn modify(
 }
 
 /// `int job_submit(job_desc_msg_t *job_desc, uint32_t submit_uid, char **err_msg)`.
+///
+/// # Safety
+/// `job_desc` is NULL or a valid job description owned by the caller, `err_msg` NULL or
+/// a valid `char **`; slurmctld holds job_submit's locks (Slurm's contract).
 #[unsafe(no_mangle)]
-pub extern "C" fn job_submit(
+pub unsafe extern "C" fn job_submit(
     job_desc: *mut job_desc_msg_t,
     submit_uid: u32,
     err_msg: *mut *mut c_char,
@@ -299,9 +303,12 @@ pub extern "C" fn job_submit(
 const _: api::SubmitFn = job_submit;
 
 /// `int job_modify(job_desc_msg_t *, job_record_t *, uint32_t submit_uid)` (22.05).
+///
+/// # Safety
+/// NULL or valid pointers from slurmctld's `update_job`, under the job write lock.
 #[cfg(not(slurm_23_02))]
 #[unsafe(no_mangle)]
-pub extern "C" fn job_modify(
+pub unsafe extern "C" fn job_modify(
     job_desc: *mut job_desc_msg_t,
     job_ptr: *mut job_record_t,
     submit_uid: u32,
@@ -318,9 +325,13 @@ pub extern "C" fn job_modify(
 }
 
 /// `int job_modify(job_desc_msg_t *, job_record_t *, uint32_t, char **err_msg)` (23.02+).
+///
+/// # Safety
+/// NULL or valid pointers from slurmctld's `update_job`, under the job write lock;
+/// `err_msg` NULL or a valid `char **`.
 #[cfg(slurm_23_02)]
 #[unsafe(no_mangle)]
-pub extern "C" fn job_modify(
+pub unsafe extern "C" fn job_modify(
     job_desc: *mut job_desc_msg_t,
     job_ptr: *mut job_record_t,
     submit_uid: u32,

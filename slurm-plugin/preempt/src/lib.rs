@@ -23,15 +23,11 @@
 //! (GPUs held per tree node by running non-free jobs) are computed by a background
 //! thread under the job read lock whenever `last_job_update` or the snapshot changes.
 
-#![allow(non_upper_case_globals)]
-// The exports are C entry points: Slurm hands us raw pointers by contract, and they
-// cannot be `unsafe fn` without changing the ABI type they are pinned to.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
-
 pub mod jobs;
 pub mod report;
 pub mod rule;
 
+#[cfg(not(slurm_25_05))]
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -51,12 +47,15 @@ use crate::rule::{Holdings, decide};
 
 /// Human-readable plugin name (Slurm reads the bytes of this symbol).
 #[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
 pub static plugin_name: [u8; 37] = *b"Preempt budget plugin (slurm-budget)\0";
 /// `PreemptType=preempt/budget`.
 #[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
 pub static plugin_type: [u8; 15] = *b"preempt/budget\0";
 /// Must equal the loading Slurm's SLURM_VERSION_NUMBER (major.minor.micro).
 #[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
 pub static plugin_version: u32 = slurm_ffi::SLURM_VERSION_NUMBER;
 
 const PLUGIN_TYPE: &str = "preempt/budget";
@@ -132,6 +131,7 @@ pub extern "C" fn init() -> i32 {
         sys::SLURM_SUCCESS
     })
 }
+const _: slurm_ffi::api::common::InitFn = init;
 
 /// `void fini(void)`: stop and join our threads before Slurm `dlclose`s us.
 #[unsafe(no_mangle)]
@@ -152,6 +152,7 @@ pub extern "C" fn fini() -> i32 {
         sys::SLURM_SUCCESS
     })
 }
+const _: slurm_ffi::api::common::FiniFn = fini;
 
 /// Background refresh of the holdings (GPUs held per tree node by running jobs).
 ///
@@ -269,6 +270,10 @@ fn current_holdings(now: i64) -> Option<Arc<Holdings>> {
 /// Both records must be valid, under the job lock (every preempt hook holds it).
 unsafe fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
     if !is_running(victim) {
+        log::debug(&format!(
+            "job {} not a victim of job {}: not running (state 0x{:x})",
+            victim.job_id, preemptor.job_id, victim.job_state
+        ));
         return false;
     }
     let now = unix_now();
@@ -299,12 +304,19 @@ unsafe fn preemptable(victim: &job_record_t, preemptor: &job_record_t) -> bool {
             },
         );
     }
-    if decision.is_ok() {
-        log::debug(&format!(
-            "job {} may preempt job {}: {decision:?}",
-            r.job_id, v.job_id
-        ));
-    }
+    // Debug level (SlurmctldDebug=debug): why each candidate was or was not taken.
+    log::debug(&format!(
+        "job {} {} job {}: {decision:?} (victim: {} GPUs, run start {})",
+        r.job_id,
+        if decision.is_ok() {
+            "may preempt"
+        } else {
+            "may not preempt"
+        },
+        v.job_id,
+        v.gpus,
+        v.run_start
+    ));
     decision.is_ok()
 }
 
@@ -339,8 +351,11 @@ fn grace_time(job: &job_record_t) -> u32 {
 const MODE: u16 = sys::PREEMPT_MODE_REQUEUE as u16;
 
 /// `bool preempt_p_preemptable(job_record_t *preemptee, job_record_t *preemptor)`.
+///
+/// # Safety
+/// NULL or valid job records, with the job lock held (Slurm's contract).
 #[unsafe(no_mangle)]
-pub extern "C" fn preempt_p_preemptable(
+pub unsafe extern "C" fn preempt_p_preemptable(
     preemptee: *mut job_record_t,
     preemptor: *mut job_record_t,
 ) -> bool {
@@ -357,8 +372,12 @@ pub extern "C" fn preempt_p_preemptable(
 const _: api::PreemptableFn = preempt_p_preemptable;
 
 /// `bool preempt_p_job_preempt_check(job_queue_rec_t *preemptor, job_queue_rec_t *preemptee)`.
+///
+/// # Safety
+/// NULL or valid queue records whose `job_ptr` is NULL or a valid job record, with the
+/// job lock held.
 #[unsafe(no_mangle)]
-pub extern "C" fn preempt_p_job_preempt_check(
+pub unsafe extern "C" fn preempt_p_job_preempt_check(
     preemptor: *mut job_queue_rec_t,
     preemptee: *mut job_queue_rec_t,
 ) -> bool {
@@ -375,9 +394,13 @@ pub extern "C" fn preempt_p_job_preempt_check(
 const _: api::JobPreemptCheckFn = preempt_p_job_preempt_check;
 
 /// `int preempt_p_get_data(job_record_t *job, slurm_preempt_data_type_t type, void *data)`.
+///
+/// # Safety
+/// `job_ptr` NULL or a valid job record (job lock held); `data` NULL or a valid, aligned
+/// pointer to the type `data_type` names (`bool`, `uint16_t` or `uint32_t`).
 #[cfg(not(slurm_25_05))]
 #[unsafe(no_mangle)]
-pub extern "C" fn preempt_p_get_data(
+pub unsafe extern "C" fn preempt_p_get_data(
     job_ptr: *mut job_record_t,
     data_type: sys::slurm_preempt_data_type_t,
     data: *mut c_void,
@@ -417,9 +440,12 @@ pub extern "C" fn preempt_p_get_data(
 const _: api::GetDataFn = preempt_p_get_data;
 
 /// `uint32_t preempt_p_get_grace_time(job_record_t *job)` (25.05+).
+///
+/// # Safety
+/// `job_ptr` NULL or a valid job record, with the job lock held.
 #[cfg(slurm_25_05)]
 #[unsafe(no_mangle)]
-pub extern "C" fn preempt_p_get_grace_time(job_ptr: *mut job_record_t) -> u32 {
+pub unsafe extern "C" fn preempt_p_get_grace_time(job_ptr: *mut job_record_t) -> u32 {
     // SAFETY: valid job record under the job lock.
     ffi_guard(0, || {
         unsafe { job_ptr.as_ref() }.map(grace_time).unwrap_or(0)
@@ -438,9 +464,12 @@ pub extern "C" fn preempt_p_get_mode(_job_ptr: *mut job_record_t) -> u16 {
 const _: api::GetModeFn = preempt_p_get_mode;
 
 /// `uint32_t preempt_p_get_prio(job_record_t *job)` (25.05+).
+///
+/// # Safety
+/// `job_ptr` NULL or a valid job record, with the job lock held.
 #[cfg(slurm_25_05)]
 #[unsafe(no_mangle)]
-pub extern "C" fn preempt_p_get_prio(job_ptr: *mut job_record_t) -> u32 {
+pub unsafe extern "C" fn preempt_p_get_prio(job_ptr: *mut job_record_t) -> u32 {
     // SAFETY: valid job record under the job lock.
     ffi_guard(u32::MAX, || {
         unsafe { job_ptr.as_ref() }

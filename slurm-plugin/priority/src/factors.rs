@@ -12,7 +12,12 @@
 //! testbed sets them; priority/budget does not otherwise use weights).
 //!
 //! Objects are allocated with Slurm's allocator and freed by our own list destructor,
-//! which frees exactly what we allocated (the object and its partition copy).
+//! which frees exactly what we allocated (the object, its partition copy and, where
+//! the release keeps the factors in a separate `priority_factors_t`, that struct).
+//!
+//! Per release (slurm/slurm.h): 22.05 keeps the factors in the object itself; 24.11
+//! points to a `priority_factors_t` (cfg `slurm_prio_factors_t`, detected from the
+//! header); 26.05 also names the job by `slurm_step_id_t step_id` (cfg `slurm_26_05`).
 
 use std::ffi::c_void;
 
@@ -37,18 +42,29 @@ unsafe extern "C" fn destroy_factors(p: *mut c_void) {
     unsafe {
         let mut part = (*obj).partition.cast::<c_void>();
         sys::slurm_xfree(&mut part);
+        #[cfg(slurm_prio_factors_t)]
+        {
+            // Ours, from `alloc_zeroed`; NULL for a job with a direct priority.
+            let mut f = (*obj).prio_factors.cast::<c_void>();
+            sys::slurm_xfree(&mut f);
+        }
         let mut o = p;
         sys::slurm_xfree(&mut o);
     }
 }
 
 fn new_object() -> *mut priority_factors_object_t {
+    alloc_zeroed::<priority_factors_object_t>()
+}
+
+/// A zeroed `T` from Slurm's allocator (so Slurm's `xfree` could free it), or NULL.
+fn alloc_zeroed<T>() -> *mut T {
     // SAFETY: slurm_xcalloc(count, size, clear, try, file, line, func) returns zeroed
     // memory (clear = true) or NULL with try = true.
     unsafe {
         sys::slurm_xcalloc(
             1,
-            std::mem::size_of::<priority_factors_object_t>(),
+            std::mem::size_of::<T>(),
             true,
             true,
             c"priority_budget".as_ptr(),
@@ -120,7 +136,7 @@ pub fn factors_list(state: &State, filter: &Filter, own_lock: bool, now: i64) ->
         let Some(o) = (unsafe { obj.as_mut() }) else {
             return;
         };
-        o.job_id = job.job_id;
+        set_job_id(o, job);
         o.user_id = job.user_id;
         // SAFETY: job fields read under the job lock.
         let part = unsafe { cstr::opt_str(job.partition) };
@@ -128,19 +144,25 @@ pub fn factors_list(state: &State, filter: &Filter, own_lock: bool, now: i64) ->
             .as_deref()
             .map(cstr::xstrdup)
             .unwrap_or(std::ptr::null_mut());
+        let mut f = Factors {
+            site: NICE_OFFSET,
+            nice: v_nice(job),
+            ..Factors::default()
+        };
         if job.direct_set_prio != 0 {
             o.direct_prio = f64::from(job.priority);
         } else {
             // SAFETY: valid record under the lock.
             let v = unsafe { job::view(job, &state.users, default_min) };
             let d = compute::decide(snapshot.as_deref(), &v.key(now));
-            o.priority_qos = f64::from(policy_core::priority::tier_base(d.parts.tier));
-            o.priority_fs =
-                f64::from(d.parts.rank_level) * f64::from(policy_core::priority::AGE_SPAN);
-            o.priority_age = f64::from(d.parts.age_minutes);
+            f.qos = f64::from(policy_core::priority::tier_base(d.parts.tier));
+            f.fs = f64::from(d.parts.rank_level) * f64::from(policy_core::priority::AGE_SPAN);
+            f.age = f64::from(d.parts.age_minutes);
         }
-        o.priority_site = NICE_OFFSET;
-        o.nice = v_nice(job);
+        if !store_factors(o, &f, job.direct_set_prio != 0) {
+            destroy_factors_object(obj);
+            return;
+        }
         // SAFETY: valid list, object ownership passes to the list.
         unsafe { sys::list_append(list, obj.cast()) };
         count += 1;
@@ -157,6 +179,66 @@ pub fn factors_list(state: &State, filter: &Filter, own_lock: bool, now: i64) ->
         return std::ptr::null_mut();
     }
     list
+}
+
+/// The factor slots sprio adds up (see the module doc).
+#[derive(Debug, Default)]
+struct Factors {
+    qos: f64,
+    fs: f64,
+    age: f64,
+    site: u32,
+    nice: u32,
+}
+
+/// 22.05: the factors are fields of the object itself.
+#[cfg(not(slurm_prio_factors_t))]
+fn store_factors(o: &mut priority_factors_object_t, f: &Factors, _direct: bool) -> bool {
+    o.priority_qos = f.qos;
+    o.priority_fs = f.fs;
+    o.priority_age = f.age;
+    o.priority_site = f.site;
+    o.nice = f.nice;
+    true
+}
+
+/// 24.11+: the factors live in a `priority_factors_t` the object points to; it stays
+/// NULL for a job with a direct priority (as slurm.h documents for `direct_prio`).
+/// False when the allocation failed (the caller drops the object).
+#[cfg(slurm_prio_factors_t)]
+fn store_factors(o: &mut priority_factors_object_t, f: &Factors, direct: bool) -> bool {
+    if direct {
+        return true;
+    }
+    let pf = alloc_zeroed::<sys::priority_factors_t>();
+    // SAFETY: pf is NULL or a zeroed struct we own (tres arrays stay NULL, count 0).
+    let Some(p) = (unsafe { pf.as_mut() }) else {
+        return false;
+    };
+    p.priority_qos = f.qos;
+    p.priority_fs = f.fs;
+    p.priority_age = f.age;
+    p.priority_site = f.site;
+    p.nice = f.nice;
+    o.prio_factors = pf;
+    true
+}
+
+/// The job id slot: `job_id` up to 25.11, `step_id.job_id` (with the sluid) in 26.05.
+#[cfg(not(slurm_26_05))]
+fn set_job_id(o: &mut priority_factors_object_t, job: &job_record_t) {
+    o.job_id = job.job_id;
+}
+
+/// The job id slot: `job_id` up to 25.11, `step_id.job_id` (with the sluid) in 26.05.
+#[cfg(slurm_26_05)]
+fn set_job_id(o: &mut priority_factors_object_t, job: &job_record_t) {
+    o.step_id = job.step_id;
+}
+
+fn destroy_factors_object(obj: *mut priority_factors_object_t) {
+    // SAFETY: an object from new_object, not in any list.
+    unsafe { destroy_factors(obj.cast()) }
 }
 
 fn v_nice(job: &job_record_t) -> u32 {

@@ -17,8 +17,6 @@
 //! thread holds across I/O; no panic crosses the FFI boundary; the thread is joined
 //! in `fini` before Slurm `dlclose`s us.
 
-#![allow(non_upper_case_globals)]
-
 pub mod compute;
 pub mod factors;
 pub mod job;
@@ -45,12 +43,15 @@ use crate::sync::Syncer;
 
 /// Human-readable plugin name (Slurm reads the bytes of this symbol).
 #[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
 pub static plugin_name: [u8; 38] = *b"Priority budget plugin (slurm-budget)\0";
 /// `PriorityType=priority/budget`.
 #[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
 pub static plugin_type: [u8; 16] = *b"priority/budget\0";
 /// Must equal the loading Slurm's SLURM_VERSION_NUMBER (major.minor.micro).
 #[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
 pub static plugin_version: u32 = slurm_ffi::SLURM_VERSION_NUMBER;
 
 const PLUGIN_TYPE: &str = "priority/budget";
@@ -114,6 +115,7 @@ pub extern "C" fn init() -> i32 {
         sys::SLURM_SUCCESS
     })
 }
+const _: slurm_ffi::api::common::InitFn = init;
 
 /// `int fini(void)`: stop and join the thread (Slurm dlcloses us right after).
 #[unsafe(no_mangle)]
@@ -133,6 +135,7 @@ pub extern "C" fn fini() -> i32 {
         sys::SLURM_SUCCESS
     })
 }
+const _: slurm_ffi::api::common::FiniFn = fini;
 
 /// `priority_p_set`: called by `set_job_prio` with the job write lock held.
 ///

@@ -192,12 +192,17 @@ fn section_2(c: &mut Checks, tb: &Testbed, j: &Jobs) -> Result<()> {
             .actual(format!("{pf} vs {pa}"))
             .jobs(&[j.jf, j.ja]),
     );
-    let ids = format!("{},{},{}", j.ja, j.jb, j.jf);
-    let listed: Vec<JobId> = s
-        .run("sprio", &["-h", "-j", &ids, "-o", "%i %Y %Q"])?
-        .lines()
-        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
-        .collect();
+    // One job per call: 24.11's sprio parses the whole -j argument for every
+    // comma-separated item (`_build_job_list` in src/sprio/opts.c calls
+    // unfmt_job_id_string(str) instead of (job)), so "-j 5,6,7" fails there.
+    let mut listed: Vec<JobId> = Vec::new();
+    for id in [j.ja, j.jb, j.jf] {
+        listed.extend(
+            s.run("sprio", &["-h", "-j", &id.to_string(), "-o", "%i %Y %Q"])?
+                .lines()
+                .filter_map(|l| l.split_whitespace().next()?.parse::<JobId>().ok()),
+        );
+    }
     let mut want = vec![j.ja, j.jb, j.jf];
     let mut got = listed.clone();
     want.sort_unstable();
