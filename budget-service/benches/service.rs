@@ -161,6 +161,7 @@ fn main() -> anyhow::Result<()> {
             recs.push(RunRecord {
                 job_id: job,
                 run: 0,
+                submit: 0,
                 account: account.clone(),
                 user: user.clone(),
                 partition: Some("gpu".into()),
@@ -182,7 +183,7 @@ fn main() -> anyhow::Result<()> {
             });
             job += 1;
         }
-        store.ingest(&recs, "bench")?;
+        store.ingest(&recs, "bench", false)?;
     }
     let fill = t_fill.elapsed();
 
@@ -230,6 +231,7 @@ fn main() -> anyhow::Result<()> {
                 JobRun {
                     job_id: 10_000_000 + i,
                     run: 0,
+                    submit: None,
                     account: account.clone(),
                     user: user.clone(),
                     partition: Some("gpu".into()),
@@ -248,6 +250,7 @@ fn main() -> anyhow::Result<()> {
                 }
             })
             .collect(),
+        live: None,
     };
     let running = sync_batch(RunState::Running, None);
     let t0 = Instant::now();

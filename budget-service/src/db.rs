@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::Connection;
 
 /// Migrations in order; index + 1 is the `user_version` after each.
-const MIGRATIONS: &[&str] = &[
+pub(crate) const MIGRATIONS: &[&str] = &[
     // 1: tree, budgets, policy, audit, ledger.
     r#"
     CREATE TABLE meta (
@@ -128,6 +128,38 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE runs ADD COLUMN time_limit INTEGER;
     ALTER TABLE runs ADD COLUMN checkpoint INTEGER;
+    "#,
+    // 5: the run key tells reused job ids apart (issue 11 item 7): Slurm's submit
+    // time of the run joins the key; rows stored before it have 0 (unknown) and
+    // adopt the first submit time synced for them.
+    r#"
+    CREATE TABLE runs_new (
+        job_id      INTEGER NOT NULL,
+        run         INTEGER NOT NULL,
+        submit      INTEGER NOT NULL DEFAULT 0,
+        account     TEXT NOT NULL,
+        user        TEXT NOT NULL,
+        partition   TEXT,
+        gpus        INTEGER NOT NULL,
+        gpu_type    TEXT,
+        start       INTEGER,
+        end         INTEGER,
+        free_tier   INTEGER NOT NULL,
+        min_runtime INTEGER NOT NULL,
+        nodes       TEXT,
+        state       TEXT NOT NULL,
+        first_seen  INTEGER NOT NULL,
+        source      TEXT NOT NULL,
+        time_limit  INTEGER,
+        checkpoint  INTEGER,
+        PRIMARY KEY (job_id, run, submit)
+    ) WITHOUT ROWID;
+    INSERT INTO runs_new (job_id, run, submit, account, user, partition, gpus, gpu_type, start,
+        end, free_tier, min_runtime, nodes, state, first_seen, source, time_limit, checkpoint)
+        SELECT job_id, run, 0, account, user, partition, gpus, gpu_type, start, end, free_tier,
+        min_runtime, nodes, state, first_seen, source, time_limit, checkpoint FROM runs;
+    DROP TABLE runs;
+    ALTER TABLE runs_new RENAME TO runs;
     "#,
 ];
 

@@ -30,6 +30,10 @@ use serde::{Deserialize, Serialize};
 pub struct RunRecord {
     pub job_id: u32,
     pub run: u32,
+    /// Slurm's submit time of this run, 0 when unknown: part of the key, so a
+    /// reused job id is a new row (issue 11 item 7).
+    #[serde(default)]
+    pub submit: i64,
     pub account: String,
     pub user: String,
     pub partition: Option<String>,
@@ -67,9 +71,10 @@ fn terminal(s: RunState) -> bool {
 }
 
 fn check_text(field: &str, v: &str) -> Result<(), String> {
-    if v.is_empty() || v.len() > 128 || v.chars().any(char::is_control) {
+    if v.is_empty() || v.len() > budget_protocol::MAX_RUN_TEXT || v.chars().any(char::is_control) {
         return Err(format!(
-            "{field} must be 1-128 printable characters, got {v:?}"
+            "{field} must be 1-{} printable characters, got {v:?}",
+            budget_protocol::MAX_RUN_TEXT
         ));
     }
     Ok(())
@@ -92,6 +97,7 @@ impl RunRecord {
         let rec = RunRecord {
             job_id: r.job_id,
             run: r.run,
+            submit: r.submit.unwrap_or(0),
             account: r.account.clone(),
             user: r.user.clone(),
             partition: r.partition.clone(),
@@ -125,7 +131,11 @@ impl RunRecord {
                 self.min_runtime_secs
             ));
         }
-        for (f, v) in [("start", self.start), ("end", self.end)] {
+        for (f, v) in [
+            ("submit", Some(self.submit)),
+            ("start", self.start),
+            ("end", self.end),
+        ] {
             if let Some(t) = v
                 && !(0..=MAX_TIME).contains(&t)
             {
@@ -222,6 +232,10 @@ pub fn merge(existing: Option<&RunRecord>, incoming: &RunRecord) -> Merge {
         return Merge::Insert(incoming.clone());
     };
     let mut new = old.clone();
+    if old.submit == 0 {
+        // A row stored before submit times were known adopts the first one sent.
+        new.submit = incoming.submit;
+    }
     if old.start.is_none() && !terminal(old.state) {
         new.account.clone_from(&incoming.account);
         new.user.clone_from(&incoming.user);
@@ -268,6 +282,43 @@ pub fn merge(existing: Option<&RunRecord>, incoming: &RunRecord) -> Merge {
     }
 }
 
+/// Why `incoming` cannot be the stored run `old` (for imports: a reused job
+/// id or a wrong file), or `None` when it may be. Only frozen fields count:
+/// account, user and GPUs once the run started, and the start itself.
+pub fn conflict(old: &RunRecord, incoming: &RunRecord) -> Option<String> {
+    if old.start.is_none() && !terminal(old.state) {
+        return None;
+    }
+    let mut diffs = Vec::new();
+    if old.account != incoming.account {
+        diffs.push(format!(
+            "account {} (stored {})",
+            incoming.account, old.account
+        ));
+    }
+    if old.user != incoming.user {
+        diffs.push(format!("user {} (stored {})", incoming.user, old.user));
+    }
+    if old.gpus != incoming.gpus {
+        diffs.push(format!("gpus {} (stored {})", incoming.gpus, old.gpus));
+    }
+    if old.start.is_some() && incoming.start.is_some() && old.start != incoming.start {
+        diffs.push(format!(
+            "start {} (stored {})",
+            incoming.start.unwrap_or(0),
+            old.start.unwrap_or(0)
+        ));
+    }
+    (!diffs.is_empty()).then(|| {
+        format!(
+            "job {} run {} is stored as another job: {}",
+            old.job_id,
+            old.run,
+            diffs.join(", ")
+        )
+    })
+}
+
 /// Interned strings: accounts, users, partitions and GPU types repeat a lot.
 #[derive(Debug, Default, Clone)]
 struct Pool {
@@ -302,6 +353,7 @@ impl Pool {
 struct MemRun {
     job_id: u32,
     run: u32,
+    submit: i64,
     /// Index into [`Ledger::leaves`].
     leaf: u32,
     partition: u32,
@@ -331,7 +383,9 @@ pub struct UsageSums {
 #[derive(Debug, Default, Clone)]
 pub struct Ledger {
     runs: Vec<MemRun>,
-    index: HashMap<(u32, u32), usize>,
+    /// `(job_id, run)` -> rows with that id and run, one per submission
+    /// (almost always one; more when a job id was reused).
+    index: HashMap<(u32, u32), Vec<usize>>,
     strings: Pool,
     /// (account id, user id) pairs.
     leaves: Vec<(u32, u32)>,
@@ -364,6 +418,7 @@ impl Ledger {
         MemRun {
             job_id: r.job_id,
             run: r.run,
+            submit: r.submit,
             leaf: self.leaf(&r.account, &r.user),
             partition: self.strings.opt_id(r.partition.as_deref()),
             gpu_type: self.strings.opt_id(r.gpu_type.as_deref()),
@@ -389,6 +444,7 @@ impl Ledger {
         RunRecord {
             job_id: m.job_id,
             run: m.run,
+            submit: m.submit,
             account: self.strings.get(a).to_string(),
             user: self.strings.get(u).to_string(),
             partition: self.strings.opt_get(m.partition),
@@ -406,26 +462,63 @@ impl Ledger {
         }
     }
 
-    /// The stored row for a key.
+    /// The stored row for `(job_id, run)`: of the latest submission when the
+    /// id was reused.
     pub fn get(&self, job_id: u32, run: u32) -> Option<RunRecord> {
         self.index
             .get(&(job_id, run))
+            .and_then(|rows| rows.iter().max_by_key(|&&i| self.runs[i].submit))
             .map(|&i| self.to_record(&self.runs[i]))
     }
 
-    /// Inserts or replaces a row (after the database committed it).
-    pub fn put(&mut self, r: &RunRecord) {
+    /// The stored row an incoming record of `(job_id, run)` with `submit`
+    /// belongs to: the same submission; for an unknown submit (0) the latest
+    /// one; for a known one, a row stored without a submit (written before
+    /// submit times were known). `None`: a new run, also when only another
+    /// submission (a reused id) is stored.
+    pub fn find(&self, job_id: u32, run: u32, submit: i64) -> Option<RunRecord> {
+        let rows = self.index.get(&(job_id, run))?;
+        let pick = if submit == 0 {
+            rows.iter().max_by_key(|&&i| self.runs[i].submit)
+        } else {
+            rows.iter()
+                .find(|&&i| self.runs[i].submit == submit)
+                .or_else(|| rows.iter().find(|&&i| self.runs[i].submit == 0))
+        };
+        pick.map(|&i| self.to_record(&self.runs[i]))
+    }
+
+    /// Inserts or replaces a row (after the database committed it). A row of
+    /// the same `(job_id, run)` stored with `replaces` as its submit (the
+    /// row the record was merged onto) is replaced.
+    pub fn put_replacing(&mut self, r: &RunRecord, replaces: i64) {
         let m = self.intern(r);
-        match self.index.get(&(r.job_id, r.run)) {
-            Some(&i) => self.runs[i] = m,
+        let rows = self.index.entry((r.job_id, r.run)).or_default();
+        let hit = rows
+            .iter()
+            .copied()
+            .find(|&i| self.runs[i].submit == r.submit)
+            .or_else(|| {
+                rows.iter()
+                    .copied()
+                    .find(|&i| self.runs[i].submit == replaces)
+            });
+        match hit {
+            Some(i) => self.runs[i] = m,
             None => {
-                self.index.insert((r.job_id, r.run), self.runs.len());
+                rows.push(self.runs.len());
                 self.runs.push(m);
             }
         }
     }
 
-    /// Every run of one job, by run number.
+    /// Inserts or replaces the row with the same `(job_id, run, submit)`.
+    pub fn put(&mut self, r: &RunRecord) {
+        self.put_replacing(r, r.submit);
+    }
+
+    /// Every run stored under one job id, by submission then run number (a
+    /// reused id lists the older job's runs first).
     pub fn job_runs(&self, job_id: u32) -> Vec<RunRecord> {
         let mut out: Vec<RunRecord> = self
             .runs
@@ -433,12 +526,12 @@ impl Ledger {
             .filter(|m| m.job_id == job_id)
             .map(|m| self.to_record(m))
             .collect();
-        out.sort_by_key(|r| r.run);
+        out.sort_by_key(|r| (r.submit, r.run));
         out
     }
 
-    /// The latest run of each job in `jobs` (highest run number, sacct array
-    /// keys last), in one pass over the ledger: the idle report maps many
+    /// The latest run of each job in `jobs` (latest submission, then highest
+    /// run number, sacct array keys last), in one pass over the ledger: the idle report maps many
     /// jobs to their account and user at once, and `job_runs` per job would
     /// scan the whole ledger each time.
     pub fn latest_runs(&self, jobs: &std::collections::BTreeSet<u32>) -> HashMap<u32, RunRecord> {
@@ -449,7 +542,7 @@ impl Ledger {
         for m in &self.runs {
             if jobs.contains(&m.job_id) {
                 let e = best.entry(m.job_id).or_insert(m);
-                if m.run > e.run {
+                if (m.submit, m.run) > (e.submit, e.run) {
                     *e = m;
                 }
             }
@@ -481,17 +574,19 @@ impl Ledger {
     /// Every row, sorted by key (tests, export).
     pub fn all(&self) -> Vec<RunRecord> {
         let mut out: Vec<RunRecord> = self.runs.iter().map(|m| self.to_record(m)).collect();
-        out.sort_by_key(|r| (r.job_id, r.run));
+        out.sort_by_key(|r| (r.job_id, r.run, r.submit));
         out
     }
 
     /// Integer GPU-seconds of every run inside `[at - len, at]`, per
     /// (account, user, GPU type), charged and free tier apart.
+    ///
+    /// The sums live in a map keyed by (leaf, GPU type) that holds only the
+    /// pairs some run in the window touches: memory is linear in the runs,
+    /// never leaves x interned strings (that was ~3.5 GB at 10k users, issue 11).
     pub fn usage(&self, at: i64, len: i64) -> UsageSums {
-        let ntypes = self.strings.names.len() + 1; // + "no type"
-        let slots = self.leaves.len() * ntypes;
-        let mut charged = vec![0i128; slots];
-        let mut free = vec![0i128; slots];
+        // (leaf, GPU type id or u32::MAX) -> (charged, free)
+        let mut sums: HashMap<(u32, u32), (i128, i128)> = HashMap::new();
         let lo = at.saturating_sub(len);
         for m in &self.runs {
             let Some(start) = m.start else { continue };
@@ -506,44 +601,40 @@ impl Ledger {
                 weight: 1.0,
             }
             .overlap_secs(at, len);
-            let t = if m.gpu_type == u32::MAX {
-                ntypes - 1
-            } else {
-                m.gpu_type as usize
-            };
-            let slot = m.leaf as usize * ntypes + t;
             let v = i128::from(secs) * i128::from(m.gpus);
-            if m.free_tier {
-                free[slot] += v
-            } else {
-                charged[slot] += v
+            if v == 0 {
+                continue;
+            }
+            let e = sums.entry((m.leaf, m.gpu_type)).or_default();
+            if m.free_tier { e.1 += v } else { e.0 += v }
+        }
+        // Leaf-major, typed before untyped: a stable order for callers and tests.
+        let mut keys: Vec<(u32, u32)> = sums.keys().copied().collect();
+        keys.sort_unstable();
+        let row = |(leaf, t): (u32, u32), s: i128| {
+            let (a, u) = self
+                .leaves
+                .get(leaf as usize)
+                .copied()
+                .unwrap_or((u32::MAX, u32::MAX));
+            (
+                self.strings.get(a).to_string(),
+                self.strings.get(u).to_string(),
+                self.strings.opt_get(t),
+                s,
+            )
+        };
+        let mut out = UsageSums::default();
+        for k in keys {
+            let (c, f) = sums[&k];
+            if c != 0 {
+                out.charged.push(row(k, c));
+            }
+            if f != 0 {
+                out.free.push(row(k, f));
             }
         }
-        let collect = |v: &[i128]| {
-            v.iter()
-                .enumerate()
-                .filter(|(_, s)| **s != 0)
-                .map(|(slot, &s)| {
-                    let (leaf, t) = (slot / ntypes, slot % ntypes);
-                    let (a, u) = self.leaves[leaf];
-                    let ty = if t == ntypes - 1 {
-                        None
-                    } else {
-                        Some(self.strings.get(t as u32).to_string())
-                    };
-                    (
-                        self.strings.get(a).to_string(),
-                        self.strings.get(u).to_string(),
-                        ty,
-                        s,
-                    )
-                })
-                .collect()
-        };
-        UsageSums {
-            charged: collect(&charged),
-            free: collect(&free),
-        }
+        out
     }
 }
 
@@ -555,6 +646,7 @@ mod tests {
         RunRecord {
             job_id: job,
             run,
+            submit: 0,
             account: "a".into(),
             user: "u".into(),
             partition: None,

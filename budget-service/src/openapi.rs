@@ -29,7 +29,7 @@ pub const DOCUMENT: &str = r##"{
       "AgentReport": { "type": "object", "description": "budget_protocol::AgentReport", "required": ["node", "at", "nvml", "gpus"], "additionalProperties": false, "properties": { "node": { "type": "string" }, "at": { "type": "integer" }, "nvml": { "type": "boolean" },
         "gpus": { "type": "array", "items": { "type": "object", "required": ["index", "uuid", "name", "util_pct", "memory_used_mib", "memory_total_mib", "processes", "idle_secs"], "additionalProperties": false, "properties": { "index": { "type": "integer" }, "uuid": { "type": "string" }, "name": { "type": "string" }, "util_pct": { "type": "integer" }, "memory_used_mib": { "type": "integer" }, "memory_total_mib": { "type": "integer" }, "idle_secs": { "type": "integer" },
           "processes": { "type": "array", "items": { "type": "object", "required": ["pid"], "additionalProperties": false, "properties": { "pid": { "type": "integer" }, "job_id": { "type": "integer", "nullable": true }, "used_memory_mib": { "type": "integer", "nullable": true }, "sm_util_pct": { "type": "integer", "nullable": true } } } } } } } } },
-      "SyncOutcome": { "type": "object", "properties": { "inserted": { "type": "integer" }, "updated": { "type": "integer" }, "unchanged": { "type": "integer" } } }
+      "SyncOutcome": { "type": "object", "properties": { "inserted": { "type": "integer" }, "updated": { "type": "integer" }, "unchanged": { "type": "integer" }, "refused": { "type": "array", "items": { "type": "object", "properties": { "job_id": { "type": "integer" }, "run": { "type": "integer" }, "index": { "type": "integer" }, "error": { "type": "string" } } } } } }
     }
   },
   "security": [ { "bearer": [] } ],

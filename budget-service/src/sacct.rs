@@ -186,6 +186,10 @@ pub fn parse(
             out.records.push(RunRecord {
                 job_id,
                 run,
+                // sacct's Submit is not read: an imported run matches the
+                // latest stored submission of its id and run, and a different
+                // job stored there is reported as a conflict.
+                submit: 0,
                 account: l.account,
                 user: l.user,
                 partition: l.partition,

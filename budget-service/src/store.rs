@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use budget_protocol::tree::{
     AccountPatch, AuditEntry, Coordinator, NewAccount, PolicyPatch, WeightsPatch,
 };
-use budget_protocol::{JobSync, Policy, RunState, SyncOutcome};
+use budget_protocol::{JobSync, Policy, RefusedRun, RunState, SyncOutcome};
 use policy_core::fairshare::UsageByLeaf;
 use policy_core::tree::{ROOT, validate_name};
 use policy_core::{AccountSpec, FairShare, GpuWeights, HOUR, MemberSpec, TreeSpec};
@@ -28,7 +28,7 @@ use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde_json::json;
 
 use crate::error::{AppError, AppResult};
-use crate::ledger::{Ledger, Merge, RunRecord, merge};
+use crate::ledger::{Ledger, Merge, RunRecord, conflict, merge};
 
 /// The state behind the mutex.
 #[derive(Debug)]
@@ -108,13 +108,17 @@ fn norm_parent(p: Option<String>) -> Option<String> {
 }
 
 const UPSERT_RUN: &str = "INSERT INTO runs(job_id, run, account, user, partition, gpus, gpu_type, start, end, \
-     free_tier, min_runtime, nodes, state, first_seen, source, time_limit, checkpoint) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
-     ON CONFLICT(job_id, run) DO UPDATE SET account = excluded.account, user = excluded.user, \
+     free_tier, min_runtime, nodes, state, first_seen, source, time_limit, checkpoint, submit) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) \
+     ON CONFLICT(job_id, run, submit) DO UPDATE SET account = excluded.account, user = excluded.user, \
      partition = excluded.partition, gpus = excluded.gpus, gpu_type = excluded.gpu_type, start = excluded.start, \
      end = excluded.end, free_tier = excluded.free_tier, min_runtime = excluded.min_runtime, \
      nodes = excluded.nodes, state = excluded.state, time_limit = excluded.time_limit, \
      checkpoint = excluded.checkpoint";
+
+/// Removes the row a merged record replaces under a new key (a row stored
+/// without a submit time that adopted one).
+const DELETE_RUN: &str = "DELETE FROM runs WHERE job_id = ?1 AND run = ?2 AND submit = ?3";
 
 impl Store {
     /// Opens the database, migrates it, and loads the in-memory state.
@@ -197,7 +201,7 @@ impl Store {
         {
             let mut st = conn.prepare(
                 "SELECT job_id, run, account, user, partition, gpus, gpu_type, start, end, free_tier, \
-                 min_runtime, nodes, state, first_seen, time_limit, checkpoint FROM runs",
+                 min_runtime, nodes, state, first_seen, time_limit, checkpoint, submit FROM runs",
             )?;
             let mut rows = st.query([])?;
             while let Some(r) = rows.next()? {
@@ -220,6 +224,7 @@ impl Store {
                     first_seen: r.get(13)?,
                     time_limit_secs: r.get(14)?,
                     checkpoint_secs: r.get(15)?,
+                    submit: r.get(16)?,
                 });
             }
         }
@@ -751,23 +756,92 @@ impl Store {
 
     // ---- ledger ----
 
-    /// Ingests job-state runs from the plugin. Every run is checked first;
-    /// one bad run rejects the whole batch.
+    /// Ingests job-state runs from the plugin, run by run: a run that fails
+    /// its checks is refused (listed in the outcome with the reason) and the
+    /// others are stored, so one odd job never blocks the whole cluster's
+    /// accounting (issue 11 item 2).
     pub fn sync(&mut self, batch: &JobSync, now: i64) -> AppResult<SyncOutcome> {
         let mut recs = Vec::with_capacity(batch.runs.len());
+        let mut refused = Vec::new();
         for (i, r) in batch.runs.iter().enumerate() {
-            let rec = RunRecord::from_job_run(r, now).map_err(|e| {
-                AppError::Invalid(format!("runs[{i}] (job {} run {}): {e}", r.job_id, r.run))
-            })?;
-            recs.push(rec);
+            match RunRecord::from_job_run(r, now) {
+                Ok(rec) => recs.push(rec),
+                Err(e) => refused.push(RefusedRun {
+                    job_id: r.job_id,
+                    run: r.run,
+                    index: i,
+                    error: e,
+                }),
+            }
         }
-        self.ingest(&recs, "sync")
+        let mut out = self.ingest(&recs, "sync", false)?;
+        out.refused = refused;
+        if let Some(live) = &batch.live {
+            out.closed = self.close_forgotten(live, batch.collected_at)?;
+        }
+        Ok(out)
+    }
+
+    /// Closes every pending or running run whose job is not in `live` (the
+    /// complete set Slurm had at `at`), or is there with another submit time
+    /// (a later run, or a reused id), at the time of the previous complete set
+    /// (the last time Slurm was seen to have it; never before the run's start
+    /// or first sighting). Runs first seen after `at` are left alone.
+    /// Returns how many were closed.
+    pub fn close_forgotten(&mut self, live: &[(u32, i64)], at: i64) -> AppResult<u64> {
+        let live: std::collections::HashMap<u32, i64> = live.iter().copied().collect();
+        let last_seen = meta_get(&self.conn, "live_at")?
+            .and_then(|v| v.parse::<i64>().ok())
+            .filter(|&t| t <= at)
+            .unwrap_or(at);
+        let mut closes = Vec::new();
+        for state in [RunState::Running, RunState::Pending] {
+            for r in self.ledger.in_state(state) {
+                if r.first_seen > at {
+                    continue;
+                }
+                let forgotten = match live.get(&r.job_id) {
+                    None => true,
+                    Some(&s) => s != 0 && r.submit != 0 && s != r.submit,
+                };
+                if !forgotten {
+                    continue;
+                }
+                let mut c = r.clone();
+                let end = last_seen.max(r.first_seen).max(r.start.unwrap_or(i64::MIN));
+                c.end = Some(end);
+                c.state = RunState::Ended;
+                closes.push(c);
+            }
+        }
+        let out = self.ingest(&closes, "sync-live", false)?;
+        let tx = self.conn.transaction()?;
+        meta_set(&tx, "live_at", &at.to_string())?;
+        tx.commit()?;
+        if !closes.is_empty() {
+            tracing::warn!(
+                "sync: closed {} runs Slurm no longer has (at {last_seen})",
+                closes.len()
+            );
+        }
+        Ok(out.updated)
     }
 
     /// Writes checked records through the merge rule in one transaction and
     /// returns what changed. Nothing is written when nothing changed.
-    pub fn ingest(&mut self, recs: &[RunRecord], source: &str) -> AppResult<SyncOutcome> {
-        self.ingest_audited(recs, source, |_| None)
+    ///
+    /// A record belongs to the stored row of the same job id, run and submit
+    /// time ([`Ledger::find`]): a reused job id is a new row, never merged
+    /// into the old job's. With `strict` (imports), a record whose job id and
+    /// run are stored with another account, user, size or start is listed in
+    /// `refused` as a conflict instead of being counted "unchanged".
+    pub fn ingest(
+        &mut self,
+        recs: &[RunRecord],
+        source: &str,
+        strict: bool,
+    ) -> AppResult<SyncOutcome> {
+        self.ingest_audited(recs, source, strict, |_| None)
     }
 
     /// [`Store::ingest`] with the audit row `audit` makes from the outcome written in
@@ -777,28 +851,60 @@ impl Store {
         &mut self,
         recs: &[RunRecord],
         source: &str,
+        strict: bool,
         audit: impl FnOnce(&SyncOutcome) -> Option<Change<'a>>,
     ) -> AppResult<SyncOutcome> {
         let mut out = SyncOutcome::default();
         // Later records of the same key in one batch merge onto earlier ones.
-        let mut pending: BTreeMap<(u32, u32), (RunRecord, bool)> = BTreeMap::new();
-        for rec in recs {
-            let key = (rec.job_id, rec.run);
-            let stored = pending
-                .get(&key)
-                .map(|(r, _)| r.clone())
-                .or_else(|| self.ledger.get(rec.job_id, rec.run));
+        // Value: the merged row, and the submit of the stored row it replaces.
+        let mut pending: BTreeMap<(u32, u32, i64), (RunRecord, i64)> = BTreeMap::new();
+        for (i, rec) in recs.iter().enumerate() {
+            let in_batch = pending
+                .range((rec.job_id, rec.run, i64::MIN)..=(rec.job_id, rec.run, i64::MAX))
+                .filter(|(k, _)| rec.submit == 0 || k.2 == rec.submit)
+                .map(|(k, (r, rep))| (*k, r.clone(), *rep))
+                .next_back();
+            let from_batch = in_batch.is_some();
+            let (stored, replaces) = match in_batch {
+                Some((k, r, rep)) => {
+                    pending.remove(&k);
+                    (Some(r), rep)
+                }
+                None => {
+                    let found = self.ledger.find(rec.job_id, rec.run, rec.submit);
+                    let rep = found.as_ref().map_or(rec.submit, |f| f.submit);
+                    (found, rep)
+                }
+            };
+            if strict && let Some(why) = stored.as_ref().and_then(|old| conflict(old, rec)) {
+                out.refused.push(RefusedRun {
+                    job_id: rec.job_id,
+                    run: rec.run,
+                    index: i,
+                    error: why,
+                });
+                if let Some(old) = stored.filter(|_| from_batch) {
+                    // Keep what an earlier record of the batch merged.
+                    pending.insert((old.job_id, old.run, old.submit), (old, replaces));
+                }
+                continue;
+            }
             match merge(stored.as_ref(), rec) {
                 Merge::Insert(r) => {
                     out.inserted += 1;
-                    pending.insert(key, (r, true));
+                    pending.insert((r.job_id, r.run, r.submit), (r, replaces));
                 }
                 Merge::Update(r) => {
                     out.updated += 1;
-                    let fresh = pending.get(&key).is_some_and(|(_, f)| *f);
-                    pending.insert(key, (r, fresh));
+                    pending.insert((r.job_id, r.run, r.submit), (r, replaces));
                 }
-                Merge::Unchanged => out.unchanged += 1,
+                Merge::Unchanged => {
+                    out.unchanged += 1;
+                    if let Some(old) = stored.filter(|_| from_batch) {
+                        // Merged earlier in this batch: still to be written.
+                        pending.insert((old.job_id, old.run, old.submit), (old, replaces));
+                    }
+                }
             }
         }
         if pending.is_empty() {
@@ -807,8 +913,12 @@ impl Store {
         self.commit(
             audit(&out),
             |tx| {
+                let mut del = tx.prepare_cached(DELETE_RUN)?;
                 let mut st = tx.prepare_cached(UPSERT_RUN)?;
-                for (r, _) in pending.values() {
+                for (r, replaces) in pending.values() {
+                    if *replaces != r.submit {
+                        del.execute(params![r.job_id, r.run, replaces])?;
+                    }
                     st.execute(params![
                         r.job_id,
                         r.run,
@@ -826,14 +936,15 @@ impl Store {
                         r.first_seen,
                         source,
                         r.time_limit_secs,
-                        r.checkpoint_secs
+                        r.checkpoint_secs,
+                        r.submit
                     ])?;
                 }
                 Ok(())
             },
             |s| {
-                for (r, _) in pending.values() {
-                    s.ledger.put(r);
+                for (r, replaces) in pending.values() {
+                    s.ledger.put_replacing(r, *replaces);
                 }
             },
         )?;
@@ -854,12 +965,221 @@ pub fn hours(secs: f64) -> f64 {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use budget_protocol::JobRun;
 
     /// A store on a fresh database in a temp dir (kept alive by the `TempDir`).
     pub(crate) fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = Store::open(&dir.path().join("t.db"), &PolicyPatch::default()).expect("open");
         (dir, s)
+    }
+
+    fn job_run(
+        job_id: u32,
+        submit: i64,
+        account: &str,
+        state: RunState,
+        start: Option<i64>,
+    ) -> JobRun {
+        JobRun {
+            job_id,
+            run: 0,
+            submit: Some(submit),
+            account: account.into(),
+            user: format!("{account}-user"),
+            partition: None,
+            gpus: 2,
+            gpu_type: None,
+            start,
+            end: None,
+            state,
+            free_tier: false,
+            min_runtime_secs: 0,
+            nodes: None,
+            priority: None,
+            reason: None,
+            time_limit_secs: None,
+            checkpoint_secs: None,
+        }
+    }
+
+    fn sync_one(s: &mut Store, r: JobRun, now: i64) -> SyncOutcome {
+        s.sync(
+            &JobSync {
+                collected_at: now,
+                runs: vec![r],
+                live: None,
+            },
+            now,
+        )
+        .expect("sync")
+    }
+
+    /// Issue 11 item 7: a job id Slurm reuses (a cold-started controller, or
+    /// MaxJobId wrapping) is a new run, never merged into the old job's; a
+    /// database from before the submit key migrates, its rows adopting the
+    /// submit time the upgraded plugin sends, without duplicates.
+    #[test]
+    fn reused_job_ids_are_new_runs_and_old_databases_migrate() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("old.db");
+        {
+            // A database of schema 3 (before the submit key) with one running run.
+            let conn = Connection::open(&path).expect("open");
+            for (i, sql) in crate::db::MIGRATIONS[..3].iter().enumerate() {
+                conn.execute_batch(sql).expect("migrate");
+                conn.pragma_update(None, "user_version", (i + 1) as i64)
+                    .expect("version");
+            }
+            conn.execute(
+                "INSERT INTO runs(job_id, run, account, user, gpus, start, free_tier, min_runtime, \
+                 state, first_seen, source) VALUES (1, 0, 'bio', 'bio-user', 2, 1000, 0, 0, \
+                 'running', 1000, 'sync')",
+                [],
+            )
+            .expect("old row");
+        }
+        let mut s = Store::open(&path, &PolicyPatch::default()).expect("open and migrate");
+        assert_eq!(s.count_runs_in_db().expect("count"), 1);
+        // The upgraded plugin sends the same run with its submit time: adopted.
+        let out = sync_one(
+            &mut s,
+            job_run(1, 900, "bio", RunState::Running, Some(1000)),
+            1100,
+        );
+        assert_eq!((out.inserted, out.updated), (0, 1));
+        assert_eq!(s.count_runs_in_db().expect("count"), 1);
+        assert_eq!(s.ledger().get(1, 0).map(|r| r.submit), Some(900));
+        // A cold-started controller hands out id 1 again: a new job, new row.
+        let out = sync_one(
+            &mut s,
+            job_run(1, 5000, "filler", RunState::Pending, None),
+            5001,
+        );
+        assert_eq!((out.inserted, out.updated, out.unchanged), (1, 0, 0));
+        let out = sync_one(
+            &mut s,
+            job_run(1, 5000, "filler", RunState::Running, Some(5010)),
+            5020,
+        );
+        assert_eq!(out.updated, 1);
+        let new = s.ledger().get(1, 0).expect("new job");
+        assert_eq!((new.account.as_str(), new.start), ("filler", Some(5010)));
+        let old = s.ledger().find(1, 0, 900).expect("old job kept");
+        assert_eq!((old.account.as_str(), old.start), ("bio", Some(1000)));
+        // Usage: the new job charges filler from its own start, not from bio's.
+        let u = s.ledger().usage(5110, 10_000);
+        let of = |a: &str| {
+            u.charged
+                .iter()
+                .filter(|r| r.0 == a)
+                .map(|r| r.3)
+                .sum::<i128>()
+        };
+        assert_eq!(of("filler"), 2 * 100);
+        assert_eq!(of("bio"), 2 * (5110 - 1000));
+        // Both survive a restart.
+        drop(s);
+        let s = Store::open(&path, &PolicyPatch::default()).expect("reopen");
+        assert_eq!(s.ledger().len(), 2);
+        assert_eq!(
+            s.ledger().get(1, 0).map(|r| r.account),
+            Some("filler".into())
+        );
+    }
+
+    /// Issue 11 item 12: with the complete live set, the runs Slurm forgot are
+    /// closed at the previous complete set's time; live ones stay open; a
+    /// pending run never charged; a stale submission of a reused id closed.
+    #[test]
+    fn a_complete_live_set_closes_what_slurm_forgot() {
+        let (_d, mut s) = store();
+        let live = |s: &mut Store, at: i64, jobs: &[(u32, i64)]| {
+            s.sync(
+                &JobSync {
+                    collected_at: at,
+                    runs: vec![],
+                    live: Some(jobs.to_vec()),
+                },
+                at,
+            )
+            .expect("sync")
+            .closed
+        };
+        sync_one(
+            &mut s,
+            job_run(1, 90, "a", RunState::Running, Some(100)),
+            110,
+        );
+        sync_one(
+            &mut s,
+            job_run(2, 95, "b", RunState::Running, Some(105)),
+            110,
+        );
+        sync_one(&mut s, job_run(3, 99, "c", RunState::Pending, None), 110);
+        // Everything live at 200.
+        assert_eq!(live(&mut s, 200, &[(1, 90), (2, 95), (3, 99)]), 0);
+        // At 500 Slurm has only job 1; job 2 vanished (e.g. a start lost in a
+        // controller crash), job 3 was cancelled while pending.
+        assert_eq!(live(&mut s, 500, &[(1, 90)]), 2);
+        let two = s.ledger().get(2, 0).expect("run");
+        assert_eq!((two.state, two.end), (RunState::Ended, Some(200)));
+        let three = s.ledger().get(3, 0).expect("run");
+        assert_eq!(
+            (three.state, three.start, three.end),
+            (RunState::Ended, None, Some(200))
+        );
+        assert_eq!(
+            s.ledger().get(1, 0).map(|r| r.state),
+            Some(RunState::Running)
+        );
+        // Job 1's id now belongs to another submission: the old run closes at 500.
+        assert_eq!(live(&mut s, 800, &[(1, 700)]), 1);
+        assert_eq!(s.ledger().get(1, 0).and_then(|r| r.end), Some(500));
+        // Charged: job 1 100..500 and job 2 105..200, 2 GPUs each; job 3 nothing.
+        let u = s.ledger().usage(1000, 10_000);
+        let total: i128 = u.charged.iter().map(|r| r.3).sum();
+        assert_eq!(total, 2 * (400 + 95));
+        // A run first seen after the set was collected is left alone.
+        sync_one(
+            &mut s,
+            job_run(9, 900, "a", RunState::Running, Some(905)),
+            910,
+        );
+        assert_eq!(live(&mut s, 850, &[]), 0);
+    }
+
+    /// An import of a run whose id is stored as another job is a conflict,
+    /// never "unchanged" (issue 11 item 7).
+    #[test]
+    fn an_import_conflict_is_reported_not_dropped() {
+        let (_d, mut s) = store();
+        sync_one(
+            &mut s,
+            job_run(4, 900, "bio", RunState::Running, Some(1000)),
+            1100,
+        );
+        let mut other =
+            RunRecord::from_job_run(&job_run(4, 0, "filler", RunState::Ended, Some(3000)), 4000)
+                .expect("valid");
+        other.submit = 0;
+        other.end = Some(3600);
+        let out = s.ingest(&[other.clone()], "import", true).expect("ingest");
+        assert_eq!((out.inserted, out.updated, out.unchanged), (0, 0, 0));
+        assert_eq!(out.refused.len(), 1, "{out:?}");
+        let why = &out.refused[0].error;
+        assert!(
+            why.contains("account filler (stored bio)") && why.contains("start 3000 (stored 1000)"),
+            "{why}"
+        );
+        assert_eq!(s.ledger().get(4, 0).map(|r| r.account), Some("bio".into()));
+        // The same run as stored (same account, user, size and start) is not one.
+        let mut same = other;
+        same.account = "bio".into();
+        same.user = "bio-user".into();
+        same.start = Some(1000);
+        let out = s.ingest(&[same], "import", true).expect("ingest");
+        assert!(out.refused.is_empty() && out.updated == 1, "{out:?}");
     }
 
     fn acct(name: &str, parent: Option<&str>, alloc: f64) -> NewAccount {

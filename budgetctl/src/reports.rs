@@ -139,6 +139,15 @@ pub fn import(
             v.unchanged,
             v.skipped.len()
         );
+        if !v.conflicts.is_empty() {
+            o.push_str(&format!(
+                "{} conflicting runs not imported (job id stored as another job):\n",
+                v.conflicts.len()
+            ));
+            for c in &v.conflicts {
+                o.push_str(&format!("  {}\n", c.error));
+            }
+        }
         if !v.invalid.is_empty() {
             o.push_str(&format!(
                 "{} invalid lines not imported:\n",

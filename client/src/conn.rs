@@ -66,13 +66,11 @@ pub(crate) fn is_timeout(e: &io::Error) -> bool {
 impl Conn {
     /// Connects to `endpoint` before `deadline`.
     ///
-    /// TCP uses `connect_timeout` per resolved address. `UnixStream` has no
-    /// connect timeout in std; a local connect either succeeds or fails at
-    /// once (no socket file, nobody listening), the only blocking case being a
-    /// listener whose accept backlog is full. We accept that residual risk
-    /// rather than pull in libc for a non-blocking connect; read/write
-    /// timeouts are set right after, so a server that accepts but never
-    /// answers is still bounded.
+    /// TCP uses `connect_timeout` per resolved address. A Unix-socket connect
+    /// blocks while the listener's accept backlog is full (a stuck budgetd:
+    /// issue 11 item 4, it hung `slurmctld` at shutdown); Linux bounds that
+    /// wait by the socket's send timeout, so it is set to what is left of the
+    /// deadline before connecting ([`connect_unix`]).
     pub(crate) fn connect(
         endpoint: &Endpoint,
         timeout: Duration,
@@ -97,7 +95,10 @@ impl Conn {
             }
         };
         let stream = match endpoint {
-            Endpoint::Unix(path) => Stream::Unix(UnixStream::connect(path).map_err(connect_err)?),
+            Endpoint::Unix(path) => {
+                let left = remaining(deadline).map_err(|_| timed_out())?;
+                Stream::Unix(connect_unix(path, left).map_err(connect_err)?)
+            }
             Endpoint::Tcp { host, port } => {
                 // Resolution may consult DNS and has no timeout in std; budgetd
                 // addresses are IP literals or /etc/hosts names in practice.
@@ -129,6 +130,19 @@ impl Conn {
         };
         Ok(Conn { stream, deadline })
     }
+}
+
+/// Connects to the Unix socket `path` within `timeout`: the send timeout
+/// (`SO_SNDTIMEO`) bounds the kernel's wait for room in a full accept backlog
+/// (`unix_stream_connect` waits `sock_sndtimeo`); past it the connect fails
+/// with `EAGAIN`, which [`is_timeout`] reads as a timeout. The socket is
+/// close-on-exec (socket2 sets it).
+fn connect_unix(path: &std::path::Path, timeout: Duration) -> io::Result<UnixStream> {
+    let addr = socket2::SockAddr::unix(path)?;
+    let s = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+    s.set_write_timeout(Some(timeout))?;
+    s.connect(&addr)?;
+    Ok(UnixStream::from(std::os::fd::OwnedFd::from(s)))
 }
 
 impl Read for Conn {

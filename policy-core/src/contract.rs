@@ -39,7 +39,14 @@ pub fn parse_admin_comment(admin_comment: &str) -> Option<Contract> {
     let mut free = false;
     for tok in admin_comment.split_whitespace() {
         if let Some(v) = tok.strip_prefix(MIN_RUNTIME_TOKEN) {
-            min = v.parse::<i64>().ok().filter(|&s| s >= 0);
+            // A hand-edited value past the longest contract is capped there (the
+            // operator's intent is "long"), not dropped in favour of the user's comment;
+            // budgetd refuses a run whose min_runtime is beyond it (found by fuzzing).
+            min = v
+                .parse::<i64>()
+                .ok()
+                .filter(|&s| s >= 0)
+                .map(|s| s.min(crate::duration::MAX_DURATION_SECS));
         } else if tok == FREE_TOKEN {
             free = true;
         }
@@ -132,6 +139,12 @@ mod tests {
             parse_admin_comment("budget:min_runtime=60 budget:free"),
             Some(f)
         );
+    }
+
+    #[test]
+    fn a_stored_min_runtime_past_the_longest_contract_is_capped() {
+        let c = parse_admin_comment("budget:min_runtime=99999999999").expect("contract");
+        assert_eq!(c.min_runtime, crate::duration::MAX_DURATION_SECS);
     }
 
     #[test]

@@ -174,6 +174,12 @@ pub struct JobRun {
     pub job_id: u32,
     /// Slurm's `restart_cnt` for this run (0 for the first run).
     pub run: u32,
+    /// Slurm's submit time of this run (`details->submit_time`; a requeue sets
+    /// a new one). Tells two jobs with the same id apart (ids wrap at
+    /// MaxJobId and restart after a controller cold start). `None`: unknown
+    /// (the previous run of a requeued job, older plugins).
+    #[serde(default)]
+    pub submit: Option<i64>,
     pub account: String,
     pub user: String,
     #[serde(default)]
@@ -212,6 +218,38 @@ pub struct JobRun {
     pub checkpoint_secs: Option<i64>,
 }
 
+/// Longest text field of a [`JobRun`] budgetd stores (account, user,
+/// partition, GPU type, nodes), in bytes; longer or empty ones, or ones with
+/// control characters, are refused.
+pub const MAX_RUN_TEXT: usize = 128;
+
+/// What marks a field cut by [`bounded_text`].
+pub const CUT_MARKER: &str = "...";
+
+/// A text field as budgetd accepts it: control characters become `?`, a
+/// value longer than [`MAX_RUN_TEXT`] bytes is cut at a character boundary
+/// and ends in [`CUT_MARKER`] (a job on 40 scattered nodes has a `NodeList`
+/// Slurm cannot compress below that), and an empty one is `None`. The plugin
+/// sends its optional fields through this, so budgetd never has to refuse one.
+pub fn bounded_text(s: &str) -> Option<String> {
+    if s.is_empty() {
+        return None;
+    }
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if out.len() > MAX_RUN_TEXT {
+        let mut cut = MAX_RUN_TEXT - CUT_MARKER.len();
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push_str(CUT_MARKER);
+    }
+    Some(out)
+}
+
 /// A batch of job runs from the controller.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -219,9 +257,25 @@ pub struct JobSync {
     /// When the plugin collected the batch (Unix seconds).
     pub collected_at: i64,
     pub runs: Vec<JobRun>,
+    /// The complete set of jobs Slurm had at `collected_at`, as
+    /// `[job_id, submit time of its current run (0: unknown)]`, sent once every
+    /// run of the pass was acknowledged. budgetd closes every pending or
+    /// running run Slurm no longer has (a start lost in a controller crash, a
+    /// cancel racing a requeue, jobs purged while budgetd was down, pending
+    /// jobs cancelled), at the time of the previous complete set: the last
+    /// time Slurm was seen to have them (issue 11 item 12). Absent: a partial
+    /// batch, nothing is closed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<Vec<(u32, i64)>>,
 }
 
 /// What a sync changed.
+///
+/// A batch is taken run by run: a run budgetd refuses (a field out of bounds,
+/// an end before its start) is listed in `refused` and the others are still
+/// stored, so one odd job cannot stop the whole cluster's accounting. The
+/// plugin logs refusals and does not resend them (resending the same run
+/// would be refused again).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SyncOutcome {
     /// Runs seen for the first time.
@@ -230,6 +284,28 @@ pub struct SyncOutcome {
     pub updated: u64,
     /// Runs already known exactly as sent.
     pub unchanged: u64,
+    /// Pending or running runs closed because Slurm no longer has their job
+    /// (with a complete `live` set; absent when none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub closed: u64,
+    /// Runs not stored, each with the reason (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<RefusedRun>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One run of a sync batch that budgetd did not store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusedRun {
+    pub job_id: u32,
+    pub run: u32,
+    /// Index of the run in the batch's `runs`.
+    pub index: usize,
+    /// What is wrong, naming the field.
+    pub error: String,
 }
 
 /// Path of the node agent's report endpoint.
@@ -290,5 +366,24 @@ mod tests {
         assert_eq!(s.runs[0].start, Some(5));
         let bad = r#"{"collected_at":1,"runs":[],"extra":1}"#;
         assert!(serde_json::from_str::<JobSync>(bad).is_err());
+    }
+
+    #[test]
+    fn bounded_text_is_always_accepted() {
+        assert_eq!(bounded_text(""), None);
+        assert_eq!(bounded_text("gpu[1-4]").as_deref(), Some("gpu[1-4]"));
+        assert_eq!(bounded_text("a\tb").as_deref(), Some("a?b"));
+        let long = format!(
+            "gpu[{}]",
+            (1..80)
+                .map(|i| format!("{:03}", 2 * i))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let cut = bounded_text(&long).expect("some");
+        assert_eq!(cut.len(), MAX_RUN_TEXT);
+        assert!(cut.ends_with(CUT_MARKER) && long.starts_with(&cut[..MAX_RUN_TEXT - 3]));
+        let wide = bounded_text(&"é".repeat(100)).expect("some");
+        assert!(wide.len() <= MAX_RUN_TEXT && wide.ends_with(CUT_MARKER));
     }
 }

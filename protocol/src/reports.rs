@@ -89,4 +89,8 @@ pub struct ImportReport {
     pub skipped: Vec<LineError>,
     /// Bad lines (imported only the others, with `skip_invalid`).
     pub invalid: Vec<LineError>,
+    /// Records whose job id and run are stored with another account, user,
+    /// size or start (a reused job id, or a wrong file): not imported.
+    #[serde(default)]
+    pub conflicts: Vec<crate::RefusedRun>,
 }

@@ -143,6 +143,17 @@ pub async fn sync(
         .fetch_add(out.unchanged, Ordering::Relaxed);
     c.last_sync_at
         .store(u64::try_from(t).unwrap_or(0), Ordering::Relaxed);
+    for r in out.refused.iter().take(10) {
+        tracing::warn!(
+            job_id = r.job_id,
+            run = r.run,
+            "sync: run refused: {}",
+            r.error
+        );
+    }
+    if out.refused.len() > 10 {
+        tracing::warn!("sync: {} more runs refused", out.refused.len() - 10);
+    }
     Ok(Json(out))
 }
 
@@ -189,10 +200,11 @@ pub async fn import(
         }
         let (lines, skipped_invalid) = (parsed.lines, parsed.invalid.len());
         let actor = caller.actor();
-        let out = s.ingest_audited(&parsed.records, "import", |o| {
+        let out = s.ingest_audited(&parsed.records, "import", true, |o| {
             let summary = serde_json::json!({
                 "lines": lines, "inserted": o.inserted, "updated": o.updated,
                 "unchanged": o.unchanged, "invalid_skipped": skipped_invalid,
+                "conflicts": o.refused.len(),
             });
             Some(Change::new(&actor, t, "usage.import", "ledger", None, Some(summary)))
         })?;
@@ -204,6 +216,7 @@ pub async fn import(
             unchanged: out.unchanged,
             skipped: parsed.skipped,
             invalid: parsed.invalid,
+            conflicts: out.refused,
         };
         Ok(Json(report))
     })

@@ -59,19 +59,44 @@ fn sync_is_idempotent_and_exact_across_repeats() {
         (h - (2.0 * 7200.0 + 2.0 * 700.0 + 800.0) / 3600.0).abs() < 1e-9,
         "{u}"
     );
-    // A bad run rejects the whole batch, naming it; nothing is written.
-    let before = call(&c, "GET", "/v1/health", None).1["generation"].clone();
+    // A bad run is refused on its own, named with the reason; the good runs
+    // of the same batch are stored (issue 11 item 2: one odd job must not
+    // stop the whole cluster's accounting).
+    let long_nodes = "n".repeat(129);
     let bad = json!([
         {"job_id": 9, "run": 0, "account": "teama", "user": "alice", "gpus": 1, "state": "pending"},
         {"job_id": 10, "run": 0, "account": "teama", "user": "alice", "gpus": 1, "state": "ended", "start": 50, "end": 10},
+        {"job_id": 11, "run": 0, "account": "teama", "user": "alice", "gpus": 1, "state": "running", "start": t0, "nodes": long_nodes},
     ]);
-    let (st, b) = sync(&c, bad, t0);
-    assert_eq!(st, 422);
+    let (st, b) = sync(&c, bad.clone(), t0);
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["inserted"], 1, "{b}");
+    let refused = b["refused"].as_array().expect("refused runs");
+    assert_eq!(refused.len(), 2, "{b}");
+    assert_eq!(
+        (&refused[0]["job_id"], &refused[0]["index"]),
+        (&json!(10), &json!(1))
+    );
     assert!(
-        err(&b).contains("runs[1] (job 10 run 0): end (10) is before start (50)"),
+        refused[0]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("end (10) is before start (50)")),
         "{b}"
     );
-    assert_eq!(call(&c, "GET", "/v1/health", None).1["generation"], before);
+    assert!(
+        refused[1]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("nodes")),
+        "{b}"
+    );
+    let (_, j) = call(&c, "GET", "/v1/jobs/9/why", None);
+    assert_eq!(j["job_id"], 9, "{j}");
+    // The same batch again: the good run is unchanged, the bad ones refused again.
+    let (_, b) = sync(&c, bad, t0);
+    assert_eq!(
+        (&b["unchanged"], b["refused"].as_array().map(Vec::len)),
+        (&json!(1), Some(2))
+    );
     let (st, b) = call(
         &c,
         "POST",

@@ -39,6 +39,45 @@ fn missing_socket_is_a_connect_error_with_a_hint() {
     );
 }
 
+/// A budgetd that stopped accepting (its accept backlog full): the connect
+/// itself is bounded by the request timeout (issue 11 item 4; before, a
+/// Unix-socket connect had no deadline and hung `slurmctld`'s `fini`).
+#[test]
+fn a_full_accept_backlog_times_out_the_unix_connect() {
+    let path = temp_socket_path();
+    let l = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None).unwrap();
+    l.bind(&socket2::SockAddr::unix(&path).unwrap()).unwrap();
+    l.listen(0).unwrap();
+    // Fill the backlog: connections that are never accepted (non-blocking, so
+    // the filler itself cannot hang); stop at the first that would block.
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        let s = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None).unwrap();
+        s.set_nonblocking(true).unwrap();
+        match s.connect(&socket2::SockAddr::unix(&path).unwrap()) {
+            Ok(()) => held.push(s),
+            Err(_) => break,
+        }
+    }
+    assert!(!held.is_empty(), "the backlog took no connection");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p2 = path.clone();
+    std::thread::spawn(move || {
+        let t = Instant::now();
+        let r = Client::new(Endpoint::Unix(p2))
+            .with_timeout(Duration::from_millis(300))
+            .get_json::<Value>("/x");
+        let _ = tx.send((r, t.elapsed()));
+    });
+    let (r, took) = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the connect hung past 10 s with a 300 ms timeout");
+    let err = r.unwrap_err();
+    assert!(matches!(err, ClientError::Timeout { .. }), "{err:?}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    drop(held);
+}
+
 #[test]
 fn a_caller_may_name_its_own_endpoint_setting() {
     let path = temp_socket_path();

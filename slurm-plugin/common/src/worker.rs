@@ -83,13 +83,70 @@ impl Worker {
         })
     }
 
-    /// Ask the thread to stop and wait for it. Idempotent.
-    pub fn stop(&mut self) {
-        self.flag.stop();
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
+    /// Ask the thread to stop and wait for it, at most [`JOIN_BOUND`]. Idempotent.
+    /// Returns false when the thread did not stop in time (see [`Worker::stop_within`]).
+    pub fn stop(&mut self) -> bool {
+        self.stop_within(JOIN_BOUND)
     }
+
+    /// Ask the thread to stop and wait for it at most `bound`.
+    ///
+    /// Every step of a tick has its own deadline (budgetd requests, Unix-socket
+    /// connect included), so the thread normally stops within one request
+    /// timeout. If it does not (a Slurm lock it waits for is held by our caller,
+    /// a step without a deadline we did not foresee), `fini` must not hang
+    /// `slurmctld`'s shutdown or reconfigure: the thread is left to finish on
+    /// its own, the library is pinned in memory (`RTLD_NODELETE`) so Slurm's
+    /// `dlclose` cannot unmap code it still runs, and false is returned (the
+    /// caller logs it: [`crate::log`] needs slurmctld, and unit tests have none).
+    pub fn stop_within(&mut self, bound: Duration) -> bool {
+        self.flag.stop();
+        let Some(h) = self.handle.take() else {
+            return true;
+        };
+        let deadline = Instant::now() + bound;
+        while !h.is_finished() {
+            if Instant::now() >= deadline {
+                pin_library();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = h.join();
+        true
+    }
+}
+
+/// Longest `fini` waits for a background thread (above the plugins' default
+/// request timeout of 1 s, so a thread inside a request normally finishes).
+pub const JOIN_BOUND: Duration = Duration::from_secs(5);
+
+/// Keeps the shared object holding this code loaded for the life of the
+/// process: `dlopen` of itself with `RTLD_NOLOAD | RTLD_NODELETE` makes later
+/// `dlclose` calls leave it mapped. Best effort (nothing to do on failure).
+fn pin_library() {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    let here = pin_library as *const () as *const libc::c_void;
+    // SAFETY: dladdr fills `info` for an address inside a loaded object; it
+    // returns 0 (and we stop) otherwise.
+    let found = unsafe { libc::dladdr(here, info.as_mut_ptr()) };
+    if found == 0 {
+        return;
+    }
+    // SAFETY: dladdr returned non-zero, so `info` is initialised.
+    let fname = unsafe { info.assume_init() }.dli_fname;
+    if fname.is_null() {
+        return;
+    }
+    // SAFETY: `fname` is the loader's NUL-terminated path of a loaded object;
+    // RTLD_NOLOAD never loads anything new. The handle is deliberately never
+    // closed: that reference is what keeps the object mapped.
+    let _ = unsafe {
+        libc::dlopen(
+            fname,
+            libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE,
+        )
+    };
 }
 
 impl Drop for Worker {
@@ -116,5 +173,25 @@ mod tests {
         w.stop();
         assert!(t.elapsed() < Duration::from_secs(1));
         assert_eq!(n.load(Ordering::SeqCst), 1);
+    }
+
+    /// A tick stuck far longer than the bound (issue 11 item 4: before, `fini`
+    /// joined without a bound and a stuck budgetd call hung slurmctld).
+    #[test]
+    fn stop_is_bounded_when_a_tick_is_stuck() {
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let mut w = Worker::spawn("stuck", Duration::from_secs(60), move || {
+            let _ = started_tx.send(());
+            std::thread::sleep(Duration::from_secs(3));
+        })
+        .expect("spawn");
+        started_rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("tick started");
+        let t = Instant::now();
+        let stopped = w.stop_within(Duration::from_millis(200));
+        let took = t.elapsed();
+        assert!(!stopped, "the stuck thread cannot have stopped");
+        assert!(took < Duration::from_secs(1), "{took:?}");
     }
 }

@@ -99,8 +99,13 @@ pub extern "C" fn fini() -> i32 {
             Ok(mut g) => g.take(),
             Err(p) => p.into_inner().take(),
         };
-        if let Some(mut w) = worker {
-            w.stop();
+        if let Some(mut w) = worker
+            && !w.stop()
+        {
+            log::error(&format!(
+                "background thread did not stop within {:?}; left to finish on its own",
+                slurm_plugin_common::worker::JOIN_BOUND
+            ));
         }
         sys::SLURM_SUCCESS
     })

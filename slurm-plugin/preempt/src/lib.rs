@@ -159,7 +159,12 @@ pub extern "C" fn fini() -> i32 {
             Err(p) => std::mem::take(&mut *p.into_inner()),
         };
         for mut w in workers {
-            w.stop();
+            if !w.stop() {
+                log::error(&format!(
+                    "background thread did not stop within {:?}; left to finish on its own",
+                    slurm_plugin_common::worker::JOIN_BOUND
+                ));
+            }
         }
         sys::SLURM_SUCCESS
     })

@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 use std::ffi::c_char;
 
-use budget_protocol::{JobRun, RunState};
+use budget_protocol::{JobRun, RunState, bounded_text};
 use policy_core::contract::{Contract, effective_contract, is_free_name, parse_admin_comment};
 use slurm_ffi::job_state;
 use slurm_ffi::sys::job_record_t;
@@ -300,10 +300,12 @@ pub unsafe fn runs_with_gpus(
         return;
     };
     let start = (state != RunState::Pending && job.start_time > 0).then_some(job.start_time);
+    // Every optional text goes through bounded_text: budgetd refuses a field over
+    // 128 bytes, and a job on many scattered nodes (or in many partitions) has one.
     // SAFETY: string fields of a valid record.
-    let partition = unsafe { opt_str(job.partition) }.map(|p| p.into_owned());
+    let partition = unsafe { opt_str(job.partition) }.and_then(|p| bounded_text(&p));
     // SAFETY: as above.
-    let nodes = unsafe { opt_str(job.nodes) }.map(|p| p.into_owned());
+    let nodes = unsafe { opt_str(job.nodes) }.and_then(|p| bounded_text(&p));
     let free_tier = v.contract.free_tier;
     let min_runtime_secs = v.contract.min_runtime;
     let end = match state {
@@ -313,6 +315,7 @@ pub unsafe fn runs_with_gpus(
     let base = JobRun {
         job_id: job.job_id,
         run: u32::from(job.restart_cnt),
+        submit: (v.submit_time > 0).then_some(v.submit_time),
         account: ledger_name(&v.account),
         user: v
             .user
@@ -321,7 +324,7 @@ pub unsafe fn runs_with_gpus(
             .unwrap_or_else(|| format!("uid{}", job.user_id)),
         partition,
         gpus: g.count,
-        gpu_type: g.gpu_type,
+        gpu_type: g.gpu_type.as_deref().and_then(bounded_text),
         start,
         end,
         state,
@@ -352,6 +355,9 @@ pub unsafe fn runs_with_gpus(
     {
         out.push(JobRun {
             run: u32::from(job.restart_cnt) - 1,
+            // The requeue gave the job a new submit time: the previous run's is
+            // unknown here (budgetd matches the run it stored).
+            submit: None,
             start: prev_start,
             end: Some(prev_end),
             state: RunState::Requeued,
@@ -440,6 +446,39 @@ mod tests {
         with_gpus(&job, &mut out);
         assert!(!out[0].free_tier);
         assert_eq!(out[0].min_runtime_secs, 3600);
+    }
+
+    #[test]
+    fn long_node_lists_and_partitions_are_cut_not_refused() {
+        // SAFETY: as above.
+        let mut job: job_record_t = unsafe { std::mem::zeroed() };
+        job.job_id = 9;
+        job.job_state = slurm_ffi::sys::JOB_RUNNING;
+        job.start_time = 1000;
+        job.account = c"teama".as_ptr().cast_mut();
+        job.user_name = c"alice".as_ptr().cast_mut();
+        // 40 scattered nodes: Slurm's own compressed form is 167 bytes.
+        let nodes = format!(
+            "gpu[{}]",
+            (0..40)
+                .map(|i| format!("{:03}", 3 * i))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let nodes = std::ffi::CString::new(nodes).expect("no NUL");
+        job.nodes = nodes.as_ptr().cast_mut();
+        let parts = std::ffi::CString::new(vec![b'p'; 200]).expect("no NUL");
+        job.partition = parts.as_ptr().cast_mut();
+        let users = UserCache::default();
+        let mut out = Vec::new();
+        // SAFETY: a valid record with strings that outlive the call.
+        unsafe { runs_with_gpus(&job, &users, 3600, requested_gpus(&job), &mut out) };
+        let r = &out[0];
+        for f in [&r.nodes, &r.partition] {
+            let f = f.as_deref().expect("sent");
+            assert!(f.len() <= budget_protocol::MAX_RUN_TEXT, "{f}");
+            assert!(f.ends_with(budget_protocol::CUT_MARKER), "{f}");
+        }
     }
 
     #[test]

@@ -123,8 +123,14 @@ pub extern "C" fn fini() -> i32 {
     ffi_guard(sys::SLURM_ERROR, || {
         let worker = state().worker.lock().ok().and_then(|mut w| w.take());
         if let Some(mut w) = worker {
-            w.stop();
-            log::info("background thread stopped");
+            if w.stop() {
+                log::info("background thread stopped");
+            } else {
+                log::error(&format!(
+                    "background thread did not stop within {:?}; left to finish on its own",
+                    slurm_plugin_common::worker::JOIN_BOUND
+                ));
+            }
         }
         sys::SLURM_SUCCESS
     })

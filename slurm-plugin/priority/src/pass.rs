@@ -25,7 +25,7 @@ use slurm_plugin_common::users::lookup_uid;
 use crate::compute;
 use crate::job;
 use crate::state::State;
-use crate::sync::Syncer;
+use crate::sync::{SyncAck, Syncer};
 
 /// Figures of one pass, for logs and benchmarks.
 #[derive(Debug, Default, Clone, Copy)]
@@ -164,19 +164,29 @@ impl PassMemo {
         i
     }
 
-    /// After a sync: remember what budgetd now has, or resend everything next time.
-    fn acknowledge(&mut self, ok: bool) {
-        if ok {
-            for (id, fp) in self.unacked.drain(..) {
-                if let Some(m) = self.jobs.get_mut(&id) {
-                    m.synced_fp = fp;
+    /// After a sync: remember what budgetd now has; when a chunk failed, resend
+    /// everything it did not acknowledge next time.
+    fn acknowledge(&mut self, ack: &SyncAck) {
+        let failed = match ack {
+            SyncAck::All => None,
+            SyncAck::Except(jobs) => Some(jobs),
+        };
+        if let Some(failed) = failed {
+            self.force_full = true;
+            let sent: std::collections::HashSet<u32> =
+                self.unacked.iter().map(|(u, _)| *u).collect();
+            for (id, m) in self.jobs.iter_mut() {
+                if failed.contains(id) || !sent.contains(id) {
+                    m.synced_fp = 0;
                 }
             }
-        } else {
-            self.unacked.clear();
-            self.force_full = true;
-            for m in self.jobs.values_mut() {
-                m.synced_fp = 0;
+        }
+        for (id, fp) in self.unacked.drain(..) {
+            if failed.is_some_and(|f| f.contains(&id)) {
+                continue;
+            }
+            if let Some(m) = self.jobs.get_mut(&id) {
+                m.synced_fp = fp;
             }
         }
         // Drop jobs Slurm no longer has (purged), outside the job lock.
@@ -231,6 +241,9 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
     let mut stats = PassStats::default();
     let mut runs: Vec<JobRun> = Vec::new();
     let collect = cfg.sync_jobs;
+    // The complete set of jobs, on full passes (every FULL_CHECK_EVERY): budgetd
+    // closes the runs Slurm forgot (issue 11 item 12).
+    let mut live: Option<Vec<(u32, i64)>> = None;
     {
         let guard = ctl.job_write_lock();
         let t = Instant::now();
@@ -240,6 +253,9 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
         let dirty = state.take_dirty();
         full |= dirty.is_none();
         let dirty = dirty.unwrap_or_default();
+        if collect && full {
+            live = Some(Vec::new());
+        }
         guard.for_each_job(|job| {
             let id = job.job_id;
             let st = job.job_state;
@@ -294,6 +310,11 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
                     memo.unacked.push((id, fp));
                 }
             }
+            if let Some(live) = live.as_mut() {
+                // SAFETY: details is NULL or valid under the lock.
+                let submit = unsafe { job.details.as_ref() }.map_or(0, |d| d.submit_time);
+                live.push((id, submit));
+            }
             memo.jobs.insert(id, m);
         });
         if stats.changed > 0 {
@@ -305,11 +326,12 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
     stats.runs = runs.len() as u32;
     if collect {
         let t = Instant::now();
-        let ok = budgetd.syncer.send_jobs(JobSync {
+        let ack = budgetd.syncer.send_jobs(JobSync {
             collected_at: unix_now(),
             runs,
+            live,
         });
-        memo.acknowledge(ok);
+        memo.acknowledge(&ack);
         stats.sync_micros = t.elapsed().as_micros();
     }
     // Stable format: scripts/bench-slurm parses it (budget_pass_log=1 logs it at info).

@@ -8,7 +8,7 @@
 //! than Slurm's `MinJobAge` loses no run. Failures are logged once when they start
 //! (and when the error changes) and once when they end, never on every pass.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use budget_protocol::{JobRun, JobSync, RunState, SYNC_PATH, SyncOutcome};
 use slurm_plugin_common::log;
@@ -76,38 +76,135 @@ impl Syncer {
         }
     }
 
-    /// Send job state. Ended runs missing from the current view (purged by Slurm) are
-    /// added from the outbox until budgetd acknowledges them.
-    /// Returns true when budgetd acknowledged the batch.
-    pub fn send_jobs(&mut self, mut sync: JobSync) -> bool {
+    /// Send job state, in chunks of at most [`CHUNK_RUNS`] runs, each
+    /// acknowledged on its own (one body of 16k+ jobs after a restart would pass
+    /// budgetd's body limit and be refused on every pass). Ended runs missing
+    /// from the current view (purged by Slurm) are added from the outbox until
+    /// budgetd acknowledges them. Runs budgetd refuses (listed in its answer) are
+    /// logged and count as acknowledged: sending them again would be refused again.
+    ///
+    /// Returns what budgetd acknowledged: [`SyncAck::All`], or the jobs of the
+    /// chunks that were not (the pass resends those).
+    pub fn send_jobs(&mut self, mut sync: JobSync) -> SyncAck {
+        let live = sync.live.take();
         fill_starts(&mut self.starts, &mut sync.runs);
         merge_outbox(&mut self.outbox, &mut sync.runs);
-        let result = match self.client.get() {
-            Ok(c) => c
-                .post_json::<_, SyncOutcome>(SYNC_PATH, &sync)
-                .map(|_| ())
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e),
-        };
-        if result.is_ok() {
-            self.outbox.clear();
-            for r in sync.runs.iter().filter(|r| is_final(r)) {
-                self.starts.remove(&(r.job_id, r.run));
-            }
-        } else {
-            for r in sync.runs.iter().filter(|r| is_final(r)) {
-                if self.outbox.len() >= OUTBOX_MAX && !self.outbox.contains_key(&(r.job_id, r.run))
-                {
-                    log::error("job sync outbox full: dropping ended runs until budgetd is back");
+        let chunks = chunk_bounds(&sync.runs, CHUNK_RUNS);
+        let mut result = Ok(());
+        let mut acked = 0;
+        for (lo, hi) in chunks {
+            let chunk = JobSync {
+                collected_at: sync.collected_at,
+                runs: sync.runs[lo..hi].to_vec(),
+                live: None,
+            };
+            let sent = match self.client.get() {
+                Ok(c) => c
+                    .post_json::<_, SyncOutcome>(SYNC_PATH, &chunk)
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            match sent {
+                Ok(out) => {
+                    for r in &out.refused {
+                        log::error(&format!(
+                            "job sync: budgetd refused job {} run {}: {} (not resent)",
+                            r.job_id, r.run, r.error
+                        ));
+                    }
+                    acked = hi;
+                }
+                Err(e) => {
+                    result = Err(e);
                     break;
                 }
-                self.outbox.insert((r.job_id, r.run), r.clone());
             }
         }
-        let ok = result.is_ok();
+        let (done, rest) = sync.runs.split_at(acked);
+        for r in done {
+            self.outbox.remove(&(r.job_id, r.run));
+            if is_final(r) {
+                self.starts.remove(&(r.job_id, r.run));
+            }
+        }
+        for r in rest.iter().filter(|r| is_final(r)) {
+            if self.outbox.len() >= OUTBOX_MAX && !self.outbox.contains_key(&(r.job_id, r.run)) {
+                log::error("job sync outbox full: dropping ended runs until budgetd is back");
+                break;
+            }
+            self.outbox.insert((r.job_id, r.run), r.clone());
+        }
+        // The complete live set only after every run of the pass (and every ended
+        // run kept in the outbox) was acknowledged: budgetd closes the runs Slurm no
+        // longer has, and must not close one whose real end is still on its way.
+        if let Some(live) = live
+            && rest.is_empty()
+            && self.outbox.is_empty()
+            && result.is_ok()
+        {
+            let msg = JobSync {
+                collected_at: sync.collected_at,
+                runs: Vec::new(),
+                live: Some(live),
+            };
+            let sent = match self.client.get() {
+                Ok(c) => c
+                    .post_json::<_, SyncOutcome>(SYNC_PATH, &msg)
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            };
+            match sent {
+                Ok(out) if out.closed > 0 => log::info(&format!(
+                    "job sync: budgetd closed {} runs Slurm no longer has",
+                    out.closed
+                )),
+                Ok(_) => {}
+                Err(e) => result = Err(e),
+            }
+        }
+        let ack = if rest.is_empty() {
+            SyncAck::All
+        } else {
+            SyncAck::Except(rest.iter().map(|r| r.job_id).collect())
+        };
         Self::report(&mut self.sync_error, "job sync", result);
-        ok
+        ack
     }
+}
+
+/// What budgetd acknowledged of one [`Syncer::send_jobs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyncAck {
+    /// Every run.
+    All,
+    /// Every run except those of these jobs (a chunk failed; later ones were not sent).
+    Except(HashSet<u32>),
+}
+
+/// Most runs in one sync request. A run is at most ~1 KiB of JSON (every text
+/// field is bounded to 128 bytes), so a chunk stays under 2 MiB, half of
+/// budgetd's default body limit.
+pub const CHUNK_RUNS: usize = 2_000;
+
+/// Chunk boundaries `[lo, hi)` over `runs`, at most `max` runs each, never
+/// between two consecutive runs of the same job (a job's runs are acknowledged
+/// together; the pass pushes them next to each other).
+fn chunk_bounds(runs: &[JobRun], max: usize) -> Vec<(usize, usize)> {
+    let max = max.max(1);
+    let mut out = Vec::new();
+    let mut lo = 0;
+    while lo < runs.len() {
+        let end = (lo + max).min(runs.len());
+        // The last job boundary in (lo, end]; none: the job alone is longer than a chunk.
+        let at_boundary = |c: usize| c == runs.len() || runs[c].job_id != runs[c - 1].job_id;
+        let hi = (lo + 1..=end)
+            .rev()
+            .find(|&c| at_boundary(c))
+            .unwrap_or(end);
+        out.push((lo, hi));
+        lo = hi;
+    }
+    out
 }
 
 fn is_final(r: &JobRun) -> bool {
@@ -156,6 +253,7 @@ mod tests {
         JobRun {
             job_id,
             run,
+            submit: None,
             account: "a".into(),
             user: "u".into(),
             partition: None,
@@ -187,6 +285,22 @@ mod tests {
         assert_eq!(runs.len(), 3);
         assert!(runs.iter().any(|r| r.job_id == 1));
         assert!(is_final(&runs[0]) && !is_final(&runs[1]));
+    }
+
+    #[test]
+    fn chunks_are_bounded_and_keep_a_jobs_runs_together() {
+        let runs: Vec<JobRun> = [1, 2, 2, 3, 4, 4, 4, 5]
+            .iter()
+            .map(|&j| run(j, 0, RunState::Running, None))
+            .collect();
+        assert_eq!(chunk_bounds(&runs, 3), vec![(0, 3), (3, 4), (4, 7), (7, 8)]);
+        assert_eq!(chunk_bounds(&runs, 100), vec![(0, 8)]);
+        assert_eq!(chunk_bounds(&[], 3), vec![]);
+        // A job with more runs than a chunk is split rather than never sent.
+        let same: Vec<JobRun> = (0..5)
+            .map(|r| run(9, r, RunState::Ended, Some(2)))
+            .collect();
+        assert_eq!(chunk_bounds(&same, 2), vec![(0, 2), (2, 4), (4, 5)]);
     }
 
     #[test]
