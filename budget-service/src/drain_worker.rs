@@ -29,7 +29,11 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            match pass(&state, &mut requeued).await {
+            let result = {
+                let _ops = state.drain_ops.lock().await;
+                pass(&state, &mut requeued).await
+            };
+            match result {
                 Ok(()) => last_error.clear(),
                 Err(e) => {
                     // Log a failure once, not every second (Slurm may be down for minutes).

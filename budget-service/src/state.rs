@@ -113,6 +113,12 @@ pub struct Inner {
     pub started_at: i64,
     /// Each plugin's last snapshot fetch (name -> what it holds), for `GET /v1/plugins`.
     pub plugin_fetches: Mutex<BTreeMap<String, PluginFetch>>,
+    /// Held by a drain worker pass and by an undrain: the worker re-applies every
+    /// drain it finds whose node is not draining, so an undrain's resume and its
+    /// forgetting the drain must not straddle a pass (seen on 24.11: a node resumed
+    /// by `budgetctl undrain` drained again 0.1 s later). A tokio mutex: it is held
+    /// across `scontrol`/`squeue` awaits.
+    pub drain_ops: tokio::sync::Mutex<()>,
 }
 
 /// Cheap-to-clone handle given to every handler.
@@ -153,6 +159,7 @@ impl AppState {
             user_names: Mutex::new(HashMap::new()),
             started_at: crate::clock::now(),
             plugin_fetches: Mutex::new(BTreeMap::new()),
+            drain_ops: tokio::sync::Mutex::new(()),
         }))
     }
 

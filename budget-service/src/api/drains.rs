@@ -162,6 +162,9 @@ pub async fn remove(
 ) -> AppResult<Json<Undrained>> {
     caller.require_admin(&st, "undrain nodes")?;
     let (nodes, _) = resolve_nodes(&expr).await?;
+    // No drain worker pass between the resume and forgetting the drain (it would
+    // drain the resumed node again).
+    let _ops = st.drain_ops.lock().await;
     let rows = st.with_store(|s| drains::list(s)).await?;
     let missing: Vec<&str> = nodes
         .iter()
