@@ -113,9 +113,10 @@ pub struct Inner {
     pub started_at: i64,
     /// Each plugin's last snapshot fetch (name -> what it holds), for `GET /v1/plugins`.
     pub plugin_fetches: Mutex<BTreeMap<String, PluginFetch>>,
-    /// Held by a drain worker pass and by an undrain: the worker re-applies every
-    /// drain it finds whose node is not draining, so an undrain's resume and its
-    /// forgetting the drain must not straddle a pass (seen on 24.11: a node resumed
+    /// Held by a drain worker pass, a drain request and an undrain: the worker
+    /// re-applies every drain it finds whose node is not draining, so a drain's
+    /// rows and their rollback, and an undrain's resume and its forgetting the
+    /// drain, must not straddle a pass (seen on 24.11: a node resumed
     /// by `budgetctl undrain` drained again 0.1 s later). A tokio mutex: it is held
     /// across `scontrol`/`squeue` awaits.
     pub drain_ops: tokio::sync::Mutex<()>,

@@ -100,6 +100,9 @@ pub async fn create(
     let (nodes, _) = resolve_nodes(&req.nodes).await?;
     let actor = caller.actor();
     let t = now();
+    // No drain worker pass between writing the rows and a rollback after a failed
+    // `scontrol` (it would drain in Slurm a node whose row the rollback removes).
+    let ops = st.drain_ops.lock().await;
     let before = st.with_store(|s| drains::list(s)).await?;
     {
         let (nodes, reason) = (nodes.clone(), reason.clone());
@@ -138,6 +141,7 @@ pub async fn create(
         }
         return Err(e.into());
     }
+    drop(ops);
     tracing::info!(nodes = %nodes.join(","), reason = %reason, by = %caller.actor(), "drain requested");
     let rows = st.with_store(|s| drains::list(s)).await?;
     let mine: Vec<_> = rows
