@@ -787,13 +787,18 @@ impl Store {
     /// (a later run, or a reused id), at the time of the previous complete set
     /// (the last time Slurm was seen to have it; never before the run's start
     /// or first sighting). Runs first seen after `at` are left alone.
+    /// A set collected before the newest one applied is stale and ignored: a
+    /// request the plugin gave up on while budgetd hung is still in the socket's
+    /// queue when budgetd resumes, and may be handled after a newer one.
     /// Returns how many were closed.
     pub fn close_forgotten(&mut self, live: &[(u32, i64)], at: i64) -> AppResult<u64> {
+        let newest = meta_get(&self.conn, "live_at")?.and_then(|v| v.parse::<i64>().ok());
+        if newest.is_some_and(|t| t > at) {
+            tracing::info!("sync: ignored a stale live set (collected at {at}, newest {newest:?})");
+            return Ok(0);
+        }
         let live: std::collections::HashMap<u32, i64> = live.iter().copied().collect();
-        let last_seen = meta_get(&self.conn, "live_at")?
-            .and_then(|v| v.parse::<i64>().ok())
-            .filter(|&t| t <= at)
-            .unwrap_or(at);
+        let last_seen = newest.unwrap_or(at);
         let mut closes = Vec::new();
         for state in [RunState::Running, RunState::Pending] {
             for r in self.ledger.in_state(state) {
@@ -1147,6 +1152,39 @@ pub(crate) mod tests {
             910,
         );
         assert_eq!(live(&mut s, 850, &[]), 0);
+    }
+
+    /// A live set collected before the newest applied one (a request buffered
+    /// while budgetd hung, handled late) closes nothing and does not move the
+    /// time forgotten runs are closed at.
+    #[test]
+    fn a_stale_live_set_is_ignored() {
+        let (_d, mut s) = store();
+        let live = |s: &mut Store, at: i64, jobs: &[(u32, i64)]| {
+            s.sync(
+                &JobSync {
+                    collected_at: at,
+                    runs: vec![],
+                    live: Some(jobs.to_vec()),
+                },
+                at,
+            )
+            .expect("sync")
+            .closed
+        };
+        sync_one(
+            &mut s,
+            job_run(5, 90, "a", RunState::Running, Some(100)),
+            110,
+        );
+        assert_eq!(live(&mut s, 300, &[(5, 90)]), 0);
+        assert_eq!(live(&mut s, 200, &[]), 0, "stale: collected before 300");
+        assert_eq!(
+            s.ledger().get(5, 0).map(|r| r.state),
+            Some(RunState::Running)
+        );
+        assert_eq!(live(&mut s, 400, &[]), 1);
+        assert_eq!(s.ledger().get(5, 0).and_then(|r| r.end), Some(300));
     }
 
     /// An import of a run whose id is stored as another job is a conflict,
