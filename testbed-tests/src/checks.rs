@@ -108,6 +108,9 @@ pub struct Checks {
     suite: String,
     passed: usize,
     failed: Vec<String>,
+    /// Each failed check's name with what it saw, cut short: repeated at the end of
+    /// the suite and in its panic, the part of a CI log that is kept.
+    failed_details: Vec<String>,
     logs: Vec<LogFile>,
 }
 
@@ -118,6 +121,7 @@ impl Checks {
             suite: suite.to_string(),
             passed: 0,
             failed: Vec::new(),
+            failed_details: Vec::new(),
             logs: Vec::new(),
         }
     }
@@ -155,8 +159,19 @@ impl Checks {
                 say(format_args!("            {l}"));
             }
         }
+        let mut detail = name.clone();
+        if let Some(a) = &check.actual {
+            detail.push_str(" -- ");
+            detail.push_str(&cut(a, DETAIL_CHARS));
+        }
+        self.failed_details.push(detail);
         self.failed.push(name);
         false
+    }
+
+    /// Each failed check with what it saw (cut to [`DETAIL_CHARS`]).
+    pub fn failed_details(&self) -> &[String] {
+        &self.failed_details
     }
 
     /// Records an error that ended the scenario early.
@@ -248,6 +263,17 @@ pub fn wait_secs<E: Display>(secs: u64, cond: impl FnMut() -> Result<bool, E>) -
     wait_until(Duration::from_secs(secs), cond)
 }
 
+/// How much of a failed check's observation is repeated at the end of a suite.
+pub const DETAIL_CHARS: usize = 600;
+
+/// `s` cut to at most `max` characters (on a char boundary), marked when cut.
+fn cut(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
 /// Sleeps `secs` seconds.
 pub fn sleep_secs(secs: f64) {
     std::thread::sleep(Duration::from_secs_f64(secs));
@@ -284,12 +310,15 @@ pub fn run_suite<E: Display>(suite: &str, body: impl FnOnce(&mut Checks) -> Resu
         "{suite}: ran in {:.0} s",
         t0.elapsed().as_secs_f64()
     ));
+    for d in checks.failed_details() {
+        say(format_args!("  FAILED {d}"));
+    }
     say(checks.summary());
     if !checks.failed().is_empty() {
         panic!(
             "{suite}: {} check(s) failed: {}",
             checks.failed().len(),
-            checks.failed().join("; ")
+            checks.failed_details().join(" | ")
         );
     }
 }
@@ -297,6 +326,13 @@ pub fn run_suite<E: Display>(suite: &str, body: impl FnOnce(&mut Checks) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn details_are_cut_on_a_char_boundary() {
+        assert_eq!(cut("abc", 3), "abc");
+        assert_eq!(cut("abcd", 3), "abc...");
+        assert_eq!(cut("ééé", 2), "éé...");
+    }
 
     #[test]
     fn counts_and_summary() {

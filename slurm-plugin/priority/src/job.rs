@@ -264,9 +264,7 @@ pub fn ledger_name(s: &str) -> String {
 }
 
 /// Build the sync record(s) for one job: its current run, plus, for a job requeued
-/// since (restart_cnt > 0 and pending), the end of the previous run, with its start
-/// from Slurm while it still shows it, else `seen_prev_start` (the start the caller saw
-/// while that run was running; see `pass::Memo::ran_start`). The contract
+/// since (restart_cnt > 0 and pending), the end of the previous run. The contract
 /// reported is the one `preempt/budget` enforces (`default_min_runtime` for a job
 /// without a stored or declared one).
 ///
@@ -276,23 +274,13 @@ pub unsafe fn runs(
     job: &job_record_t,
     users: &UserCache,
     default_min_runtime: i64,
-    seen_prev_start: Option<i64>,
     out: &mut Vec<JobRun>,
 ) {
     if run_state(job.job_state, job.start_time).is_none() {
         return;
     }
     // SAFETY: forwarded contract.
-    unsafe {
-        runs_with_gpus(
-            job,
-            users,
-            default_min_runtime,
-            job_gpus(job),
-            seen_prev_start,
-            out,
-        )
-    }
+    unsafe { runs_with_gpus(job, users, default_min_runtime, job_gpus(job), out) }
 }
 
 /// [`runs`] with the job's GPUs already read (the GRES list walk needs a live Slurm).
@@ -304,7 +292,6 @@ pub unsafe fn runs_with_gpus(
     users: &UserCache,
     default_min_runtime: i64,
     g: Gpus,
-    seen_prev_start: Option<i64>,
     out: &mut Vec<JobRun>,
 ) {
     // SAFETY: forwarded contract.
@@ -371,7 +358,7 @@ pub unsafe fn runs_with_gpus(
             // The requeue gave the job a new submit time: the previous run's is
             // unknown here (budgetd matches the run it stored).
             submit: None,
-            start: prev_start.or(seen_prev_start),
+            start: prev_start,
             end: Some(prev_end),
             state: RunState::Requeued,
             nodes: None,
@@ -443,7 +430,7 @@ mod tests {
         let mut out = Vec::new();
         // SAFETY: a valid record with literal strings.
         let with_gpus = |job: &job_record_t, out: &mut Vec<JobRun>| unsafe {
-            runs_with_gpus(job, &users, 3600, requested_gpus(job), None, out)
+            runs_with_gpus(job, &users, 3600, requested_gpus(job), out)
         };
         with_gpus(&job, &mut out);
         assert_eq!(out.len(), 1);
@@ -459,45 +446,6 @@ mod tests {
         with_gpus(&job, &mut out);
         assert!(!out[0].free_tier);
         assert_eq!(out[0].min_runtime_secs, 3600);
-    }
-
-    #[test]
-    fn a_requeued_run_keeps_the_start_the_plugin_saw() {
-        // Requeued and no longer COMPLETING: Slurm cleared the previous run's start.
-        // SAFETY: as above.
-        let mut job: job_record_t = unsafe { std::mem::zeroed() };
-        job.job_id = 8;
-        job.job_state = slurm_ffi::sys::JOB_PENDING;
-        job.restart_cnt = 1;
-        job.start_time = 0;
-        job.time_last_active = 160;
-        job.account = c"teama".as_ptr().cast_mut();
-        job.user_name = c"alice".as_ptr().cast_mut();
-        job.tres_per_node = c"gres:gpu:2".as_ptr().cast_mut();
-        let users = UserCache::default();
-        let prev = |job: &job_record_t, seen: Option<i64>| {
-            let mut out = Vec::new();
-            // SAFETY: a valid record with literal strings.
-            unsafe { runs_with_gpus(job, &users, 3600, requested_gpus(job), seen, &mut out) };
-            assert_eq!(
-                out.len(),
-                2,
-                "the previous run and the pending one: {out:?}"
-            );
-            assert_eq!((out[1].run, out[1].state), (1, RunState::Pending));
-            let p = out[0].clone();
-            assert_eq!((p.run, p.state, p.end), (0, RunState::Requeued, Some(160)));
-            p.start
-        };
-        // budgetd missed run 0 while it ran (hung, down, or a stale sync applied
-        // after this one): without the start the plugin saw, the ledger would keep a
-        // requeued run with no start, never charged.
-        assert_eq!(prev(&job, Some(100)), Some(100));
-        assert_eq!(prev(&job, None), None);
-        // While Slurm still shows the start (COMPLETING), Slurm's own value wins.
-        job.job_state = slurm_ffi::sys::JOB_PENDING | slurm_ffi::sys::JOB_COMPLETING;
-        job.start_time = 120;
-        assert_eq!(prev(&job, Some(100)), Some(120));
     }
 
     #[test]
@@ -524,7 +472,7 @@ mod tests {
         let users = UserCache::default();
         let mut out = Vec::new();
         // SAFETY: a valid record with strings that outlive the call.
-        unsafe { runs_with_gpus(&job, &users, 3600, requested_gpus(&job), None, &mut out) };
+        unsafe { runs_with_gpus(&job, &users, 3600, requested_gpus(&job), &mut out) };
         let r = &out[0];
         for f in [&r.nodes, &r.partition] {
             let f = f.as_deref().expect("sent");

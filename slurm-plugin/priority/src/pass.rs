@@ -74,15 +74,6 @@ struct Memo {
     synced_fp: u64,
     /// Pass that last saw the job (older entries are pruned).
     seen: u64,
-    /// `restart_cnt` and `start_time` of the run last seen running (`ran_start` 0:
-    /// none). Slurm clears a requeued run's start once it stops COMPLETING, and
-    /// budgetd may never have seen that run running (its syncs timed out while it
-    /// hung, or it was down for the whole run, or a newer sync reached it before a
-    /// stale one): the previous run's record then carries the start seen here, so
-    /// every sync is complete on its own and the ledger never keeps a run without
-    /// its start.
-    ran: u16,
-    ran_start: i64,
 }
 
 const NO_KEY: u32 = u32::MAX;
@@ -278,17 +269,7 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
                 last_state: u32::MAX,
                 synced_fp: 0,
                 seen: 0,
-                ran: 0,
-                ran_start: 0,
             });
-            // The start of the previous run, as this plugin saw it running.
-            let seen_prev_start = (m.ran_start > 0
-                && u32::from(m.ran) + 1 == u32::from(job.restart_cnt))
-            .then_some(m.ran_start);
-            if job_state::is_running(st) && job.start_time > 0 {
-                m.ran = job.restart_cnt;
-                m.ran_start = job.start_time;
-            }
             let check =
                 full || !pending || m.last_state != st || m.key == NO_KEY || dirty.contains(&id);
             m.last_state = st;
@@ -325,9 +306,7 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
                 let fp = job::sync_fingerprint(job, key_fp, default_min);
                 if fp != m.synced_fp {
                     // SAFETY: as above.
-                    unsafe {
-                        job::runs(job, &state.users, default_min, seen_prev_start, &mut runs)
-                    };
+                    unsafe { job::runs(job, &state.users, default_min, &mut runs) };
                     memo.unacked.push((id, fp));
                 }
             }
