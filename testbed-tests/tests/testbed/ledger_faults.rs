@@ -552,17 +552,27 @@ fn section_4(c: &mut Checks, tb: &Testbed) -> Result<()> {
     let pid = tb.signal_budgetd("KILL")?;
     Testbed::wait_gone(pid, std::time::Duration::from_secs(5));
     s.cancel(&[a1, p1])?;
+    // Each end as Slurm records it, read while Slurm still has the job (a1 may be
+    // purged before a2 completes).
+    let mut ends: [Option<i64>; 2] = [None, None];
     let w = wait_secs(40, || -> Result<bool> {
-        Ok(s.state(a1)? == "CANCELLED" && s.state(a2)? == "COMPLETED")
+        for (slot, (id, state)) in ends.iter_mut().zip([(a1, "CANCELLED"), (a2, "COMPLETED")]) {
+            if slot.is_none()
+                && let Some(j) = s.job(id)?
+                && j.state == state
+            {
+                *slot = j.end;
+            }
+        }
+        Ok(ends.iter().all(Option::is_some))
     });
-    let mut ends = Vec::new();
-    for id in [a1, a2] {
-        ends.push(s.job(id)?.and_then(|j| j.end).unwrap_or(now()));
-    }
     c.record(
         "4 while budgetd is down: one job cancelled, one completed, the pending one cancelled",
-        Check::that(w.ok).actual(format!("ends {ends:?}; {}", w.describe())).jobs(&jobs),
+        Check::that(w.ok)
+            .actual(format!("ends {ends:?}; {}", w.describe()))
+            .jobs(&jobs),
     );
+    let ends: Vec<i64> = ends.iter().map(|e| e.unwrap_or(i64::MIN)).collect();
     // Slurm purges them MinJobAge after their end, in a purge pass every
     // max(10, MinJobAge) s.
     let w = wait_secs(u64::from(MIN_JOB_AGE) * 2 + 20, || -> Result<bool> {
