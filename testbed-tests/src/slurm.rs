@@ -348,7 +348,8 @@ mod tests {
         assert!(j.requeue);
         assert_eq!(j.admin_comment, "budget:min_runtime=30 budget:x|y");
 
-        let p = Job::parse("7|PENDING|0|N/A|Unknown|grace|BeginTime|laby|1|0||1796155500|(null)").unwrap();
+        let p = Job::parse("7|PENDING|0|N/A|Unknown|grace|BeginTime|laby|1|0||1796155500|(null)")
+            .unwrap();
         assert_eq!((p.start, p.end), (None, None));
         assert_eq!(p.reason, "BeginTime");
         assert!(!p.requeue);

@@ -221,8 +221,9 @@ fn section_1(c: &mut Checks, tb: &Testbed) -> Result<()> {
     let live_before = wait_live_set_after(tb, start);
     c.record(
         "1 budgetd got a complete live set with the running jobs",
-        Check::that(live_before.is_some())
-            .actual(format!("live set at {live_before:?}, jobs started by {start}")),
+        Check::that(live_before.is_some()).actual(format!(
+            "live set at {live_before:?}, jobs started by {start}"
+        )),
     );
     let live_before = live_before.unwrap_or(start);
 
@@ -263,8 +264,9 @@ fn section_1(c: &mut Checks, tb: &Testbed) -> Result<()> {
             .zip(&old_submit)
             .all(|(&j, &sub)| row_of(rs, j, sub).is_some_and(|r| !r.open()));
         let new_there = fresh.iter().all(|f| {
-            f.submit
-                .is_some_and(|sub| row_of(rs, f.id, sub).is_some_and(|r| r.start.is_some() || f.state != "RUNNING"))
+            f.submit.is_some_and(|sub| {
+                row_of(rs, f.id, sub).is_some_and(|r| r.start.is_some() || f.state != "RUNNING")
+            })
         });
         old_closed && new_there
     });
@@ -311,7 +313,10 @@ fn section_1(c: &mut Checks, tb: &Testbed) -> Result<()> {
             Some(r) if !r.open() && r.account == "bio" => {
                 let end = r.end.unwrap_or(i64::MAX);
                 if end < live_before || end > t_down {
-                    wrong.push(format!("{} ends outside {live_before}..{t_down}", r.describe()));
+                    wrong.push(format!(
+                        "{} ends outside {live_before}..{t_down}",
+                        r.describe()
+                    ));
                 }
             }
             Some(r) => wrong.push(format!("{} still open or merged", r.describe())),
@@ -323,7 +328,13 @@ fn section_1(c: &mut Checks, tb: &Testbed) -> Result<()> {
         Check::that(wrong.is_empty())
             .expected(format!("ended, end in {live_before}..={t_down}"))
             .actual(if wrong.is_empty() {
-                describe(&got[..].iter().filter(|r| r.account == "bio").cloned().collect::<Vec<_>>())
+                describe(
+                    &got[..]
+                        .iter()
+                        .filter(|r| r.account == "bio")
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                )
             } else {
                 wrong.join("; ")
             })
@@ -399,9 +410,11 @@ fn section_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
     let row = row_of(&got, k, k_submit);
     c.record(
         "2 the ledger closes the run Slurm forgot, within its start..kill span",
-        Check::that(row.is_some_and(|r| {
-            !r.open() && r.end.is_some_and(|e| Some(e) >= start && e <= t_kill)
-        }))
+        Check::that(
+            row.is_some_and(|r| {
+                !r.open() && r.end.is_some_and(|e| Some(e) >= start && e <= t_kill)
+            }),
+        )
         .expected(format!("ended, end in {start:?}..={t_kill}"))
         .actual(describe(&got))
         .jobs(&[k]),
@@ -496,7 +509,11 @@ fn section_3(c: &mut Checks, tb: &Testbed) -> Result<()> {
     );
     // The GPUs were held from the start to the requeue or the cancel, whichever
     // Slurm recorded as the end (never later than the race itself).
-    let end = job.as_ref().and_then(|j| j.end).unwrap_or(t_race).min(t_race);
+    let end = job
+        .as_ref()
+        .and_then(|j| j.end)
+        .unwrap_or(t_race)
+        .min(t_race);
     let want = 2 * (end - start);
     let (closed, got) = wait_rows(tb, &[q], CLOSE_WITHIN, |rs| open_rows(rs).is_empty());
     c.record(
