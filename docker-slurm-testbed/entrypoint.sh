@@ -79,7 +79,7 @@ ctl)
         "PLUGIN_DIR=$SB_SYSTEM_PLUGIN_DIR" PRIORITY_TYPE=priority/budget \
         "PRIORITY_PARAMS_LINE=PriorityParameters=$endpoint,budget_period=2,budget_timeout_ms=1000,budget_max_age=10" \
         "EXTRA_CONF=JobSubmitPlugins=budget"$'\n'"PreemptType=preempt/budget"$'\n'"PreemptMode=REQUEUE" \
-        MAX_JOB_COUNT=20000 STATE_DIR=/var/spool/slurm/ctld SPOOL_DIR=/var/spool/slurm \
+        MAX_JOB_COUNT=20000 MIN_JOB_AGE=300 STATE_DIR=/var/spool/slurm/ctld SPOOL_DIR=/var/spool/slurm \
         RUN_DIR=/run/slurm LOG_DIR=/var/log/slurm CTLD_DEBUG=info \
         "NODE_LINES=${node_lines%$'\n'}" "NODE_RANGE=gpu[1-$NODES]"
     render /opt/slurm-budget/slurm-conf/gres.conf.in /shared/etc/gres.conf "GRES_LINES=${gres_lines%$'\n'}"

@@ -488,6 +488,16 @@ impl Ledger {
         pick.map(|&i| self.to_record(&self.runs[i]))
     }
 
+    /// The stored row of `(job_id, run)` (any submission) that started at
+    /// `start`: a run's start is its own, so this is the same run.
+    pub fn with_start(&self, job_id: u32, run: u32, start: i64) -> Option<RunRecord> {
+        self.index
+            .get(&(job_id, run))?
+            .iter()
+            .find(|&&i| self.runs[i].start == Some(start))
+            .map(|&i| self.to_record(&self.runs[i]))
+    }
+
     /// Inserts or replaces a row (after the database committed it). A row of
     /// the same `(job_id, run)` stored with `replaces` as its submit (the
     /// row the record was merged onto) is replaced.

@@ -765,7 +765,7 @@ impl Store {
         let mut refused = Vec::new();
         for (i, r) in batch.runs.iter().enumerate() {
             match RunRecord::from_job_run(r, now) {
-                Ok(rec) => recs.push(rec),
+                Ok(rec) => recs.push(self.fold_raced_requeue(rec)),
                 Err(e) => refused.push(RefusedRun {
                     job_id: r.job_id,
                     run: r.run,
@@ -780,6 +780,28 @@ impl Store {
             out.closed = self.close_forgotten(live, batch.collected_at)?;
         }
         Ok(out)
+    }
+
+    /// A cancel racing a requeue (`scontrol requeue` and `scancel` within
+    /// milliseconds): Slurm ends the job with `restart_cnt` already bumped but
+    /// the previous run's start kept, so the plugin reports an ended run n with
+    /// run n-1's start (and the end of both). Run n starts only after run n-1
+    /// ended, so an ended run n whose start is the stored run n-1's start is
+    /// run n-1 ending: it is taken as that run, which otherwise stayed open
+    /// (charged until the live set closed it) beside a second charge for the
+    /// same time (issue 11 item 12, seen on the testbed).
+    fn fold_raced_requeue(&self, mut rec: RunRecord) -> RunRecord {
+        if rec.run == 0 || !matches!(rec.state, RunState::Ended | RunState::Requeued) {
+            return rec;
+        }
+        let Some(start) = rec.start else {
+            return rec;
+        };
+        if let Some(prev) = self.ledger.with_start(rec.job_id, rec.run - 1, start) {
+            rec.run = prev.run;
+            rec.submit = prev.submit;
+        }
+        rec
     }
 
     /// Closes every pending or running run whose job is not in `live` (the
@@ -1185,6 +1207,46 @@ pub(crate) mod tests {
         );
         assert_eq!(live(&mut s, 400, &[]), 1);
         assert_eq!(s.ledger().get(5, 0).and_then(|r| r.end), Some(300));
+    }
+
+    /// Issue 11 item 12: a cancel racing a requeue makes Slurm report run 1
+    /// with run 0's start; it ends run 0 (charged once), a resend changes
+    /// nothing, and a real run 1 (its own, later start) stays a run of its own.
+    #[test]
+    fn a_cancel_racing_a_requeue_ends_the_run_it_started() {
+        let (_d, mut s) = store();
+        sync_one(
+            &mut s,
+            job_run(5, 470, "bio", RunState::Running, Some(472)),
+            473,
+        );
+        let mut raced = job_run(5, 470, "bio", RunState::Ended, Some(472));
+        raced.run = 1;
+        raced.end = Some(476);
+        assert_eq!(sync_one(&mut s, raced.clone(), 477).updated, 1);
+        assert_eq!(sync_one(&mut s, raced, 478).unchanged, 1);
+        let runs = s.ledger().job_runs(5);
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert_eq!(
+            (runs[0].run, runs[0].state, runs[0].end),
+            (0, RunState::Ended, Some(476))
+        );
+        let u = s.ledger().usage(1000, 10_000);
+        assert_eq!(u.charged.iter().map(|r| r.3).sum::<i128>(), 2 * 4);
+        // A requeue that completed: run 1 starts later, a row of its own.
+        sync_one(
+            &mut s,
+            job_run(6, 470, "bio", RunState::Running, Some(480)),
+            481,
+        );
+        let mut requeued = job_run(6, 470, "bio", RunState::Requeued, Some(480));
+        requeued.end = Some(490);
+        sync_one(&mut s, requeued, 491);
+        let mut second = job_run(6, 491, "bio", RunState::Ended, Some(500));
+        second.run = 1;
+        second.end = Some(510);
+        assert_eq!(sync_one(&mut s, second, 511).inserted, 1);
+        assert_eq!(s.ledger().job_runs(6).len(), 2);
     }
 
     /// An import of a run whose id is stored as another job is a conflict,

@@ -141,7 +141,10 @@ pub struct WhyPreemption {
 pub struct Why {
     pub job_id: JobId,
     pub run: u32,
+    pub account: String,
     pub state: RunState,
+    pub start: Option<i64>,
+    pub end: Option<i64>,
     pub preemption: WhyPreemption,
 }
 

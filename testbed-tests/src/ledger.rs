@@ -32,13 +32,7 @@ pub fn runs(db: &Path, jobs: &[JobId]) -> Result<Vec<LedgerRun>> {
         path: db.display().to_string(),
         source,
     };
-    let conn = Connection::open_with_flags(
-        db,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(err)?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))
-        .map_err(err)?;
+    let conn = open_read_only(db)?;
     let mut stmt = conn
         .prepare(
             "SELECT job_id, run, gpus, start, end, state FROM runs \
@@ -65,6 +59,124 @@ pub fn runs(db: &Path, jobs: &[JobId]) -> Result<Vec<LedgerRun>> {
         }
     }
     Ok(out)
+}
+
+/// One row of budgetd's ledger, every column the suites compare (pending rows
+/// included): a reused job id has one row per submission, told apart by `submit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerRow {
+    pub job_id: JobId,
+    pub run: u32,
+    /// Slurm's submit time of the run (0: unknown).
+    pub submit: i64,
+    pub account: String,
+    pub gpus: u32,
+    pub start: Option<i64>,
+    pub end: Option<i64>,
+    /// `pending`, `running`, `ended`, `requeued`.
+    pub state: String,
+}
+
+impl LedgerRow {
+    /// Pending or running: the ledger still counts it as alive.
+    pub fn open(&self) -> bool {
+        self.state == "pending" || self.state == "running"
+    }
+
+    /// GPU-seconds it is charged up to `now` (a running run up to `now`; a run
+    /// without a start is not charged).
+    pub fn gpu_seconds(&self, now: i64) -> i64 {
+        match self.start {
+            Some(s) => i64::from(self.gpus) * (self.end.unwrap_or(now) - s).max(0),
+            None => 0,
+        }
+    }
+
+    /// `job:run@submit account state start..end`, for messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}:{}@{} {} {} {}..{}",
+            self.job_id,
+            self.run,
+            self.submit,
+            self.account,
+            self.state,
+            opt(self.start),
+            opt(self.end)
+        )
+    }
+}
+
+fn open_read_only(db: &Path) -> Result<Connection> {
+    let err = |source| Error::Ledger {
+        path: db.display().to_string(),
+        source,
+    };
+    let conn = Connection::open_with_flags(
+        db,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(err)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(err)?;
+    Ok(conn)
+}
+
+/// Every ledger row of `jobs` (all states, every submission), by job, submit, run.
+pub fn rows(db: &Path, jobs: &[JobId]) -> Result<Vec<LedgerRow>> {
+    let err = |source| Error::Ledger {
+        path: db.display().to_string(),
+        source,
+    };
+    let conn = open_read_only(db)?;
+    let mut stmt = conn
+        .prepare(
+            "SELECT job_id, run, submit, account, gpus, start, end, state FROM runs \
+             ORDER BY job_id, submit, run",
+        )
+        .map_err(err)?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(LedgerRow {
+                job_id: r.get(0)?,
+                run: r.get(1)?,
+                submit: r.get(2)?,
+                account: r.get(3)?,
+                gpus: r.get(4)?,
+                start: r.get(5)?,
+                end: r.get(6)?,
+                state: r.get(7)?,
+            })
+        })
+        .map_err(err)?;
+    let mut out = Vec::new();
+    for row in rows {
+        let row = row.map_err(err)?;
+        if jobs.contains(&row.job_id) {
+            out.push(row);
+        }
+    }
+    Ok(out)
+}
+
+/// When budgetd last received the controller's complete live set (`meta.live_at`,
+/// the plugin's collection time): the time a run closed as forgotten ends at.
+pub fn live_at(db: &Path) -> Result<Option<i64>> {
+    let conn = open_read_only(db)?;
+    let v: Option<String> = conn
+        .query_row("SELECT value FROM meta WHERE key = 'live_at'", [], |r| {
+            r.get(0)
+        })
+        .map(Some)
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(e),
+        })
+        .map_err(|source| Error::Ledger {
+            path: db.display().to_string(),
+            source,
+        })?;
+    Ok(v.and_then(|v| v.parse().ok()))
 }
 
 /// A run as Slurm reports it.
@@ -267,6 +379,7 @@ mod tests {
             priority: 1,
             requeue: true,
             nodes: String::new(),
+            submit: None,
             admin_comment: String::new(),
         }
     }

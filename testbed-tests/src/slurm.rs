@@ -27,8 +27,8 @@ pub type JobId = u32;
 
 /// The `squeue --Format` fields [`Job`] is read from, in order.
 const JOB_FORMAT: &str = "JobID:0|,State:0|,RestartCnt:0|,StartTime:0|,EndTime:0|,Partition:0|,\
-Reason:0|,Account:0|,PriorityLong:0|,Requeue:0|,NodeList:0|,admin_comment:0";
-const JOB_FIELDS: usize = 12;
+Reason:0|,Account:0|,PriorityLong:0|,Requeue:0|,NodeList:0|,SubmitTime:0|,admin_comment:0";
+const JOB_FIELDS: usize = 13;
 
 /// Attempts of a read-only query before its failure is an error.
 const QUERY_TRIES: usize = 3;
@@ -58,6 +58,9 @@ pub struct Job {
     /// Whether the job may be requeued.
     pub requeue: bool,
     pub nodes: String,
+    /// Submit time of the current run (a requeue sets a new one): with the id, what
+    /// tells two jobs apart when Slurm reuses an id.
+    pub submit: Option<i64>,
     /// The admin comment (the stored contract); empty when unset.
     pub admin_comment: String,
 }
@@ -78,7 +81,7 @@ impl Job {
             })
         };
         let text = |i: usize| f[i].trim().to_string();
-        let admin = f[11].trim_end_matches(['\n', '\r']).trim();
+        let admin = f[12].trim_end_matches(['\n', '\r']).trim();
         Ok(Job {
             id: u32::try_from(num(0, "JobID")?)
                 .map_err(|_| Error::parse("squeue --Format", format!("job id in {line:?}")))?,
@@ -92,6 +95,7 @@ impl Job {
             priority: num(8, "PriorityLong")?,
             requeue: num(9, "Requeue")? != 0,
             nodes: text(10),
+            submit: slurm_time(f[11]),
             admin_comment: if admin == "(null)" {
                 String::new()
             } else {
@@ -331,7 +335,7 @@ mod tests {
     #[test]
     fn parses_squeue_format() {
         let j = Job::parse(
-            "42|RUNNING|1|1796155562|1796155862|gpu|None|teama|3000012345|1|gpu1|budget:min_runtime=30 budget:x|y\n",
+            "42|RUNNING|1|1796155562|1796155862|gpu|None|teama|3000012345|1|gpu1|1796155500|budget:min_runtime=30 budget:x|y\n",
         )
         .unwrap();
         assert_eq!(j.id, 42);
@@ -340,10 +344,12 @@ mod tests {
         assert_eq!(j.start, Some(1_796_155_562));
         assert_eq!(j.end, Some(1_796_155_862));
         assert_eq!(j.priority, 3_000_012_345);
+        assert_eq!(j.submit, Some(1_796_155_500));
         assert!(j.requeue);
         assert_eq!(j.admin_comment, "budget:min_runtime=30 budget:x|y");
 
-        let p = Job::parse("7|PENDING|0|N/A|Unknown|grace|BeginTime|laby|1|0||(null)").unwrap();
+        let p = Job::parse("7|PENDING|0|N/A|Unknown|grace|BeginTime|laby|1|0||1796155500|(null)")
+            .unwrap();
         assert_eq!((p.start, p.end), (None, None));
         assert_eq!(p.reason, "BeginTime");
         assert!(!p.requeue);
@@ -353,7 +359,7 @@ mod tests {
     #[test]
     fn refuses_bad_lines() {
         assert!(Job::parse("42|RUNNING").is_err());
-        assert!(Job::parse("x|RUNNING|0|0|0|gpu|None|a|1|1|n|c").is_err());
-        assert!(Job::parse("1|RUNNING|0|0|0|gpu|None|a|high|1|n|c").is_err());
+        assert!(Job::parse("x|RUNNING|0|0|0|gpu|None|a|1|1|n|0|c").is_err());
+        assert!(Job::parse("1|RUNNING|0|0|0|gpu|None|a|high|1|n|0|c").is_err());
     }
 }

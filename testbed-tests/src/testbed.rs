@@ -131,6 +131,8 @@ pub struct TestbedConfig {
     pub extra_conf: Option<String>,
     /// Variables removed from the testbed's environment.
     pub unset: Vec<&'static str>,
+    /// `TESTBED_MIN_JOB_AGE` (Slurm's `MinJobAge`, s); `None`: the testbed's 300.
+    pub min_job_age: Option<u32>,
 }
 
 impl TestbedConfig {
@@ -188,6 +190,7 @@ impl TestbedConfig {
             budget_period: 5,
             extra_conf: None,
             unset: Vec::new(),
+            min_job_age: None,
         })
     }
 
@@ -208,6 +211,9 @@ impl TestbedConfig {
         }
         if let Some(c) = &self.extra_conf {
             cmd.env("TESTBED_EXTRA_CONF", c);
+        }
+        if let Some(age) = self.min_job_age {
+            cmd.env("TESTBED_MIN_JOB_AGE", age.to_string());
         }
         cmd
     }
@@ -415,6 +421,42 @@ impl Testbed {
     /// `scripts/testbed restart-ctld`.
     pub fn restart_ctld(&self) -> Result<()> {
         self.script(&["restart-ctld"])
+    }
+
+    /// `scripts/testbed down` then `up`, keeping the folder and budgetd's database:
+    /// every daemon stops (jobs die with the namespace) and slurmctld starts cold
+    /// (`-c`, no saved state: job ids start at 1 again) unless `TESTBED_KEEP_STATE`
+    /// is set. The client environment stays the same (same folder and ports).
+    pub fn down_and_up(&self) -> Result<()> {
+        self.script(&["down"])?;
+        self.script(&["up"])
+    }
+
+    /// slurmctld's `StateSaveLocation` (through the testbed's `fast-state` link).
+    pub fn ctld_state_dir(&self) -> PathBuf {
+        self.config.dir.join("fast-state").join("state")
+    }
+
+    /// Copies slurmctld's saved state to `to` (replaced): what a later
+    /// [`Testbed::restore_ctld_state`] puts back. slurmctld writes each state file
+    /// to a new name and renames it, so a copy taken while it runs holds whole files.
+    pub fn copy_ctld_state(&self, to: &Path) -> Result<()> {
+        if to.exists() {
+            std::fs::remove_dir_all(to).map_err(|e| Error::file(to, e))?;
+        }
+        let from = self.ctld_state_dir();
+        command::stdout(Command::new("cp").arg("-a").arg(&from).arg(to)).map(|_| ())
+    }
+
+    /// Replaces slurmctld's saved state with the copy at `from` (slurmctld must be
+    /// stopped): the next `start_ctld` restarts from a state save that predates
+    /// whatever happened since the copy, as when a `kill -9` comes before the save
+    /// thread wrote the latest changes (it writes at most every 5 s).
+    pub fn restore_ctld_state(&self, from: &Path) -> Result<()> {
+        let state = self.ctld_state_dir();
+        let real = std::fs::canonicalize(&state).map_err(|e| Error::file(&state, e))?;
+        std::fs::remove_dir_all(&real).map_err(|e| Error::file(&real, e))?;
+        command::stdout(Command::new("cp").arg("-a").arg(from).arg(&real)).map(|_| ())
     }
 
     /// `scripts/testbed start-budgetd`: budgetd again, same database and socket.

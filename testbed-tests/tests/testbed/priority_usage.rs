@@ -392,8 +392,8 @@ fn section_5(c: &mut Checks, tb: &Testbed, j: &mut Jobs, js: JobId) -> Result<()
     let q1 = submit(2, &["--requeue"], "sleep 600")?;
     // Requeued, then cancelled while pending before the plugin's next pass: its first
     // run must still be closed at the requeue (it once stayed "running" forever).
-    // (A cancel racing the requeue itself, within milliseconds, is still open: Slurm
-    // then keeps run 0's start on run 1 and overwrites the requeue time.)
+    // (A cancel racing the requeue itself, within milliseconds, where Slurm keeps
+    // run 0's start on run 1: suite ledger_faults, section 3.)
     let q3 = submit(1, &["--requeue"], "sleep 600")?;
     let w = wait_secs(20, || s.all_in_state("RUNNING", &[r1, x1, q1, q3]));
     c.record(
