@@ -52,6 +52,17 @@ pub type SlurmListIterator = sys::ListIterator;
 #[cfg(slurm_23_02)]
 pub type SlurmListIterator = *mut sys::list_itr_t;
 
+/// The record `job_record_t.details` points to: `struct job_details` in 22.05, an
+/// anonymous struct typedef'd `job_details_t` from 23.02 on (src/slurmctld/slurmctld.h;
+/// src/common/job_record.h in 26.05), so bindgen names it differently per release.
+#[cfg(not(slurm_23_02))]
+pub type JobDetails = sys::job_details;
+/// The record `job_record_t.details` points to: `struct job_details` in 22.05, an
+/// anonymous struct typedef'd `job_details_t` from 23.02 on (src/slurmctld/slurmctld.h;
+/// src/common/job_record.h in 26.05), so bindgen names it differently per release.
+#[cfg(slurm_23_02)]
+pub type JobDetails = sys::job_details_t;
+
 #[cfg(test)]
 mod tests {
     use super::*;

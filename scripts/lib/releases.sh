@@ -153,30 +153,109 @@ sb_release_src_prepare() {
     printf '%s\n' "$dest"
 }
 
-# Checks the bindings of a build against the installed release's own binary: the
-# offset of job_record_t's part_ptr that the stock preempt/partition_prio plugin of
-# that release loads first in preempt_p_preemptable (`preemptor->part_ptr` /
-# `preemptee->part_ptr`) must equal the one bindgen computed from the source tree.
-# A source tree of another micro release can shift job_record_t (seen: the 26.05 tree
-# in ../shared/slurm-src vs Debian's 26.05.5: 776 vs 784), and a plugin reading the
-# wrong offsets loads fine but reads garbage. $1 release, $2 the cargo target folder.
-# Prints what it compared; returns 1 on a mismatch, 2 when it cannot tell.
+# The layout check's anchors: "stock plugin|function|struct.field|pattern". Each pattern
+# is an extended regex for the first instruction of that function, in the installed
+# release's own stock plugin, that reads (or writes) the field; its memory operand's
+# displacement (the hex number right before "(%") is the field's offset in that release.
+# Each anchor is a C function whose first access to the field is obvious in its source:
+#   preempt_p_preemptable (src/plugins/preempt/partition_prio): a job's part_ptr, the
+#     16-bit compare of the two partitions' priority_tier, the test of preempt_mode
+#     against PREEMPT_MODE_OFF (0);
+#   priority_p_set (src/plugins/priority/basic): job->direct_set_prio, job->priority,
+#     job->details, details->nice;
+#   preempt_p_preemptable (src/plugins/preempt/qos): preemptee->qos_ptr;
+#   mcs_p_set_mcs_label (src/plugins/mcs/account): job->account (xstrcmp's second
+#     argument), the store to job->mcs_label, details->whole_node.
+# Together they sample job_record_t from its start (account) to past the middle
+# (qos_ptr), plus job_details_t and part_record_t, across four plugins.
+SB_LAYOUT_ANCHORS=(
+    'preempt_partition_prio.so|preempt_p_preemptable|job_record.part_ptr|mov +0x[0-9a-f]+\(%r[sd]i\),%r[a-z0-9]+$'
+    'preempt_partition_prio.so|preempt_p_preemptable|part_record.priority_tier|cmp +%([a-d]x|[sd]i|r[0-9]+w),0x[0-9a-f]+\(%r[a-z0-9]+\)$'
+    'preempt_partition_prio.so|preempt_p_preemptable|part_record.preempt_mode|cmpw +\$0x0,0x[0-9a-f]+\(%r[a-z0-9]+\)'
+    'priority_basic.so|priority_p_set|job_record.direct_set_prio|cmpw +\$0x0,0x[0-9a-f]+\(%rsi\)'
+    'priority_basic.so|priority_p_set|job_record.priority|mov +0x[0-9a-f]+\(%rsi\),%e[a-z0-9]+$'
+    'priority_basic.so|priority_p_set|job_record.details|mov +0x[0-9a-f]+\(%rsi\),%r[a-z0-9]+$'
+    'priority_basic.so|priority_p_set|job_details_t.nice|mov +0x[0-9a-f]+\(%r([a-d]x|[89]|1[01])\),%e[a-z0-9]+$'
+    'preempt_qos.so|preempt_p_preemptable|job_record.qos_ptr|mov +0x[0-9a-f]+\(%rdi\),%r[a-z0-9]+$'
+    'mcs_account.so|mcs_p_set_mcs_label|job_record.account|mov +0x[0-9a-f]+\(%r[a-z0-9]+\),%rsi$'
+    'mcs_account.so|mcs_p_set_mcs_label|job_record.mcs_label|mov +%r[a-z0-9]+,0x[0-9a-f]+\(%r[a-z0-9]+\)$'
+    'mcs_account.so|mcs_p_set_mcs_label|job_details_t.whole_node|testb +\$0x[0-9a-f]+,0x[0-9a-f]+\(%r[a-z0-9]+\)'
+)
+
+# Prints the offset (decimal) an anchor reads in the stock plugin $1 (path), function
+# $2, pattern $3; nothing when the function or the instruction is not found.
+sb_layout_offset_in_binary() {
+    local hex
+    hex="$(objdump -d --no-show-raw-insn "$1" 2>/dev/null \
+        | awk -v fn="$2" '$0 ~ ("<" fn "(@@Base)?>:$") {on = 1; next} on && /^$/ {exit} on' \
+        | grep -m1 -oE "$3" | grep -oE '0x[0-9a-f]+\(' | tr -d '(' || true)"
+    [[ -n "$hex" ]] && printf '%d\n' "$hex"
+}
+
+# Prints the offset bindgen computed for struct.field $2 (e.g. job_record.part_ptr) in
+# bindings.rs $1; nothing when the field is not in the bindings.
+sb_layout_offset_in_bindings() {
+    local st="${2%%.*}" field="${2#*.}"
+    grep -m1 -oE "offset_of!\(${st}, ${field}\) - [0-9]+" "$1" | awk '{print $NF}' || true
+}
+
+# Checks the bindings of a build against the installed release's own binaries: for every
+# anchor above, the offset bindgen computed from the source tree must equal the one the
+# release's own stock plugin uses (objdump). A source tree of another micro release can
+# shift these structs (seen: the 26.05 branch head in ../shared/slurm-src vs Debian's
+# 26.05.5: job_record_t +8 from burst_buffer on), and a
+# plugin reading the wrong offsets loads fine but reads garbage. Also compares the
+# public headers slurm.h and slurm_errno.h of the tree with the installed release's
+# (comments ignored). $1 release, $2 the cargo target folder. Prints one line per
+# comparison and a summary; returns 1 on any mismatch, 2 when nothing could be compared.
 sb_layout_check() {
-    local rel="$1" target="$2" root="" so bindings ours theirs
+    local rel="$1" target="$2" root="" bindings anchor so fn field pat ours theirs
+    local same=0 differ=0 unknown=0 h src_dir inst
     sb_release_in_root "$rel" && root="$(sb_root_dir "$rel")"
-    so="$root$SB_SYSTEM_PLUGIN_DIR/preempt_partition_prio.so"
     bindings="$(ls -t "$target"/release/build/slurm-ffi-*/out/bindings.rs 2>/dev/null | head -n1)"
-    [[ -f "$so" && -n "$bindings" ]] || { echo "layout check: cannot tell (no $so or bindings)"; return 2; }
+    [[ -n "$bindings" ]] || { echo "layout check: cannot tell (no bindings.rs under $target)"; return 2; }
     command -v objdump >/dev/null || { echo "layout check: cannot tell (no objdump)"; return 2; }
-    ours="$(grep -oE 'offset_of!\(job_record, part_ptr\) - [0-9]+' "$bindings" | head -n1 | awk '{print $NF}')"
-    theirs="$(objdump -d --no-show-raw-insn "$so" | awk '/<preempt_p_preemptable(@@Base)?>:/,/^$/' \
-        | grep -oE 'mov +0x[0-9a-f]+\(%r[sd]i\),%r[a-z0-9]+$' | head -n1 | grep -oE '0x[0-9a-f]+' || true)"
-    [[ -n "$ours" && -n "$theirs" ]] || { echo "layout check: cannot tell (offsets not found)"; return 2; }
-    theirs=$((theirs))
-    if [[ "$ours" == "$theirs" ]]; then
-        echo "layout check: job_record_t.part_ptr at $ours in the bindings and in Slurm $rel's own preempt_partition_prio.so"
-        return 0
+    for anchor in "${SB_LAYOUT_ANCHORS[@]}"; do
+        IFS='|' read -r so fn field pat <<<"$anchor"
+        ours="$(sb_layout_offset_in_bindings "$bindings" "$field")"
+        theirs=""
+        [[ -f "$root$SB_SYSTEM_PLUGIN_DIR/$so" ]] \
+            && theirs="$(sb_layout_offset_in_binary "$root$SB_SYSTEM_PLUGIN_DIR/$so" "$fn" "$pat")"
+        if [[ -z "$ours" || -z "$theirs" ]]; then
+            echo "  $field: cannot tell (bindings: ${ours:-?}, $so $fn: ${theirs:-?})"
+            unknown=$((unknown + 1))
+        elif [[ "$ours" == "$theirs" ]]; then
+            echo "  $field: $ours (bindings) = $theirs ($so $fn)"
+            same=$((same + 1))
+        else
+            echo "  $field: $ours (bindings) != $theirs ($so $fn)"
+            differ=$((differ + 1))
+        fi
+    done
+    # Public headers: the source tree's (its slurm_version.h is already the installed
+    # one's) against the release's libslurm-dev, comments stripped by the preprocessor.
+    src_dir="$(grep -m1 -oE '^cargo::metadata=src_dir=.*' "$(dirname "$bindings")/../output" 2>/dev/null | cut -d= -f3- || true)"
+    for h in slurm.h slurm_errno.h; do
+        inst="$root/usr/include/slurm/$h"
+        if [[ -z "$src_dir" || ! -f "$src_dir/slurm/$h" || ! -f "$inst" ]] || ! command -v cpp >/dev/null; then
+            echo "  slurm/$h: cannot tell (no source tree or installed header)"
+            unknown=$((unknown + 1))
+        elif cmp -s <(cpp -fpreprocessed -P "$src_dir/slurm/$h" 2>/dev/null) <(cpp -fpreprocessed -P "$inst" 2>/dev/null); then
+            echo "  slurm/$h: same as the installed $inst"
+            same=$((same + 1))
+        else
+            echo "  slurm/$h: differs from the installed $inst"
+            differ=$((differ + 1))
+        fi
+    done
+    if ((differ)); then
+        echo "layout check: $differ of $((same + differ)) comparisons differ from the installed Slurm $rel ($unknown not readable): the source tree is not the installed release's"
+        return 1
     fi
-    echo "layout check: job_record_t.part_ptr at $ours in the bindings but at $theirs in the installed Slurm $rel ($so): the source tree is not the installed release's"
-    return 1
+    if ((same == 0)); then
+        echo "layout check: cannot tell ($unknown comparisons not readable)"
+        return 2
+    fi
+    echo "layout check: all $same comparisons match the installed Slurm $rel ($unknown not readable)"
+    return 0
 }

@@ -123,12 +123,12 @@ unsafe fn gres_list_gpus(job: &job_record_t) -> Gpus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use slurm_ffi::sys::job_details;
+    use slurm_ffi::JobDetails;
 
     #[test]
     fn the_request_strings_count_per_job_else_per_node() {
         // SAFETY: plain C structs; all-zero is an empty record (NULL pointers).
-        let (mut details, mut job): (job_details, job_record_t) =
+        let (mut details, mut job): (JobDetails, job_record_t) =
             unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
         // SAFETY: a valid record with literal strings, read by this thread only.
         // (`job_gpus` reads them only without a GRES list, which needs a live Slurm.)

@@ -16,7 +16,8 @@ use budget_protocol::PluginSnapshot;
 use policy_core::{AccountSpec, FairShare, GpuWeights, MemberSpec, TreeSpec};
 use priority_budget::compute::{self, JobKey};
 use priority_budget::state::state;
-use slurm_ffi::sys::{job_details, job_record_t};
+use slurm_ffi::JobDetails;
+use slurm_ffi::sys::job_record_t;
 
 fn snapshot() -> PluginSnapshot {
     let mut accounts = Vec::new();
@@ -105,7 +106,7 @@ fn main() {
     // The contract as job_submit/budget stores it.
     let admin = CString::new("budget:min_runtime=14400").unwrap_or_default();
     // SAFETY: plain C structs; all-zero is a valid "empty" record (NULL pointers).
-    let mut details: job_details = unsafe { std::mem::zeroed() };
+    let mut details: JobDetails = unsafe { std::mem::zeroed() };
     details.submit_time = 999_000;
     details.begin_time = 999_000;
     details.nice = slurm_ffi::NICE_OFFSET;
