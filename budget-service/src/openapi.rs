@@ -170,11 +170,10 @@ pub fn served() -> &'static str {
                     if !["get", "post", "patch", "put", "delete"].contains(&method.as_str()) {
                         continue;
                     }
-                    if let Some(responses) = op.get_mut("responses").and_then(|r| r.as_object_mut()) {
+                    if let Some(responses) = op.get_mut("responses").and_then(|r| r.as_object_mut())
+                    {
                         for range in ["4XX", "5XX"] {
-                            responses
-                                .entry(range)
-                                .or_insert_with(|| error.clone());
+                            responses.entry(range).or_insert_with(|| error.clone());
                         }
                     }
                 }
@@ -188,9 +187,11 @@ pub fn served() -> &'static str {
 mod tests {
     #[test]
     fn the_document_parses_and_every_operation_lists_its_errors() {
-        let doc: serde_json::Value = serde_json::from_str(super::DOCUMENT).expect("DOCUMENT is JSON");
+        let doc: serde_json::Value =
+            serde_json::from_str(super::DOCUMENT).expect("DOCUMENT is JSON");
         assert_eq!(doc["openapi"], "3.0.3");
-        let served: serde_json::Value = serde_json::from_str(super::served()).expect("served is JSON");
+        let served: serde_json::Value =
+            serde_json::from_str(super::served()).expect("served is JSON");
         let mut ops = 0;
         for (path, item) in served["paths"].as_object().expect("paths") {
             for (method, op) in item.as_object().expect("path item") {
@@ -199,7 +200,10 @@ mod tests {
                 }
                 ops += 1;
                 for range in ["4XX", "5XX"] {
-                    assert!(op["responses"][range].is_object(), "{method} {path}: no {range}");
+                    assert!(
+                        op["responses"][range].is_object(),
+                        "{method} {path}: no {range}"
+                    );
                 }
             }
         }

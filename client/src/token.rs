@@ -44,7 +44,7 @@ pub fn read_token_file(path: &Path) -> Result<String, TokenFileError> {
     }
     if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(bad(
-            "the token holds white space or control characters".into(),
+            "the token holds white space or control characters".into()
         ));
     }
     Ok(token.to_string())

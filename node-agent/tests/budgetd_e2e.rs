@@ -151,7 +151,9 @@ fn the_agent_reads_its_token_from_a_file_and_refuses_a_bad_one() {
         assert!(!out.status.success(), "{} accepted", path.display());
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            stderr.contains("--token-file") && stderr.contains(&path.display().to_string()) && stderr.contains(why),
+            stderr.contains("--token-file")
+                && stderr.contains(&path.display().to_string())
+                && stderr.contains(why),
             "stderr for {}: {stderr}",
             path.display()
         );

@@ -437,8 +437,7 @@ fn one_job_that_cannot_be_requeued_does_not_stop_the_drain_pass() {
     // The failure is reported (once, in budgetd's log), naming the job and Slurm's words.
     let log = std::fs::read_to_string(dir.path().join("budgetd.log")).expect("log");
     assert!(
-        log.contains("1 requeue(s) failed: job 101")
-            && log.contains("no longer pending execution"),
+        log.contains("1 requeue(s) failed: job 101") && log.contains("no longer pending execution"),
         "budgetd log:\n{log}"
     );
 }

@@ -274,7 +274,14 @@ fn token_file_authenticates_over_tcp_and_a_bad_file_is_a_clear_error() {
         dir.path(),
         &d.socket,
         &[
-            "--url", &url, "--token-file", &path, "account", "add", "viafile", "--allocation",
+            "--url",
+            &url,
+            "--token-file",
+            &path,
+            "account",
+            "add",
+            "viafile",
+            "--allocation",
             "5",
         ],
     );
@@ -309,7 +316,15 @@ fn token_file_authenticates_over_tcp_and_a_bad_file_is_a_clear_error() {
             dir.path(),
             &d.socket,
             &[
-                "--url", &url, "--token-file", &p, "account", "add", "bad", "--allocation", "1",
+                "--url",
+                &url,
+                "--token-file",
+                &p,
+                "account",
+                "add",
+                "bad",
+                "--allocation",
+                "1",
             ],
         );
         let (_, err) = text(&o);
