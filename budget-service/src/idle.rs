@@ -57,6 +57,10 @@ pub const MAX_JOB_GPUS_PER_REPORT: usize = 512;
 /// Latest reports of nodes silent this long are deleted (nodes renamed or
 /// removed); their idle streaks stay in the idle ledger.
 pub const AGENT_REPORT_RETENTION_SECS: i64 = 30 * 86_400;
+/// Idle streaks that ended longer ago than this (or than two policy windows,
+/// if longer) leave the idle ledger: `GET /v1/idle` reports over the window by
+/// default, and without pruning the table grew with every report forever.
+pub const IDLE_STREAK_RETENTION_SECS: i64 = 90 * 86_400;
 /// How far ahead of budgetd's clock a report's `at` may be.
 pub const MAX_CLOCK_SKEW_SECS: i64 = 300;
 
@@ -220,6 +224,8 @@ pub fn ingest(store: &mut Store, r: &AgentReport, now: i64) -> AppResult<ReportO
         node: r.node.clone(),
         ..ReportOutcome::default()
     };
+    let keep_streaks_from =
+        now - IDLE_STREAK_RETENTION_SECS.max(store.policy().window_secs.saturating_mul(2));
     let tx = store.conn_mut().transaction()?;
     out.latest_replaced = tx.execute(
         "INSERT INTO agent_reports(node, at, nvml, gpus, report) VALUES (?1, ?2, ?3, ?4, ?5) \
@@ -254,6 +260,12 @@ pub fn ingest(store: &mut Store, r: &AgentReport, now: i64) -> AppResult<ReportO
         "DELETE FROM agent_reports WHERE at < ?1",
         params![now - AGENT_REPORT_RETENTION_SECS],
     )?;
+    // Old streaks leave the idle ledger (an index on `end` makes this cheap when
+    // there is nothing to delete, as in almost every report).
+    out.streaks_pruned = tx.execute(
+        "DELETE FROM idle_streaks WHERE end < ?1",
+        params![keep_streaks_from],
+    )? as u64;
     tx.commit()?;
     Ok(out)
 }
@@ -531,6 +543,23 @@ mod tests {
         assert_eq!(streaks(&s), before);
         let secs = idle_secs_by_job(&s, 0, now).expect("sum");
         assert_eq!(secs.get(&7), Some(&(105 + 30)));
+    }
+
+    #[test]
+    fn streaks_older_than_the_retention_are_pruned_and_recent_ones_kept() {
+        let (_d, mut s) = store();
+        let day = 86_400;
+        let t0 = 1_000 * day;
+        // Job 1 idle long ago, job 2 idle recently.
+        ingest(&mut s, &report_of(t0, &[("g1", Some(1), 60)]), t0).expect("old");
+        let later = t0 + IDLE_STREAK_RETENTION_SECS - day;
+        ingest(&mut s, &report_of(later, &[("g2", Some(2), 60)]), later).expect("recent");
+        assert_eq!(streaks(&s).len(), 2, "within the retention nothing goes");
+        // Past the retention of job 1's streak: it goes, job 2's stays.
+        let now = t0 + IDLE_STREAK_RETENTION_SECS + 10;
+        let o = ingest(&mut s, &report_of(now, &[("g3", None, 0)]), now).expect("prune");
+        assert_eq!(o.streaks_pruned, 1);
+        assert_eq!(streaks(&s), vec![(2, "g2".into(), later - 60, later)]);
     }
 
     #[test]

@@ -1,7 +1,18 @@
 //! The OpenAPI 3 document served at `GET /v1/openapi.json`, written by hand.
 //!
 //! A test (`tests/service/api.rs`) checks that every route of the router is
-//! listed here with its methods, so the document cannot silently fall behind.
+//! listed here with its methods, so the document cannot silently fall behind;
+//! `scripts/conformance` (schemathesis, run by `scripts/test`) checks that
+//! budgetd answers as it says: no 5xx, documented status codes, bodies
+//! matching their schemas.
+//!
+//! Every operation can answer an [`ErrorBody`](budget_protocol::service::ErrorBody)
+//! with a 4xx (bad query or body, authentication, permission, body too large,
+//! rate limit, timeout) or a 5xx (Slurm or the database failed); [`served`] adds
+//! those two responses to each operation, so no operation can be listed without
+//! them.
+
+use std::sync::OnceLock;
 
 /// The document (JSON text).
 pub const DOCUMENT: &str = r##"{
@@ -13,51 +24,79 @@ pub const DOCUMENT: &str = r##"{
   },
   "components": {
     "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
+    "responses": {
+      "Error": { "description": "{\"error\": \"...\"} (details: per-item errors, e.g. an import's bad lines)", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
+    },
     "schemas": {
       "Error": { "type": "object", "required": ["error"], "properties": { "error": { "type": "string" }, "details": {} } },
       "Account": { "type": "object", "required": ["name", "allocation_gpu_hours"], "properties": {
-        "name": { "type": "string" }, "parent": { "type": "string", "nullable": true, "description": "null or \"root\": top level" },
+        "name": { "$ref": "#/components/schemas/Name" }, "parent": { "type": "string", "nullable": true, "description": "null or \"root\": top level" },
         "allocation_gpu_hours": { "type": "number", "minimum": 0 }, "overcommit": { "type": "boolean" } }, "additionalProperties": false },
       "AccountPatch": { "type": "object", "properties": { "allocation_gpu_hours": { "type": "number" }, "parent": { "type": "string" }, "overcommit": { "type": "boolean" } }, "additionalProperties": false },
-      "Member": { "type": "object", "required": ["user", "account"], "properties": { "user": { "type": "string" }, "account": { "type": "string" }, "allocation_gpu_hours": { "type": "number", "nullable": true } }, "additionalProperties": false },
-      "Coordinator": { "type": "object", "required": ["user", "account"], "properties": { "user": { "type": "string" }, "account": { "type": "string" } }, "additionalProperties": false },
+      "Member": { "type": "object", "required": ["user", "account"], "properties": { "user": { "$ref": "#/components/schemas/Name" }, "account": { "type": "string" }, "allocation_gpu_hours": { "type": "number", "nullable": true } }, "additionalProperties": false },
+      "Coordinator": { "type": "object", "required": ["user", "account"], "properties": { "user": { "$ref": "#/components/schemas/Name" }, "account": { "type": "string" } }, "additionalProperties": false },
       "Weights": { "type": "object", "properties": { "default": { "type": "number" }, "by_type": { "type": "object", "additionalProperties": { "type": "number" } } } },
       "WeightsPatch": { "type": "object", "properties": { "default": { "type": "number" }, "set": { "type": "object", "additionalProperties": { "type": "number" } } }, "additionalProperties": false },
       "Policy": { "type": "object", "properties": { "window_secs": { "type": "integer" }, "default_min_runtime_secs": { "type": "integer" }, "max_min_runtime_secs": { "type": "integer" }, "require_min_runtime": { "type": "boolean" }, "hysteresis": { "type": "number" }, "snapshot_max_age_secs": { "type": "integer" }, "idle_threshold_secs": { "type": "integer" }, "site_max_preemptions": { "type": "integer", "nullable": true, "description": "Site cap: rebalancing preemptions per window (absent or null: none)." }, "site_max_lost_gpu_hours": { "type": "number", "nullable": true, "description": "Site cap: GPU-hours lost to rebalancing per window (absent or null: none)." }, "max_requeues": { "type": "integer", "nullable": true, "description": "A job requeued this many times is no longer taken for rebalancing (absent or null: the rule's default, 1)." } }, "additionalProperties": false },
       "ShareRow": { "type": "object", "properties": { "account": { "type": "string" }, "parent": { "type": "string", "nullable": true }, "user": { "type": "string", "nullable": true }, "depth": { "type": "integer" }, "allocation_gpu_hours": { "type": "number" }, "usage_gpu_hours": { "type": "number" }, "free_usage_gpu_hours": { "type": "number" }, "ratio": { "type": "number" }, "rank": { "type": "integer", "description": "1 = lowest ratio among siblings" }, "leaf_rank": { "type": "integer", "nullable": true }, "fair_share_factor": { "type": "number" }, "tier": { "type": "string", "enum": ["budgeted", "over_budget", "free"] }, "overcommit": { "type": "boolean" } } },
+      "Name": { "type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$", "description": "account or user name" },
+      "Health": { "type": "object", "required": ["generation", "schema_version", "started_at", "status", "version"], "additionalProperties": false, "properties": { "generation": { "type": "integer", "minimum": 0 }, "schema_version": { "type": "integer" }, "started_at": { "type": "integer" }, "status": { "type": "string" }, "version": { "type": "string" } } },
+      "AccountRow": { "type": "object", "required": ["name", "parent", "allocation_gpu_hours", "overcommit"], "additionalProperties": false, "properties": { "name": { "type": "string" }, "parent": { "type": "string", "nullable": true }, "allocation_gpu_hours": { "type": "number", "minimum": 0 }, "overcommit": { "type": "boolean" } } },
+      "MemberRow": { "type": "object", "required": ["user", "account", "allocation_gpu_hours"], "additionalProperties": false, "properties": { "user": { "type": "string" }, "account": { "type": "string" }, "allocation_gpu_hours": { "type": "number", "nullable": true } } },
+      "AccountDetail": { "type": "object", "required": ["account", "children", "coordinators", "members"], "additionalProperties": false, "properties": { "account": { "$ref": "#/components/schemas/AccountRow" }, "children": { "type": "array", "items": { "type": "string" } }, "coordinators": { "type": "array", "items": { "type": "string" } }, "members": { "type": "array", "items": { "$ref": "#/components/schemas/MemberRow" } } } },
+      "AuditEntry": { "type": "object", "required": ["id", "at", "actor", "action", "target"], "additionalProperties": false, "properties": { "id": { "type": "integer" }, "at": { "type": "integer" }, "actor": { "type": "string" }, "action": { "type": "string" }, "target": { "type": "string" }, "old": { "nullable": true }, "new": { "nullable": true } } },
+      "UsageReport": { "type": "object", "required": ["from", "to", "by", "rows"], "additionalProperties": false, "properties": { "from": { "type": "integer" }, "to": { "type": "integer" }, "by": { "type": "string", "enum": ["account", "user"] },
+        "rows": { "type": "array", "items": { "type": "object", "required": ["account", "usage_gpu_hours", "raw_gpu_hours", "free_gpu_hours", "in_tree"], "additionalProperties": false, "properties": { "account": { "type": "string" }, "user": { "type": "string", "nullable": true }, "usage_gpu_hours": { "type": "number" }, "raw_gpu_hours": { "type": "number" }, "free_gpu_hours": { "type": "number" }, "in_tree": { "type": "boolean" } } } } } },
+      "LineError": { "type": "object", "required": ["line", "error"], "properties": { "line": { "type": "integer" }, "error": { "type": "string" } } },
+      "RefusedRun": { "type": "object", "required": ["job_id", "run", "index", "error"], "additionalProperties": false, "properties": { "job_id": { "type": "integer" }, "run": { "type": "integer" }, "index": { "type": "integer" }, "error": { "type": "string" } } },
+      "ImportReport": { "type": "object", "required": ["lines", "runs", "inserted", "updated", "unchanged", "skipped", "invalid"], "additionalProperties": false, "properties": { "lines": { "type": "integer" }, "runs": { "type": "integer" }, "inserted": { "type": "integer" }, "updated": { "type": "integer" }, "unchanged": { "type": "integer" }, "skipped": { "type": "array", "items": { "$ref": "#/components/schemas/LineError" } }, "invalid": { "type": "array", "items": { "$ref": "#/components/schemas/LineError" } }, "conflicts": { "type": "array", "items": { "$ref": "#/components/schemas/RefusedRun" } } } },
+      "ShareReport": { "type": "object", "required": ["at", "window_secs", "rows"], "additionalProperties": false, "properties": { "at": { "type": "integer" }, "window_secs": { "type": "integer" }, "rows": { "type": "array", "items": { "$ref": "#/components/schemas/ShareRow" } } } },
+      "Why": { "type": "object", "description": "budget_protocol::why::Why", "required": ["at", "job_id", "run", "account", "user", "state", "gpus", "tier", "path"], "properties": { "at": { "type": "integer" }, "job_id": { "type": "integer" }, "run": { "type": "integer" }, "account": { "type": "string" }, "user": { "type": "string" }, "state": { "type": "string", "enum": ["pending", "running", "ended", "requeued"] }, "gpus": { "type": "integer" }, "tier": { "type": "string" }, "path": { "type": "array", "items": { "type": "object" } } } },
+      "HoldingJob": { "type": "object", "required": ["job_id", "run", "account", "user", "gpus", "free_tier", "requeue_at"], "properties": { "job_id": { "type": "integer" }, "run": { "type": "integer" }, "account": { "type": "string" }, "user": { "type": "string" }, "gpus": { "type": "integer" }, "free_tier": { "type": "boolean" }, "start": { "type": "integer", "nullable": true }, "requeue_at": { "type": "integer" } } },
+      "DrainStatus": { "type": "object", "required": ["node", "reason", "since", "actor", "slurm_state", "empty", "empty_at", "jobs"], "additionalProperties": false, "properties": { "node": { "type": "string" }, "reason": { "type": "string" }, "since": { "type": "integer" }, "actor": { "type": "string" }, "slurm_state": { "type": "string" }, "empty": { "type": "boolean" }, "empty_at": { "type": "integer" }, "jobs": { "type": "array", "items": { "$ref": "#/components/schemas/HoldingJob" } } } },
+      "PreemptionReason": { "type": "string", "enum": ["free_tier", "over_budget", "rebalance", "drain"] },
+      "PreemptionRecord": { "type": "object", "description": "budget_protocol::preemption::PreemptionRecord", "required": ["victim", "run", "reason", "at"], "properties": { "victim": { "type": "integer", "minimum": 0 }, "run": { "type": "integer", "minimum": 0 }, "preemptor": { "type": "integer", "nullable": true }, "reason": { "$ref": "#/components/schemas/PreemptionReason" }, "at": { "type": "integer" }, "account": { "type": "string", "nullable": true }, "user": { "type": "string", "nullable": true }, "gpus": { "type": "integer", "nullable": true }, "start": { "type": "integer", "nullable": true } } },
+      "PreemptionReport": { "type": "object", "required": ["since", "rows", "by_account"], "additionalProperties": false, "properties": { "since": { "type": "integer" },
+        "rows": { "type": "array", "items": { "type": "object", "required": ["job_id", "run", "account", "user", "reason", "at", "gpus"], "properties": { "job_id": { "type": "integer" }, "run": { "type": "integer" }, "account": { "type": "string" }, "user": { "type": "string" }, "preemptor": { "type": "integer", "nullable": true }, "preemptor_account": { "type": "string", "nullable": true }, "reason": { "$ref": "#/components/schemas/PreemptionReason" }, "at": { "type": "integer" }, "gpus": { "type": "integer" }, "run_start": { "type": "integer", "nullable": true }, "gpu_hours": { "type": "number" }, "source": { "type": "string" } } } },
+        "by_account": { "type": "array", "items": { "type": "object", "required": ["account", "preemptions", "gpu_hours_lost", "by_reason"], "additionalProperties": false, "properties": { "account": { "type": "string" }, "preemptions": { "type": "integer" }, "gpu_hours_lost": { "type": "number" }, "by_reason": { "type": "object", "additionalProperties": { "type": "integer" } } } } } } },
+      "IdleReport": { "type": "object", "required": ["at", "from", "threshold_secs", "stale_after_secs", "flagged", "by_account", "nodes"], "additionalProperties": false, "properties": { "at": { "type": "integer" }, "from": { "type": "integer" }, "threshold_secs": { "type": "integer" }, "stale_after_secs": { "type": "integer" }, "flagged": { "type": "array", "items": { "type": "object" } }, "by_account": { "type": "array", "items": { "type": "object" } }, "nodes": { "type": "array", "items": { "type": "object" } } } },
+      "ReportOutcome": { "type": "object", "required": ["node", "latest_replaced", "streaks_inserted", "streaks_extended", "streaks_unchanged", "streaks_broken"], "additionalProperties": false, "properties": { "node": { "type": "string" }, "latest_replaced": { "type": "boolean" }, "streaks_inserted": { "type": "integer" }, "streaks_extended": { "type": "integer" }, "streaks_unchanged": { "type": "integer" }, "streaks_broken": { "type": "integer" }, "streaks_pruned": { "type": "integer" } } },
+      "PluginsState": { "type": "object", "required": ["applied_generation", "generation", "horizon_secs", "plugins"], "additionalProperties": false, "properties": { "applied_generation": { "type": "integer" }, "generation": { "type": "integer" }, "horizon_secs": { "type": "integer" },
+        "plugins": { "type": "array", "items": { "type": "object", "required": ["fetched_at", "generation", "plugin"], "additionalProperties": false, "properties": { "fetched_at": { "type": "integer" }, "generation": { "type": "integer" }, "period_secs": { "type": "integer" }, "plugin": { "type": "string" } } } } } },
+      "PluginSnapshot": { "type": "object", "description": "budget_protocol::PluginSnapshot", "required": ["version", "generated_at", "policy", "weights", "fair_share"], "properties": { "version": { "type": "string" }, "generated_at": { "type": "integer" }, "policy": { "$ref": "#/components/schemas/Policy" }, "weights": { "$ref": "#/components/schemas/Weights" }, "fair_share": { "type": "object" }, "drains": { "type": "array" } } },
       "JobSync": { "type": "object", "description": "budget_protocol::JobSync", "required": ["collected_at", "runs"], "properties": { "collected_at": { "type": "integer" }, "runs": { "type": "array", "items": { "type": "object" } } } },
       "AgentReport": { "type": "object", "description": "budget_protocol::AgentReport", "required": ["node", "at", "nvml", "gpus"], "additionalProperties": false, "properties": { "node": { "type": "string" }, "at": { "type": "integer" }, "nvml": { "type": "boolean" },
         "gpus": { "type": "array", "items": { "type": "object", "required": ["index", "uuid", "name", "util_pct", "memory_used_mib", "memory_total_mib", "processes", "idle_secs"], "additionalProperties": false, "properties": { "index": { "type": "integer" }, "uuid": { "type": "string" }, "name": { "type": "string" }, "util_pct": { "type": "integer" }, "memory_used_mib": { "type": "integer" }, "memory_total_mib": { "type": "integer" }, "idle_secs": { "type": "integer" },
           "processes": { "type": "array", "items": { "type": "object", "required": ["pid"], "additionalProperties": false, "properties": { "pid": { "type": "integer" }, "job_id": { "type": "integer", "nullable": true }, "used_memory_mib": { "type": "integer", "nullable": true }, "sm_util_pct": { "type": "integer", "nullable": true } } } } } } } } },
-      "SyncOutcome": { "type": "object", "properties": { "inserted": { "type": "integer" }, "updated": { "type": "integer" }, "unchanged": { "type": "integer" }, "refused": { "type": "array", "items": { "type": "object", "properties": { "job_id": { "type": "integer" }, "run": { "type": "integer" }, "index": { "type": "integer" }, "error": { "type": "string" } } } } } }
+      "SyncOutcome": { "type": "object", "required": ["inserted", "updated", "unchanged"], "additionalProperties": false, "properties": { "inserted": { "type": "integer" }, "updated": { "type": "integer" }, "unchanged": { "type": "integer" }, "closed": { "type": "integer", "description": "runs Slurm no longer had (a complete live set), closed" }, "refused": { "type": "array", "items": { "$ref": "#/components/schemas/RefusedRun" } } } }
     }
   },
   "security": [ { "bearer": [] } ],
   "paths": {
-    "/v1/health": { "get": { "summary": "Liveness and versions (no authentication).", "security": [], "responses": { "200": { "description": "ok" } } } },
+    "/v1/health": { "get": { "summary": "Liveness and versions (no authentication).", "security": [], "responses": { "200": { "description": "ok", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Health" } } } } } } },
     "/v1/openapi.json": { "get": { "summary": "This document (no authentication).", "security": [], "responses": { "200": { "description": "OpenAPI 3 document" } } } },
     "/v1/accounts": {
-      "get": { "summary": "Accounts the caller may read.", "responses": { "200": { "description": "list of Account" } } },
+      "get": { "summary": "Accounts the caller may read.", "responses": { "200": { "description": "accounts", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/AccountRow" } } } } } } },
       "post": { "summary": "Create an account (admin, or coordinator of the parent's subtree).", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Account" } } } },
-        "responses": { "201": { "description": "created" }, "409": { "description": "duplicate" }, "422": { "description": "unknown parent, cycle, bad allocation, children above parent" } } }
+        "responses": { "201": { "description": "created", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AccountRow" } } } }, "409": { "description": "duplicate" }, "422": { "description": "unknown parent, cycle, bad allocation, children above parent" } } }
     },
     "/v1/accounts/{name}": {
       "parameters": [ { "name": "name", "in": "path", "required": true, "schema": { "type": "string" } } ],
-      "get": { "summary": "One account with children, members and coordinators.", "responses": { "200": { "description": "account" }, "403": { "description": "not yours" }, "404": { "description": "unknown" } } },
-      "patch": { "summary": "Change allocation, parent or overcommit (admin, or coordinator of an ancestor).", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AccountPatch" } } } }, "responses": { "200": { "description": "the new account" } } },
+      "get": { "summary": "One account with children, members and coordinators.", "responses": { "200": { "description": "account", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AccountDetail" } } } }, "403": { "description": "not yours" }, "404": { "description": "unknown" } } },
+      "patch": { "summary": "Change allocation, parent or overcommit (admin, or coordinator of an ancestor).", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AccountPatch" } } } }, "responses": { "200": { "description": "the new account", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AccountRow" } } } } } },
       "delete": { "summary": "Delete an account without children or running jobs.", "responses": { "204": { "description": "deleted" }, "409": { "description": "has children or running jobs" } } }
     },
     "/v1/members": {
-      "get": { "summary": "Memberships (filter with ?account=).", "parameters": [ { "name": "account", "in": "query", "schema": { "type": "string" } } ], "responses": { "200": { "description": "list of Member" } } },
-      "post": { "summary": "Add a user to an account.", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Member" } } } }, "responses": { "201": { "description": "added" } } }
+      "get": { "summary": "Memberships (filter with ?account=).", "parameters": [ { "name": "account", "in": "query", "schema": { "type": "string" } } ], "responses": { "200": { "description": "memberships", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/MemberRow" } } } } } } },
+      "post": { "summary": "Add a user to an account.", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Member" } } } }, "responses": { "201": { "description": "added", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/MemberRow" } } } } } }
     },
     "/v1/members/{account}/{user}": {
       "parameters": [ { "name": "account", "in": "path", "required": true, "schema": { "type": "string" } }, { "name": "user", "in": "path", "required": true, "schema": { "type": "string" } } ],
-      "patch": { "summary": "Set a member's explicit allocation ({\"allocation_gpu_hours\": number}; null: share the account's rest equally).", "requestBody": { "content": { "application/json": { "schema": { "type": "object", "properties": { "allocation_gpu_hours": { "type": "number", "nullable": true } }, "additionalProperties": false } } } }, "responses": { "200": { "description": "the new Member" }, "404": { "description": "not a member" }, "422": { "description": "bad allocation or above the account's" } } },
+      "patch": { "summary": "Set a member's explicit allocation ({\"allocation_gpu_hours\": number}; null: share the account's rest equally).", "requestBody": { "content": { "application/json": { "schema": { "type": "object", "properties": { "allocation_gpu_hours": { "type": "number", "nullable": true } }, "additionalProperties": false } } } }, "responses": { "200": { "description": "the new Member", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/MemberRow" } } } }, "404": { "description": "not a member" }, "422": { "description": "bad allocation or above the account's" } } },
       "delete": { "summary": "Remove a user from an account.", "responses": { "204": { "description": "removed" } } }
     },
     "/v1/coordinators": {
-      "get": { "summary": "Coordinators (filter with ?account=).", "parameters": [ { "name": "account", "in": "query", "schema": { "type": "string" } } ], "responses": { "200": { "description": "list of Coordinator" } } },
+      "get": { "summary": "Coordinators (filter with ?account=).", "parameters": [ { "name": "account", "in": "query", "schema": { "type": "string" } } ], "responses": { "200": { "description": "coordinators", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Coordinator" } } } } } } },
       "post": { "summary": "Make a user coordinator of an account.", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Coordinator" } } } }, "responses": { "201": { "description": "added" } } }
     },
     "/v1/coordinators/{account}/{user}": {
@@ -66,47 +105,108 @@ pub const DOCUMENT: &str = r##"{
     },
     "/v1/weights": {
       "get": { "summary": "GPU-type billing weights.", "responses": { "200": { "description": "Weights", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Weights" } } } } } },
-      "patch": { "summary": "Set weights (admin).", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/WeightsPatch" } } } }, "responses": { "200": { "description": "the new weights" } } }
+      "patch": { "summary": "Set weights (admin).", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/WeightsPatch" } } } }, "responses": { "200": { "description": "the new weights", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Weights" } } } } } }
     },
     "/v1/policy": {
       "get": { "summary": "Site policy.", "responses": { "200": { "description": "Policy", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } } } },
-      "patch": { "summary": "Change policy fields (admin); any subset of Policy.", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } }, "responses": { "200": { "description": "the new policy" } } }
+      "patch": { "summary": "Change policy fields (admin); any subset of Policy.", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } }, "responses": { "200": { "description": "the new policy", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } } } }
     },
-    "/v1/audit": { "get": { "summary": "Append-only audit log (admins, readers).", "parameters": [ { "name": "after", "in": "query", "schema": { "type": "integer" } }, { "name": "limit", "in": "query", "schema": { "type": "integer" } } ], "responses": { "200": { "description": "entries: id, at, actor, action, target, old, new" } } } },
+    "/v1/audit": { "get": { "summary": "Append-only audit log (admins, readers).", "parameters": [ { "name": "after", "in": "query", "schema": { "type": "integer" } }, { "name": "limit", "in": "query", "schema": { "type": "integer" } } ], "responses": { "200": { "description": "entries, oldest first", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/AuditEntry" } } } } } } } },
     "/v1/usage": { "get": { "summary": "Usage by account (descendants included) or by user, over [since, at] (default: the window ending at at).",
       "parameters": [ { "name": "by", "in": "query", "schema": { "type": "string", "enum": ["account", "user"] } }, { "name": "since", "in": "query", "schema": { "type": "string" } }, { "name": "at", "in": "query", "schema": { "type": "string" } } ],
-      "responses": { "200": { "description": "{from, to, by, rows: [{account, user, usage_gpu_hours, raw_gpu_hours, free_gpu_hours, in_tree}]}" } } } },
+      "responses": { "200": { "description": "usage rows", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/UsageReport" } } } } } } },
     "/v1/usage/import": { "post": { "summary": "Import sacct -X -D -P -o JobID,Account,User,Partition,AllocTRES,Start,End,State output (admin). Idempotent.",
       "parameters": [ { "name": "skip_invalid", "in": "query", "schema": { "type": "boolean" } }, { "name": "tz", "in": "query", "schema": { "type": "string" }, "description": "IANA zone of sacct times" } ],
       "requestBody": { "content": { "text/plain": { "schema": { "type": "string" } } } },
-      "responses": { "200": { "description": "{lines, runs, inserted, updated, unchanged, skipped, invalid}" }, "422": { "description": "invalid lines (with line numbers); nothing imported" } } } },
+      "responses": { "200": { "description": "what the import changed", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ImportReport" } } } }, "422": { "description": "invalid lines (with line numbers); nothing imported" } } } },
     "/v1/share": { "get": { "summary": "The sshare-like fair-share table at ?at= (default now).", "parameters": [ { "name": "at", "in": "query", "schema": { "type": "string" } } ],
-      "responses": { "200": { "description": "{at, window_secs, rows: [ShareRow]}" } } } },
+      "responses": { "200": { "description": "the fair-share table", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ShareReport" } } } } } } },
     "/v1/backup": { "post": { "summary": "Write a consistent copy of the database (SQLite online backup API) to an absolute path on budgetd's host (admin). Body budget_protocol::service::BackupRequest {path, overwrite}; an existing file is refused (409) unless overwrite. Answers BackupReport: generation, last audit id and runs of the copy.", "responses": { "200": { "description": "BackupReport" }, "409": { "description": "the file exists" }, "422": { "description": "bad path, missing folder, write failure" } } } },
-    "/v1/plugins": { "get": { "summary": "Which store generation each slurmctld plugin holds (from their snapshot requests' X-Budget-Plugin header) and applied_generation, the lowest among those seen within horizon_secs: every change up to it is in effect in slurmctld (any authenticated caller).", "responses": { "200": { "description": "PluginsState" } } } },
-    "/v1/snapshot": { "get": { "summary": "budget_protocol::PluginSnapshot (admin). ETag = version; If-None-Match gives 304. A plugin names itself in X-Budget-Plugin: NAME period=SECS.", "responses": { "200": { "description": "PluginSnapshot" }, "304": { "description": "unchanged" } } } },
-    "/v1/sync/jobs": { "post": { "summary": "Job-state sync from the plugin (admin); idempotent.", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/JobSync" } } } },
+    "/v1/plugins": { "get": { "summary": "Which store generation each slurmctld plugin holds (from their snapshot requests' X-Budget-Plugin header) and applied_generation, the lowest among those seen within horizon_secs: every change up to it is in effect in slurmctld (any authenticated caller).", "responses": { "200": { "description": "PluginsState", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/PluginsState" } } } } } } },
+    "/v1/snapshot": { "get": { "summary": "budget_protocol::PluginSnapshot (controller: slurmctld's plugins, as SlurmUser or root on the socket or with a role=controller token). ETag = version; If-None-Match gives 304. A plugin names itself in X-Budget-Plugin: NAME period=SECS.", "responses": { "200": { "description": "PluginSnapshot", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/PluginSnapshot" } } } }, "304": { "description": "unchanged" } } } },
+    "/v1/sync/jobs": { "post": { "summary": "Job-state sync from the plugin (controller); idempotent; taken run by run (refused runs listed).", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/JobSync" } } } },
       "responses": { "200": { "description": "SyncOutcome", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/SyncOutcome" } } } } } } },
     "/v1/jobs/{id}/why": { "get": { "summary": "Explain a job: tier, rank path with ratios, fair-share factor, priority parts, protection, preemption peers.",
-      "parameters": [ { "name": "id", "in": "path", "required": true, "schema": { "type": "integer" } } ], "responses": { "200": { "description": "Why" }, "404": { "description": "not in the ledger" } } } },
+      "parameters": [ { "name": "id", "in": "path", "required": true, "schema": { "type": "integer" } } ], "responses": { "200": { "description": "Why", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Why" } } } }, "404": { "description": "not in the ledger" } } } },
     "/v1/drains": {
-      "get": { "summary": "Drained nodes with Slurm's state, the jobs holding each, when each job is requeued (now for free tier, else its window end) and when the node will be empty.", "responses": { "200": { "description": "list of drain status" } } },
-      "post": { "summary": "Drain nodes (admin): {\"nodes\": \"gpu[1-2]\", \"reason\": \"text\"}. Sets Slurm DRAIN (reason \"budget: text\"); budgetd requeues each job as soon as its contract allows.", "responses": { "201": { "description": "status of the drained nodes" }, "403": { "description": "not an admin" }, "422": { "description": "bad hostlist, unknown node or bad reason; nothing changed" } } }
+      "get": { "summary": "Drained nodes with Slurm's state, the jobs holding each, when each job is requeued (now for free tier, else its window end) and when the node will be empty.", "responses": { "200": { "description": "drained nodes", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/DrainStatus" } } } } } } },
+      "post": { "summary": "Drain nodes (admin): {\"nodes\": \"gpu[1-2]\", \"reason\": \"text\"}. Sets Slurm DRAIN (reason \"budget: text\"); budgetd requeues each job as soon as its contract allows.", "responses": { "201": { "description": "status of the drained nodes", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/DrainStatus" } } } } }, "403": { "description": "not an admin" }, "422": { "description": "bad hostlist, unknown node or bad reason; nothing changed" } } }
     },
     "/v1/drains/{nodes}": {
       "parameters": [ { "name": "nodes", "in": "path", "required": true, "schema": { "type": "string" } } ],
       "delete": { "summary": "Undrain nodes (admin): Slurm state=resume and the drain forgotten.", "responses": { "200": { "description": "undrained" }, "404": { "description": "not drained by budgetd" } } }
     },
     "/v1/preemptions": {
-      "get": { "summary": "Preemption record since ?since= (admins, readers): victim run, preemptor, reason (free_tier, over_budget, rebalance, drain), GPU-hours of the lost run; totals per account.", "parameters": [ { "name": "since", "in": "query", "schema": { "type": "string" } } ], "responses": { "200": { "description": "rows and by_account" } } },
-      "post": { "summary": "Record a preemption (admin; preempt/budget's thread). Idempotent by (victim, run).", "responses": { "200": { "description": "{inserted: bool}" } } }
+      "get": { "summary": "Preemption record since ?since= (admins, readers): victim run, preemptor, reason (free_tier, over_budget, rebalance, drain), GPU-hours of the lost run; totals per account.", "parameters": [ { "name": "since", "in": "query", "schema": { "type": "string" } } ], "responses": { "200": { "description": "rows and by_account", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/PreemptionReport" } } } } } },
+      "post": { "summary": "Record a preemption (controller; preempt/budget's thread). Idempotent by (victim, run).", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/PreemptionRecord" } } } }, "responses": { "200": { "description": "{inserted: bool}", "content": { "application/json": { "schema": { "type": "object", "required": ["inserted"], "additionalProperties": false, "properties": { "inserted": { "type": "boolean" } } } } } } } }
     },
     "/v1/agent/report": { "post": { "summary": "A node agent's report (budget_protocol::AgentReport; unknown fields refused; at most body_limit_bytes). Admins (the agent as root on the socket) or role=agent tokens over TCP. Stores the node's latest report and the idle streaks per (job, GPU); repeating a report changes nothing.",
       "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AgentReport" } } } },
-      "responses": { "200": { "description": "{node, latest_replaced, streaks_inserted, streaks_extended, streaks_unchanged, streaks_broken}" }, "403": { "description": "neither admin nor agent" }, "413": { "description": "body too large; nothing stored" }, "422": { "description": "unknown field, bad node/uuid, time from the future, duplicate GPU; nothing stored" } } } },
+      "responses": { "200": { "description": "what the report changed", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ReportOutcome" } } } }, "403": { "description": "neither admin nor agent" }, "413": { "description": "body too large; nothing stored" }, "422": { "description": "unknown field, bad node/uuid, time from the future, duplicate GPU; nothing stored" } } } },
     "/v1/idle": { "get": { "summary": "Jobs idle beyond policy idle_threshold_secs in their nodes' latest (non-stale) reports, with account, user, nodes, idle GPUs and since when; idle GPU-hours per job account over [since, at] (default: the window ending at at); latest report per node (admins, readers). Coordinators see their subtrees' jobs, users their own and their accounts'.",
       "parameters": [ { "name": "since", "in": "query", "schema": { "type": "string" } }, { "name": "at", "in": "query", "schema": { "type": "string" } } ],
-      "responses": { "200": { "description": "{at, from, threshold_secs, stale_after_secs, flagged: [{job_id, account, user, nodes, gpus_idle, gpus, idle_since, idle_secs, idle_gpus}], by_account: [{account, idle_gpu_hours, jobs, idle_gpus_now, flagged_jobs}], nodes: [{node, at, age_secs, nvml, gpus, stale}]}" } } } },
+      "responses": { "200": { "description": "flagged jobs, idle GPU-hours by account, latest report per node", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/IdleReport" } } } } } } },
     "/metrics": { "get": { "summary": "Prometheus text metrics (admins, readers).", "responses": { "200": { "description": "text/plain; version=0.0.4" } } } }
   }
 }"##;
+
+/// The document as `GET /v1/openapi.json` serves it: [`DOCUMENT`] with the
+/// `4XX` and `5XX` error responses added to every operation that does not
+/// list them.
+pub fn served() -> &'static str {
+    static SERVED: OnceLock<String> = OnceLock::new();
+    SERVED.get_or_init(|| {
+        let Ok(mut doc) = serde_json::from_str::<serde_json::Value>(DOCUMENT) else {
+            // A unit test parses DOCUMENT; never reached in a build that passed it.
+            return DOCUMENT.to_string();
+        };
+        let error = serde_json::json!({ "$ref": "#/components/responses/Error" });
+        if let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) {
+            for item in paths.values_mut() {
+                let Some(item) = item.as_object_mut() else {
+                    continue;
+                };
+                for (method, op) in item.iter_mut() {
+                    if !["get", "post", "patch", "put", "delete"].contains(&method.as_str()) {
+                        continue;
+                    }
+                    if let Some(responses) = op.get_mut("responses").and_then(|r| r.as_object_mut())
+                    {
+                        for range in ["4XX", "5XX"] {
+                            responses.entry(range).or_insert_with(|| error.clone());
+                        }
+                    }
+                }
+            }
+        }
+        serde_json::to_string_pretty(&doc).unwrap_or_else(|_| DOCUMENT.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_document_parses_and_every_operation_lists_its_errors() {
+        let doc: serde_json::Value =
+            serde_json::from_str(super::DOCUMENT).expect("DOCUMENT is JSON");
+        assert_eq!(doc["openapi"], "3.0.3");
+        let served: serde_json::Value =
+            serde_json::from_str(super::served()).expect("served is JSON");
+        let mut ops = 0;
+        for (path, item) in served["paths"].as_object().expect("paths") {
+            for (method, op) in item.as_object().expect("path item") {
+                if method == "parameters" {
+                    continue;
+                }
+                ops += 1;
+                for range in ["4XX", "5XX"] {
+                    assert!(
+                        op["responses"][range].is_object(),
+                        "{method} {path}: no {range}"
+                    );
+                }
+            }
+        }
+        assert!(ops > 30, "{ops} operations");
+    }
+}

@@ -18,29 +18,6 @@ pub struct Api {
     client: Client,
 }
 
-/// The token in `path`: its text without surrounding white space; refused
-/// when empty, larger than 4 KiB, or holding white space inside.
-fn read_token_file(path: &std::path::Path) -> anyhow::Result<String> {
-    use std::io::Read;
-    let bad = |why: String| UsageError(format!("--token-file {}: {why}", path.display()));
-    let f = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
-    let mut text = String::new();
-    f.take(4097)
-        .read_to_string(&mut text)
-        .map_err(|e| bad(e.to_string()))?;
-    if text.len() > 4096 {
-        return Err(bad("larger than 4 KiB; not a token file".into()).into());
-    }
-    let token = text.trim();
-    if token.is_empty() {
-        return Err(bad("empty".into()).into());
-    }
-    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(bad("the token holds white space or control characters".into()).into());
-    }
-    Ok(token.to_string())
-}
-
 impl Api {
     /// The endpoint and credentials the command line names.
     pub fn from_cli(cli: &Cli) -> anyhow::Result<Api> {
@@ -55,7 +32,10 @@ impl Api {
         if let Some(t) = &cli.token {
             client = client.with_token(t.clone());
         } else if let Some(path) = &cli.token_file {
-            client = client.with_token(read_token_file(path)?);
+            client = client.with_token(
+                budget_client::read_token_file(path)
+                    .map_err(|e| UsageError(format!("--token-file: {e}")))?,
+            );
         }
         Ok(Api { client })
     }

@@ -38,7 +38,9 @@ mod conn;
 mod endpoint;
 mod error;
 mod http;
+mod token;
 
 pub use client::{Client, DEFAULT_MAX_BODY, DEFAULT_SOCKET, DEFAULT_TIMEOUT, Response};
 pub use endpoint::Endpoint;
 pub use error::ClientError;
+pub use token::{MAX_TOKEN_FILE_BYTES, TokenFileError, read_token_file};

@@ -9,8 +9,9 @@
 //! Authentication: on the controller host (or any host sharing budgetd's
 //! socket) the agent runs as root and `--socket PATH` makes it an admin by
 //! peer credentials; from GPU nodes it uses `--socket http://ctl:PORT` with
-//! `--token` (`BUDGET_TOKEN`) of a `role = "agent"` token, which may post
-//! reports and nothing else.
+//! `--token-file` (`BUDGET_TOKEN_FILE`, mode 0600: a `--token` argument is
+//! visible to every user in `ps`) or `--token` (`BUDGET_TOKEN`) of a
+//! `role = "agent"` token, which may post reports and nothing else.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -35,9 +36,13 @@ struct Args {
     /// budgetd's Unix socket or URL (`/run/budgetd.sock`, `http://ctl:8080`).
     #[arg(long, env = "BUDGET_SOCKET")]
     socket: Option<String>,
-    /// Bearer token for a TCP endpoint.
+    /// Bearer token for a TCP endpoint. Visible to every user in `ps`: prefer
+    /// --token-file or the BUDGET_TOKEN environment variable.
     #[arg(long, env = "BUDGET_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// File holding the bearer token for a TCP endpoint (keep it 0600).
+    #[arg(long, env = "BUDGET_TOKEN_FILE", conflicts_with = "token")]
+    token_file: Option<std::path::PathBuf>,
     /// Seconds between samples.
     #[arg(long, default_value_t = 30)]
     interval: u64,
@@ -106,6 +111,8 @@ fn main() -> Result<()> {
             let mut c = budget_client::Client::new(endpoint).with_timeout(Duration::from_secs(5));
             if let Some(t) = &args.token {
                 c = c.with_token(t.clone());
+            } else if let Some(path) = &args.token_file {
+                c = c.with_token(budget_client::read_token_file(path).context("--token-file")?);
             }
             Some(c)
         }

@@ -17,7 +17,7 @@ const AGENT_TOKEN: &str = "agent-token-e2e-0001";
 /// budgetd with an agent token (`budgetd-testkit`).
 fn budgetd() -> Budgetd {
     Budgetd::start(&format!(
-        "[[tokens]]\ntoken = \"{AGENT_TOKEN}\"\nuser = \"gpu-nodes\"\nrole = \"agent\"\nnodes = [\"e2e-tcp\", \"e2e-bad\"]\n"
+        "[[tokens]]\ntoken = \"{AGENT_TOKEN}\"\nuser = \"gpu-nodes\"\nrole = \"agent\"\nnodes = [\"e2e-tcp\", \"e2e-bad\", \"e2e-file\"]\n"
     ))
 }
 
@@ -42,7 +42,8 @@ fn agent(node: &str, endpoint: &str) -> Command {
         endpoint,
     ])
     .env_remove("BUDGET_SOCKET")
-    .env_remove("BUDGET_TOKEN");
+    .env_remove("BUDGET_TOKEN")
+    .env_remove("BUDGET_TOKEN_FILE");
     c
 }
 
@@ -108,4 +109,54 @@ fn once_fails_when_budgetd_is_unreachable() {
         .output()
         .expect("run budget-agent");
     assert!(!out.status.success());
+}
+
+#[test]
+fn the_agent_reads_its_token_from_a_file_and_refuses_a_bad_one() {
+    let d = budgetd();
+    let url = format!("http://{}", d.tcp.expect("tcp listener"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("agent.token");
+    // Surrounding white space (an editor's final newline) is not part of the token.
+    std::fs::write(&file, format!("{AGENT_TOKEN}\n")).expect("write token");
+    let out = agent("e2e-file", &url)
+        .arg("--token-file")
+        .arg(&file)
+        .output()
+        .expect("run budget-agent");
+    assert!(
+        out.status.success(),
+        "agent with --token-file failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(node(&idle_report(&d), "e2e-file").is_some());
+
+    // A missing, empty or two-line file: a clear error naming the file, nothing sent.
+    let missing = dir.path().join("missing.token");
+    let empty = dir.path().join("empty.token");
+    std::fs::write(&empty, "\n").expect("write");
+    let two = dir.path().join("two.token");
+    std::fs::write(&two, format!("{AGENT_TOKEN}\nX-Other: 1\n")).expect("write");
+    for (path, why) in [
+        (&missing, "No such file"),
+        (&empty, "empty"),
+        (&two, "white space"),
+    ] {
+        let before = idle_report(&d);
+        let out = agent("e2e-bad", &url)
+            .arg("--token-file")
+            .arg(path)
+            .output()
+            .expect("run budget-agent");
+        assert!(!out.status.success(), "{} accepted", path.display());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--token-file")
+                && stderr.contains(&path.display().to_string())
+                && stderr.contains(why),
+            "stderr for {}: {stderr}",
+            path.display()
+        );
+        assert!(node(&idle_report(&d), "e2e-bad").is_none(), "{before}");
+    }
 }

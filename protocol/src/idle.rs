@@ -18,6 +18,10 @@ pub struct ReportOutcome {
     pub streaks_unchanged: u64,
     /// Streaks marked as ended by this report (GPU busy or released).
     pub streaks_broken: u64,
+    /// Streaks that ended before the idle ledger's retention, deleted by this
+    /// report (budgetd's `IDLE_STREAK_RETENTION_SECS`, or two policy windows).
+    #[serde(default)]
+    pub streaks_pruned: u64,
 }
 
 /// One GPU of a flagged job.

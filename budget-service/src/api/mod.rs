@@ -251,7 +251,7 @@ async fn health(State(state): State<AppState>) -> axum::Json<Health> {
 async fn openapi() -> Response {
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
-        crate::openapi::DOCUMENT,
+        crate::openapi::served(),
     )
         .into_response()
 }

@@ -20,15 +20,34 @@ pub struct Daemon {
 impl Daemon {
     /// Starts budgetd on `db` and `socket` and waits until it answers.
     pub fn start(db: &Path, socket: &Path) -> Daemon {
-        let child = Command::new(BUDGETD)
+        Daemon::start_cmd(db, socket, Command::new(BUDGETD))
+    }
+
+    /// Starts budgetd with Slurm stood in for by the fake `scontrol`/`squeue` of
+    /// `tests/fixtures/fake-slurm` (budgetd's own `--scontrol` seam), whose state
+    /// is in `slurm_dir`; budgetd's log (info level) goes to `log`.
+    pub fn start_fake_slurm(db: &Path, socket: &Path, slurm_dir: &Path, log: &Path) -> Daemon {
+        let mut c = Command::new(BUDGETD);
+        c.arg("--scontrol")
+            .arg(fake_slurm_tool("scontrol"))
+            .env("FAKE_SLURM_DIR", slurm_dir)
+            .env_remove("BUDGET_SQUEUE")
+            .env("BUDGET_LOG", "info")
+            .stderr(std::fs::File::create(log).expect("log file"));
+        Daemon::start_cmd(db, socket, c)
+    }
+
+    fn start_cmd(db: &Path, socket: &Path, mut cmd: Command) -> Daemon {
+        if cmd.get_envs().all(|(k, _)| k != "BUDGET_LOG") {
+            cmd.env("BUDGET_LOG", "warn").stderr(Stdio::inherit());
+        }
+        let child = cmd
             .arg("--db")
             .arg(db)
             .arg("--socket")
             .arg(socket)
-            .env("BUDGET_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn budgetd");
         let d = Daemon {
@@ -69,6 +88,13 @@ impl Daemon {
         }
         self.child.wait().expect("wait")
     }
+}
+
+/// A tool of `tests/fixtures/fake-slurm` (`scontrol`, `squeue`).
+pub fn fake_slurm_tool(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/fake-slurm")
+        .join(name)
 }
 
 impl Drop for Daemon {

@@ -5,7 +5,8 @@
 //! (item 9); the controller role is exact (item 10); agent tokens report for
 //! their own nodes only, in bounded reports (item 11); `why` shows a user
 //! only the jobs they may see, and two budgetd refuse to share a database
-//! file, which is created 0600 (item 14).
+//! file, which is created 0600, a failed re-drain keeps the drain in force,
+//! and one job that cannot be requeued does not stop a drain pass (item 14).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -322,4 +323,121 @@ fn a_second_budgetd_on_the_same_database_refuses_and_the_file_is_0600() {
     assert!(stderr.contains("in use by another budgetd"), "{stderr}");
     assert!(!dir.path().join("b.sock").exists());
     drop(first);
+}
+
+/// A temp dir with the fake Slurm's state (`tests/fixtures/fake-slurm`): nodes
+/// n1-n3, and budgetd started against it.
+fn fake_slurm_budgetd(dir: &std::path::Path) -> (Daemon, std::path::PathBuf) {
+    let slurm = dir.join("slurm");
+    std::fs::create_dir(&slurm).expect("slurm dir");
+    std::fs::write(slurm.join("nodes"), "n1\nn2\nn3\n").expect("nodes");
+    let d = Daemon::start_fake_slurm(
+        &dir.join("budget.db"),
+        &dir.join("budgetd.sock"),
+        &slurm,
+        &dir.join("budgetd.log"),
+    );
+    (d, slurm)
+}
+
+#[test]
+fn a_failed_redrain_keeps_the_drain_in_force_and_forgets_only_the_new_nodes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (d, slurm) = fake_slurm_budgetd(dir.path());
+    let c = d.client();
+    let (s, b) = call(
+        &c,
+        "POST",
+        "/v1/drains",
+        Some(&json!({"nodes": "n1", "reason": "fan"})),
+    );
+    assert_eq!(s, 201, "{b}");
+    // Slurm refuses the next drain (n1 again with a new reason, and n2).
+    std::fs::write(slurm.join("fail-drain"), "").expect("marker");
+    let (s, b) = call(
+        &c,
+        "POST",
+        "/v1/drains",
+        Some(&json!({"nodes": "n[1-2]", "reason": "psu"})),
+    );
+    assert!(s >= 500, "{s} {b}");
+    let log = std::fs::read_to_string(dir.path().join("budgetd.log")).expect("log");
+    assert!(log.contains("Invalid node state"), "budgetd log:\n{log}");
+    std::fs::remove_file(slurm.join("fail-drain")).expect("marker");
+    let (s, b) = call(&c, "GET", "/v1/drains", None);
+    assert_eq!(s, 200, "{b}");
+    let drains: Vec<(String, String)> = b
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|d| {
+            (
+                d["node"].as_str().unwrap_or("").to_string(),
+                d["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    // n1's drain is still in force, with its old reason; n2 was never drained.
+    assert_eq!(drains, vec![("n1".to_string(), "fan".to_string())], "{b}");
+}
+
+#[test]
+fn one_job_that_cannot_be_requeued_does_not_stop_the_drain_pass() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (d, slurm) = fake_slurm_budgetd(dir.path());
+    // Three free-tier jobs on n1 (requeued at once); Slurm refuses to requeue the first.
+    let job = |id: u32| {
+        json!({"job_id": id, "job_state": "RUNNING", "restart_cnt": 0, "start_time": 1000,
+               "nodes": "n1", "account": "teama", "user_name": "alice", "partition": "gpu",
+               "qos": "normal", "node_count": 1, "tres_per_node": "gres:gpu:1",
+               "admin_comment": "budget:min_runtime=0 budget:free", "comment": ""})
+    };
+    std::fs::write(
+        slurm.join("jobs.json"),
+        json!({"jobs": [job(101), job(102), job(103)]}).to_string(),
+    )
+    .expect("jobs");
+    std::fs::write(slurm.join("fail-requeue-101"), "").expect("marker");
+    let c = d.client();
+    let (s, b) = call(
+        &c,
+        "POST",
+        "/v1/drains",
+        Some(&json!({"nodes": "n1", "reason": "maintenance"})),
+    );
+    assert_eq!(s, 201, "{b}");
+    let calls = || std::fs::read_to_string(slurm.join("calls")).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Until 101 was tried at least twice (a later pass) and its neighbours requeued.
+    while !(calls().matches("requeue 101").count() >= 2
+        && calls().contains("requeue 102")
+        && calls().contains("requeue 103"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the drain pass did not requeue 102 and 103 past 101; scontrol calls:\n{}",
+            calls()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Each requeued once, and recorded; 101 not.
+    assert_eq!(calls().matches("requeue 102").count(), 1, "{}", calls());
+    assert_eq!(calls().matches("requeue 103").count(), 1, "{}", calls());
+    let (s, b) = call(&c, "GET", "/v1/preemptions?since=0", None);
+    assert_eq!(s, 200, "{b}");
+    let mut victims: Vec<u64> = b["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["reason"] == "drain")
+        .filter_map(|r| r["job_id"].as_u64())
+        .collect();
+    victims.sort_unstable();
+    assert_eq!(victims, vec![102, 103], "{b}");
+    // The failure is reported (once, in budgetd's log), naming the job and Slurm's words.
+    let log = std::fs::read_to_string(dir.path().join("budgetd.log")).expect("log");
+    assert!(
+        log.contains("1 requeue(s) failed: job 101") && log.contains("no longer pending execution"),
+        "budgetd log:\n{log}"
+    );
 }

@@ -258,3 +258,81 @@ fn budgetctl_says_when_a_change_is_in_effect_in_slurmctld_and_waits_for_it() {
     );
     drop(p1);
 }
+
+#[test]
+fn token_file_authenticates_over_tcp_and_a_bad_file_is_a_clear_error() {
+    let d = Budgetd::start(
+        "[[tokens]]\ntoken = \"ops-token-file-0001\"\nuser = \"ops\"\nrole = \"admin\"\n",
+    );
+    let url = format!("http://{}", d.tcp.expect("tcp listener"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("ops.token");
+    std::fs::write(&file, "ops-token-file-0001\n").expect("write token");
+    let path = file.display().to_string();
+    // An admin change over TCP with the token read from the file.
+    let o = ctl_in(
+        dir.path(),
+        &d.socket,
+        &[
+            "--url",
+            &url,
+            "--token-file",
+            &path,
+            "account",
+            "add",
+            "viafile",
+            "--allocation",
+            "5",
+        ],
+    );
+    assert!(o.status.success(), "{:?}", text(&o));
+    let audit = ctl_ok(&d.socket, &["--json", "audit"]);
+    assert!(audit.contains("ops (token)"), "{audit}");
+    // BUDGET_TOKEN_FILE does the same.
+    let o = Command::new(BUDGETCTL)
+        .args(["--url", &url, "--json", "account", "show"])
+        .env("BUDGET_TOKEN_FILE", &file)
+        .env_remove("BUDGET_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run budgetctl");
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(text(&o).0.contains("viafile"));
+
+    // Missing, empty, two-line: exit 2 (usage), the file named, nothing changed.
+    let empty = dir.path().join("empty.token");
+    std::fs::write(&empty, " \n").expect("write");
+    let two = dir.path().join("two.token");
+    std::fs::write(&two, "ops-token-file-0001\nX-Injected: 1\n").expect("write");
+    let missing = dir.path().join("missing.token");
+    let before = ctl_ok(&d.socket, &["--json", "account", "show"]);
+    for (f, why) in [
+        (&missing, "No such file"),
+        (&empty, "empty"),
+        (&two, "white space"),
+    ] {
+        let p = f.display().to_string();
+        let o = ctl_in(
+            dir.path(),
+            &d.socket,
+            &[
+                "--url",
+                &url,
+                "--token-file",
+                &p,
+                "account",
+                "add",
+                "bad",
+                "--allocation",
+                "1",
+            ],
+        );
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{p}: {err}");
+        assert!(
+            err.contains("--token-file") && err.contains(&p) && err.contains(why),
+            "{p}: {err}"
+        );
+    }
+    assert_eq!(ctl_ok(&d.socket, &["--json", "account", "show"]), before);
+}
