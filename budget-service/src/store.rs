@@ -1115,24 +1115,26 @@ pub(crate) mod tests {
         );
     }
 
+    /// Sends Slurm's complete live set `jobs` collected at `at`; the runs closed.
+    fn live(s: &mut Store, at: i64, jobs: &[(u32, i64)]) -> u64 {
+        s.sync(
+            &JobSync {
+                collected_at: at,
+                runs: vec![],
+                live: Some(jobs.to_vec()),
+            },
+            at,
+        )
+        .expect("sync")
+        .closed
+    }
+
     /// Issue 11 item 12: with the complete live set, the runs Slurm forgot are
     /// closed at the previous complete set's time; live ones stay open; a
     /// pending run never charged; a stale submission of a reused id closed.
     #[test]
     fn a_complete_live_set_closes_what_slurm_forgot() {
         let (_d, mut s) = store();
-        let live = |s: &mut Store, at: i64, jobs: &[(u32, i64)]| {
-            s.sync(
-                &JobSync {
-                    collected_at: at,
-                    runs: vec![],
-                    live: Some(jobs.to_vec()),
-                },
-                at,
-            )
-            .expect("sync")
-            .closed
-        };
         sync_one(
             &mut s,
             job_run(1, 90, "a", RunState::Running, Some(100)),
@@ -1182,18 +1184,6 @@ pub(crate) mod tests {
     #[test]
     fn a_stale_live_set_is_ignored() {
         let (_d, mut s) = store();
-        let live = |s: &mut Store, at: i64, jobs: &[(u32, i64)]| {
-            s.sync(
-                &JobSync {
-                    collected_at: at,
-                    runs: vec![],
-                    live: Some(jobs.to_vec()),
-                },
-                at,
-            )
-            .expect("sync")
-            .closed
-        };
         sync_one(
             &mut s,
             job_run(5, 90, "a", RunState::Running, Some(100)),

@@ -203,33 +203,11 @@ impl Settings {
     }
 }
 
-/// Largest token file accepted (a token is tens of characters).
-const MAX_TOKEN_FILE_BYTES: u64 = 4096;
-
-/// The token in `path`: the file's text without surrounding white space; refused when
-/// empty, too long, or holding white space or control characters (it is sent in an
-/// HTTP header, where a line break would forge another header).
+/// The token in `budget_token_file` (`budget_client::read_token_file`, the one reader
+/// `budgetctl` and `budget-agent` use too), its error naming the option.
 pub fn read_token(path: &str) -> Result<String, String> {
-    use std::io::Read;
-    let bad = |why: String| format!("budget_token_file {path}: {why}");
-    let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
-    let mut text = String::new();
-    file.take(MAX_TOKEN_FILE_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| bad(e.to_string()))?;
-    if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
-        return Err(bad(format!("longer than {MAX_TOKEN_FILE_BYTES} bytes")));
-    }
-    let token = text.trim();
-    if token.is_empty() {
-        return Err(bad("empty".into()));
-    }
-    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(bad(
-            "the token holds white space or control characters".into()
-        ));
-    }
-    Ok(token.to_string())
+    budget_client::read_token_file(std::path::Path::new(path))
+        .map_err(|e| format!("budget_token_file: {e}"))
 }
 
 /// A budgetd client made on first use, on the thread that uses it: making it may read
@@ -357,7 +335,7 @@ mod tests {
             );
         }
         std::fs::write(&path, "x".repeat(5000)).expect("write");
-        assert!(read_token(&path_s).unwrap_err().contains("longer than"));
+        assert!(read_token(&path_s).unwrap_err().contains("larger than"));
         let missing = format!("{path_s}.missing");
         assert!(read_token(&missing).unwrap_err().contains(&missing));
         let mut other = s.clone();
