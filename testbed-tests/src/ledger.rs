@@ -28,36 +28,20 @@ pub struct LedgerRun {
 
 /// The ledger's runs of `jobs` that started (or are not pending), by job and run.
 pub fn runs(db: &Path, jobs: &[JobId]) -> Result<Vec<LedgerRun>> {
-    let err = |source| Error::Ledger {
-        path: db.display().to_string(),
-        source,
-    };
-    let conn = open_read_only(db)?;
-    let mut stmt = conn
-        .prepare(
-            "SELECT job_id, run, gpus, start, end, state FROM runs \
-             WHERE start IS NOT NULL OR state != 'pending' ORDER BY job_id, run",
-        )
-        .map_err(err)?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok(LedgerRun {
-                job_id: r.get(0)?,
-                run: r.get(1)?,
-                gpus: r.get(2)?,
-                start: r.get(3)?,
-                end: r.get(4)?,
-                state: r.get(5)?,
-            })
+    let mut out: Vec<LedgerRun> = rows(db, jobs)?
+        .into_iter()
+        .filter(|r| r.start.is_some() || r.state != "pending")
+        .map(|r| LedgerRun {
+            job_id: r.job_id,
+            run: r.run,
+            gpus: r.gpus,
+            start: r.start,
+            end: r.end,
+            state: r.state,
         })
-        .map_err(err)?;
-    let mut out = Vec::new();
-    for row in rows {
-        let row = row.map_err(err)?;
-        if jobs.contains(&row.job_id) {
-            out.push(row);
-        }
-    }
+        .collect();
+    // Stable: the submissions of a reused id stay in submit order.
+    out.sort_by_key(|r| (r.job_id, r.run));
     Ok(out)
 }
 
