@@ -220,10 +220,38 @@ pub fn why(
     now: i64,
     visible: &dyn Fn(&RunRecord) -> bool,
 ) -> Why {
+    // The cost-aware rule, with the inputs `preempt/budget` has: every running
+    // run (time limits, requeues, checkpoints as the controller synced them),
+    // every pending one, and the rebalancing preemptions of the window.
+    let running = store.ledger().in_state(RunState::Running);
+    let pending = store.ledger().in_state(RunState::Pending);
+    let history = rebalance_history(store, now);
+    let state = PreemptState::compute(
+        Some(fs),
+        running.iter().map(RunRecord::running_job),
+        pending.iter().map(RunRecord::pending_job),
+        history.iter().map(|h| PastPreemption {
+            at: h.at,
+            preemptor_account: h.preemptor_account.as_deref().unwrap_or(""),
+            preemptor_user: "",
+            victim_account: &h.account,
+            victim_user: &h.user,
+            lost_gpu_secs: h.gpu_hours * 3600.0,
+        }),
+        None,
+        store.policy().rebalance(),
+        now,
+    );
     let v = job.view();
-    let tier = preempt::job_tier(Some(fs), &v);
     let place = fs.place(&job.account, &job.user);
-    let rank = place.map(|p| p.rank);
+    // Tier and rank as priority/budget computes them: entitlement first
+    // (`priority_place`, from the GPUs each account holds), then Fair-Tree.
+    let placed = state.priority_place(fs, &job.account, &job.user);
+    let tier = match placed {
+        Some((tier, _)) if !v.free_tier => tier,
+        _ => preempt::job_tier(Some(fs), &v),
+    };
+    let rank = placed.map(|(_, r)| r);
     let age = match job.start {
         Some(s) => s - job.first_seen,
         None => now - job.first_seen,
@@ -251,28 +279,6 @@ pub fn why(
                 .collect()
         })
         .unwrap_or_default();
-    // The cost-aware rule, with the inputs `preempt/budget` has: every running
-    // run (time limits, requeues, checkpoints as the controller synced them),
-    // every pending one, and the rebalancing preemptions of the window.
-    let running = store.ledger().in_state(RunState::Running);
-    let pending = store.ledger().in_state(RunState::Pending);
-    let history = rebalance_history(store, now);
-    let state = PreemptState::compute(
-        Some(fs),
-        running.iter().map(RunRecord::running_job),
-        pending.iter().map(RunRecord::pending_job),
-        history.iter().map(|h| PastPreemption {
-            at: h.at,
-            preemptor_account: h.preemptor_account.as_deref().unwrap_or(""),
-            preemptor_user: "",
-            victim_account: &h.account,
-            victim_user: &h.user,
-            lost_gpu_secs: h.gpu_hours * 3600.0,
-        }),
-        None,
-        store.policy().rebalance(),
-        now,
-    );
     let none = InFlight::default();
     let peer = |r: &RunRecord, reason| PreemptPeer {
         job_id: r.job_id,

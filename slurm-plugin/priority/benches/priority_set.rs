@@ -98,6 +98,32 @@ fn main() {
     let snap = snapshot();
     let st = state();
     st.snapshots.store(snap.clone(), 1_000_000);
+    // Every user holds 1-4 GPUs: the entitlement-first order the background pass
+    // computes from its holdings (once per pass, outside the job lock).
+    let keys: Vec<(String, String, u32)> = snap
+        .fair_share
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.kind {
+            policy_core::fairshare::NodeKind::User { account } => {
+                Some((account.clone(), n.name.clone(), 1 + n.name.len() as u32 % 4))
+            }
+            policy_core::fairshare::NodeKind::Account => None,
+        })
+        .collect();
+    let held = || keys.iter().map(|(a, u, g)| (a.as_str(), u.as_str(), *g));
+    let order = compute::entitled_order(&snap, held(), 1_000_000);
+    report(
+        &format!("compute::entitled_order ({} keys holding GPUs)", keys.len()),
+        measure(
+            || {
+                black_box(compute::entitled_order(black_box(&snap), held(), 1_000_000));
+            },
+            50,
+            2,
+        ),
+    );
+    st.set_order(Some(std::sync::Arc::new(order.clone())));
     // A pending job as slurmctld holds it: account, comment with a contract, no user
     // name yet (Slurm fills it at launch; the plugin's uid cache knows it).
     st.users.learn(4242, "user555");
@@ -148,7 +174,11 @@ fn main() {
     };
     let decide = measure(
         || {
-            black_box(compute::decide(Some(black_box(&snap)), black_box(&key)));
+            black_box(compute::decide(
+                Some(black_box(&snap)),
+                Some(black_box(&order)),
+                black_box(&key),
+            ));
         },
         2_000,
         500,

@@ -4,6 +4,13 @@
 //! `policy_core::priority::job_priority`. Everything Slurm-specific (reading the job
 //! record) is in `job.rs`; this module only decides, so it is unit-tested directly.
 //!
+//! The rank is the cost-aware rule's (`PreemptState::priority_place`, the one the
+//! simulator measured): within a tier, accounts holding fewer GPUs than their
+//! entitlement come first, then Fair-Tree's ratio order. That needs the GPUs each
+//! account holds, so the background pass computes an [`EntitledOrder`] from the
+//! snapshot and the running jobs it saw ([`entitled_order`]); without one (before the
+//! first pass, or for another snapshot) the rank is Fair-Tree's alone.
+//!
 //! Without any snapshot (budgetd never reached since the plugin loaded) every
 //! non-free job is treated as budgeted with equal rank: the queue degrades to FIFO by
 //! age, free-tier jobs still last (safe mode, docs/design.md §9.3). With a stale snapshot
@@ -12,6 +19,49 @@
 use budget_protocol::PluginSnapshot;
 use policy_core::Tier;
 use policy_core::priority::{self, PriorityParts};
+use policy_core::rebalance::{PreemptState, RunningJob};
+
+/// The entitlement-first order of one snapshot: the rule's period state computed
+/// from the GPUs each (account, user) holds (only holdings matter for the order).
+pub type EntitledOrder = PreemptState;
+
+/// The order for `snapshot` with `held`: `(account, user, GPUs held by its running
+/// non-free jobs)`, one entry per key or several (they add up).
+pub fn entitled_order<'a>(
+    snapshot: &PluginSnapshot,
+    held: impl IntoIterator<Item = (&'a str, &'a str, u32)>,
+    now: i64,
+) -> EntitledOrder {
+    let running =
+        held.into_iter()
+            .filter(|h| h.2 > 0)
+            .enumerate()
+            .map(|(i, (account, user, gpus))| RunningJob {
+                job_id: u32::try_from(i).unwrap_or(u32::MAX),
+                account,
+                user,
+                free_tier: false,
+                gpus,
+                run_start: now,
+                time_limit: None,
+                min_runtime: 0,
+                checkpoint: None,
+                grace: 0,
+                requeues: 0,
+                leaf: None,
+            });
+    // Cluster capacity `None`, as preempt/budget computes its state: the two
+    // plugins must agree on who is below its entitlement.
+    PreemptState::compute(
+        Some(&snapshot.fair_share),
+        running,
+        [],
+        [],
+        None,
+        snapshot.policy.rebalance(),
+        now,
+    )
+}
 
 /// What the priority depends on, read from a job record.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -53,14 +103,26 @@ pub struct Placement {
     pub placed: bool,
 }
 
-/// Tier and rank of a job in `snapshot` (FIFO-budgeted without one).
-pub fn place(snapshot: Option<&PluginSnapshot>, key: &JobKey<'_>) -> Placement {
-    place_key(snapshot, key.account, key.user.unwrap_or(""), key.free_tier)
+/// Tier and rank of a job in `snapshot` (FIFO-budgeted without one), ranked by
+/// `order` when it was computed from this snapshot.
+pub fn place(
+    snapshot: Option<&PluginSnapshot>,
+    order: Option<&EntitledOrder>,
+    key: &JobKey<'_>,
+) -> Placement {
+    place_key(
+        snapshot,
+        order,
+        key.account,
+        key.user.unwrap_or(""),
+        key.free_tier,
+    )
 }
 
 /// [`place`] from the parts of a key that matter: account, user, free-tier opt-in.
 pub fn place_key(
     snapshot: Option<&PluginSnapshot>,
+    order: Option<&EntitledOrder>,
     account: &str,
     user: &str,
     free: bool,
@@ -69,10 +131,15 @@ pub fn place_key(
         None => (if free { Tier::Free } else { Tier::Budgeted }, 0, 0, false),
         Some(s) => {
             let fs = &s.fair_share;
-            match fs.place(account, user) {
-                Some(leaf) => (
-                    if free { Tier::Free } else { leaf.tier },
-                    leaf.rank,
+            // `priority_place` is Fair-Tree's place for an order of another snapshot.
+            let found = match order {
+                Some(o) => o.priority_place(fs, account, user),
+                None => fs.place(account, user).map(|l| (l.tier, l.rank)),
+            };
+            match found {
+                Some((tier, rank)) => (
+                    if free { Tier::Free } else { tier },
+                    rank,
                     fs.num_leaves,
                     true,
                 ),
@@ -103,8 +170,12 @@ pub fn priority_of(p: &Placement, age_secs: i64, nice: u32) -> u32 {
 }
 
 /// Decide tier, rank and priority for a job.
-pub fn decide(snapshot: Option<&PluginSnapshot>, key: &JobKey<'_>) -> Decision {
-    let p = place(snapshot, key);
+pub fn decide(
+    snapshot: Option<&PluginSnapshot>,
+    order: Option<&EntitledOrder>,
+    key: &JobKey<'_>,
+) -> Decision {
+    let p = place(snapshot, order, key);
     Decision {
         parts: priority::priority_parts(p.tier, p.rank, p.num_leaves, key.age_secs),
         rank: p.rank,
@@ -195,28 +266,56 @@ mod tests {
 
     #[test]
     fn no_snapshot_is_fifo_budgeted_and_nonzero() {
-        let old = decide(None, &key("teama", "alice", 600));
-        let young = decide(None, &key("teamb", "bob", 60));
+        let old = decide(None, None, &key("teama", "alice", 600));
+        let young = decide(None, None, &key("teamb", "bob", 60));
         assert_eq!(old.parts.tier, Tier::Budgeted);
         assert!(old.priority > young.priority && young.priority > 0);
         let mut free = key("teama", "alice", 6000);
         free.free_tier = true;
-        assert!(decide(None, &free).priority < young.priority);
+        assert!(decide(None, None, &free).priority < young.priority);
     }
 
     #[test]
     fn lower_usage_ranks_higher_and_over_budget_is_below() {
         let s = snapshot(&[("teama", "alice", 10.0), ("teamb", "bob", 50.0)]);
-        let a = decide(Some(&s), &key("teama", "alice", 0));
-        let b = decide(Some(&s), &key("teamb", "bob", 5000));
+        let a = decide(Some(&s), None, &key("teama", "alice", 0));
+        let b = decide(Some(&s), None, &key("teamb", "bob", 5000));
         assert!(a.placed && b.placed);
         assert!(a.priority > b.priority, "{a:?} {b:?}");
         let s = snapshot(&[("teama", "alice", 150.0), ("teamb", "bob", 50.0)]);
-        let a = decide(Some(&s), &key("teama", "alice", 5000));
+        let a = decide(Some(&s), None, &key("teama", "alice", 5000));
         assert_eq!(a.parts.tier, Tier::OverBudget);
-        let unknown = decide(Some(&s), &key("nosuch", "eve", 5000));
+        let unknown = decide(Some(&s), None, &key("nosuch", "eve", 5000));
         assert!(!unknown.placed);
         assert_eq!(unknown.parts.tier, Tier::OverBudget);
+    }
+
+    #[test]
+    fn an_account_below_its_entitlement_ranks_first_within_its_tier() {
+        // teama's ratio is lower (Fair-Tree puts it first), but it holds more GPUs
+        // than its entitlement (100 GPU-h a week = 0.6 GPUs) and teamb holds none.
+        let s = snapshot(&[("teama", "alice", 10.0), ("teamb", "bob", 50.0)]);
+        let fair_tree_a = decide(Some(&s), None, &key("teama", "alice", 0));
+        let fair_tree_b = decide(Some(&s), None, &key("teamb", "bob", 0));
+        assert!(fair_tree_a.rank < fair_tree_b.rank);
+        let order = entitled_order(&s, [("teama", "alice", 4)], 1000);
+        let a = decide(Some(&s), Some(&order), &key("teama", "alice", 0));
+        let b = decide(Some(&s), Some(&order), &key("teamb", "bob", 0));
+        assert_eq!(
+            (a.parts.tier, b.parts.tier),
+            (Tier::Budgeted, Tier::Budgeted)
+        );
+        assert!(b.rank < a.rank && b.priority > a.priority, "{a:?} {b:?}");
+        // An order of another snapshot falls back to Fair-Tree's rank.
+        let later = snapshot(&[("teama", "alice", 11.0), ("teamb", "bob", 50.0)]);
+        let mut later = later;
+        later.fair_share.at += 1;
+        let stale = decide(Some(&later), Some(&order), &key("teama", "alice", 0));
+        assert_eq!(stale.rank, fair_tree_a.rank);
+        // Free-tier jobs stay free whatever the order says.
+        let mut free = key("teamb", "bob", 0);
+        free.free_tier = true;
+        assert_eq!(decide(Some(&s), Some(&order), &free).parts.tier, Tier::Free);
     }
 
     #[test]

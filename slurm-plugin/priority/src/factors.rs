@@ -120,6 +120,7 @@ pub fn factors_list(state: &State, filter: &Filter, own_lock: bool, now: i64) ->
     };
     let _guard = own_lock.then(|| ctl.job_read_lock());
     let snapshot = state.snapshots.latest();
+    let order = state.order();
     let default_min = default_min_runtime(snapshot.as_deref());
     // SAFETY: list_create with our destructor.
     let list = unsafe { sys::list_create(Some(destroy_factors)) };
@@ -154,7 +155,7 @@ pub fn factors_list(state: &State, filter: &Filter, own_lock: bool, now: i64) ->
         } else {
             // SAFETY: valid record under the lock.
             let v = unsafe { job::view(job, &state.users, default_min) };
-            let d = compute::decide(snapshot.as_deref(), &v.key(now));
+            let d = compute::decide(snapshot.as_deref(), order.as_deref(), &v.key(now));
             f.qos = f64::from(policy_core::priority::tier_base(d.parts.tier));
             f.fs = f64::from(d.parts.rank_level) * f64::from(policy_core::priority::AGE_SPAN);
             f.age = f64::from(d.parts.age_minutes);

@@ -160,7 +160,8 @@ pub unsafe extern "C" fn priority_p_set(last_prio: u32, job: *mut job_record_t) 
         let default_min = pass::default_min_runtime(snap.as_deref());
         // SAFETY: valid record under the job write lock.
         let v = unsafe { job::view(job, &st.users, default_min) };
-        compute::decide(snap.as_deref(), &v.key(unix_now())).priority
+        let order = st.order();
+        compute::decide(snap.as_deref(), order.as_deref(), &v.key(unix_now())).priority
     })
 }
 const _: api::SetFn = priority_p_set;

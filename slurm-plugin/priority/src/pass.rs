@@ -2,9 +2,10 @@
 //! 1. refresh the snapshot from budgetd and log safe-mode transitions
 //!    (`slurm_plugin_common::snapshot`; hard timeouts, no Slurm lock held),
 //! 2. resolve user names recorded as unknown (NSS, no lock held),
-//! 3. under the job write lock: recompute the priority of every pending job and collect
-//!    the runs of pending, running and recently ended jobs whose reported state changed
-//!    since budgetd last acknowledged it ([`PassMemo`]),
+//! 3. under the job write lock: recompute the priority of every pending job (ranked
+//!    entitlement first, from the GPUs the previous pass saw held: `compute`) and
+//!    collect the runs of pending, running and recently ended jobs whose reported
+//!    state changed since budgetd last acknowledged it ([`PassMemo`]),
 //! 4. after unlocking: send those runs to budgetd.
 //!
 //! slurmctld never recalculates priorities on its own (only at submit/update/requeue),
@@ -22,7 +23,7 @@ use slurm_plugin_common::log;
 use slurm_plugin_common::snapshot::{SnapshotFetcher, unix_now};
 use slurm_plugin_common::users::lookup_uid;
 
-use crate::compute;
+use crate::compute::{self, EntitledOrder};
 use crate::job;
 use crate::state::State;
 use crate::sync::{SyncAck, Syncer};
@@ -74,6 +75,8 @@ struct Memo {
     synced_fp: u64,
     /// Pass that last saw the job (older entries are pruned).
     seen: u64,
+    /// GPUs it holds while running (read when its state changes).
+    gpus: u32,
 }
 
 const NO_KEY: u32 = u32::MAX;
@@ -97,6 +100,12 @@ pub struct PassMemo {
     key_ids: HashMap<(String, String, bool), u32>,
     keys: Vec<(String, String, bool)>,
     placements: Vec<compute::Placement>,
+    /// GPUs held per key by running jobs at the last pass, and the holdings the
+    /// current `order` was computed from.
+    held: Vec<u32>,
+    order_held: Vec<u32>,
+    /// The entitlement-first order `placements` follow.
+    order: Option<Arc<EntitledOrder>>,
     pass: u64,
     /// Keeps the snapshot alive, so its address identifies it.
     snap: Option<Arc<PluginSnapshot>>,
@@ -115,7 +124,7 @@ const MAX_KEYS: usize = 200_000;
 
 impl PassMemo {
     /// Start a pass; returns whether every job must be re-read.
-    fn begin(&mut self, snapshot: &Option<Arc<PluginSnapshot>>, users_gen: u64) -> bool {
+    fn begin(&mut self, snapshot: &Option<Arc<PluginSnapshot>>, users_gen: u64, now: i64) -> bool {
         self.pass += 1;
         let mut full = self.force_full
             || self.pass % FULL_CHECK_EVERY == 1
@@ -126,6 +135,7 @@ impl PassMemo {
         if self.keys.len() > MAX_KEYS {
             self.keys.clear();
             self.key_ids.clear();
+            self.held.clear();
             for m in self.jobs.values_mut() {
                 m.key = NO_KEY;
             }
@@ -135,13 +145,27 @@ impl PassMemo {
             (None, None) => self.pass > 1,
             _ => false,
         };
-        if !same {
+        // Holdings move every pass, so the order is recomputed when they or the
+        // snapshot changed: O(distinct keys), not O(jobs).
+        self.held.resize(self.keys.len(), 0);
+        if !same || self.held != self.order_held {
             self.snap.clone_from(snapshot);
             let snap = snapshot.as_deref();
+            self.order = snap.map(|s| {
+                let held = self
+                    .keys
+                    .iter()
+                    .zip(&self.held)
+                    .filter(|((_, _, free), _)| !free)
+                    .map(|((a, u, _), &g)| (a.as_str(), u.as_str(), g));
+                Arc::new(compute::entitled_order(s, held, now))
+            });
+            self.order_held.clone_from(&self.held);
+            let order = self.order.as_deref();
             self.placements = self
                 .keys
                 .iter()
-                .map(|(a, u, f)| compute::place_key(snap, a, u, *f))
+                .map(|(a, u, f)| compute::place_key(snap, order, a, u, *f))
                 .collect();
         }
         self.unacked.clear();
@@ -157,9 +181,15 @@ impl PassMemo {
         }
         let i = self.keys.len() as u32;
         let snap = self.snap.as_deref();
-        self.placements
-            .push(compute::place_key(snap, account, user, free));
+        self.placements.push(compute::place_key(
+            snap,
+            self.order.as_deref(),
+            account,
+            user,
+            free,
+        ));
         self.keys.push(k.clone());
+        self.held.push(0);
         self.key_ids.insert(k, i);
         i
     }
@@ -237,7 +267,10 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
     let snapshot = state.snapshots.latest();
     let default_min = default_min_runtime(snapshot.as_deref());
     let users_gen = state.users.generation();
-    let mut full = memo.begin(&snapshot, users_gen);
+    let mut full = memo.begin(&snapshot, users_gen, unix_now());
+    state.set_order(memo.order.clone());
+    // This pass's holdings, per key, for the next pass's order.
+    let mut held = vec![0u32; memo.keys.len()];
     let mut stats = PassStats::default();
     let mut runs: Vec<JobRun> = Vec::new();
     let collect = cfg.sync_jobs;
@@ -269,9 +302,10 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
                 last_state: u32::MAX,
                 synced_fp: 0,
                 seen: 0,
+                gpus: 0,
             });
-            let check =
-                full || !pending || m.last_state != st || m.key == NO_KEY || dirty.contains(&id);
+            let state_changed = m.last_state != st;
+            let check = full || !pending || state_changed || m.key == NO_KEY || dirty.contains(&id);
             m.last_state = st;
             m.seen = pass;
             let mut key_fp = m.key_fp;
@@ -283,6 +317,21 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
                     let k = v.key(now);
                     m.key = memo.intern(k.account, k.user.unwrap_or(""), k.free_tier);
                     m.key_fp = key_fp;
+                }
+            }
+            if job_state::is_running(st) {
+                if full || state_changed {
+                    // SAFETY: valid record, job write lock held by `guard`.
+                    m.gpus = unsafe { slurm_plugin_common::gpus::job_gpus(job) }.count;
+                }
+                let k = m.key as usize;
+                if k >= held.len() && k < memo.keys.len() {
+                    held.resize(memo.keys.len(), 0);
+                }
+                if let Some(h) = held.get_mut(k)
+                    && !memo.keys[k].2
+                {
+                    *h = h.saturating_add(m.gpus);
                 }
             }
             if pending && job.priority != 0 && job.direct_set_prio == 0 {
@@ -323,6 +372,8 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
         }
         stats.lock_micros = t.elapsed().as_micros();
     }
+    held.resize(memo.keys.len(), 0);
+    memo.held = held;
     stats.runs = runs.len() as u32;
     if collect {
         let t = Instant::now();

@@ -1,7 +1,8 @@
 //! The plugin's process-wide statics, composed from `slurm-plugin-common`'s pieces:
 //! the snapshot cache (and through it safe mode), the uid -> name cache, the settings
 //! (swapped on `scontrol reconfigure`), the background worker handle, and the jobs
-//! `priority_p_set` touched since the last pass.
+//! `priority_p_set` touched since the last pass, and the entitlement-first order the
+//! last pass computed (`compute::entitled_order`).
 //!
 //! Callbacks (`priority_p_set`, `sprio`) only *read* here: one wait-free load of an
 //! `Arc`, no lock that the background thread could hold during I/O.
@@ -9,11 +10,13 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use slurm_plugin_common::settings::Settings;
 use slurm_plugin_common::snapshot::SnapshotCache;
 use slurm_plugin_common::users::UserCache;
 use slurm_plugin_common::worker::Worker;
+
+use crate::compute::EntitledOrder;
 
 /// What safe mode means for priorities (logged when entering it).
 pub const SAFE_MODE_EFFECT: &str =
@@ -31,6 +34,9 @@ pub struct State {
     /// update, requeue and release): the pass re-reads their keys. Both sides run under
     /// the job write lock, so this mutex is never contended.
     dirty: Mutex<Vec<u32>>,
+    /// The order the last pass ranked pending jobs by, so that `priority_p_set`
+    /// (a new or updated job) and `sprio` rank the same way between passes.
+    order: ArcSwapOption<EntitledOrder>,
 }
 
 /// Beyond this many dirty jobs between two passes the pass re-reads every job.
@@ -44,6 +50,7 @@ impl Default for State {
             settings: ArcSwap::from_pointee(Settings::default()),
             worker: Mutex::new(None),
             dirty: Mutex::new(Vec::new()),
+            order: ArcSwapOption::empty(),
         }
     }
 }
@@ -64,6 +71,16 @@ impl State {
     /// Replace the settings (`init`, `priority_p_reconfig`).
     pub fn set_settings(&self, s: Settings) {
         self.settings.store(Arc::new(s));
+    }
+
+    /// The entitlement-first order of the last pass (none before the first one).
+    pub fn order(&self) -> Option<Arc<EntitledOrder>> {
+        self.order.load_full()
+    }
+
+    /// Publish the order a pass ranks by.
+    pub fn set_order(&self, order: Option<Arc<EntitledOrder>>) {
+        self.order.store(order);
     }
 
     /// Note that `priority_p_set` (re)computed `job_id` (O(1), no allocation once warm).
