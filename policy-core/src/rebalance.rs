@@ -134,6 +134,13 @@ pub struct RebalancePolicy {
     /// Priority: within a tier, jobs of sides below their entitled GPUs rank
     /// before the others ([`PreemptState::priority_place`]).
     pub entitled_first: bool,
+    /// Priority only: a job over budget ranks in the budgeted tier when every
+    /// budget-bearing node on its path with a ratio of at least 1 is below
+    /// `1 + band` and holds fewer GPUs than its entitlement (hysteresis on the
+    /// tier boundary, [`PreemptState::priority_place`]); `None`: the tier as
+    /// [`FairShare::place`] says. The preemption rule always reads the tier of
+    /// the snapshot.
+    pub tier_band: Option<f64>,
 }
 
 impl Default for RebalancePolicy {
@@ -148,6 +155,7 @@ impl Default for RebalancePolicy {
             site_max_preemptions: None,
             site_max_lost_gpu_hours: None,
             entitled_first: true,
+            tier_band: None,
         }
     }
 }
@@ -156,7 +164,7 @@ impl Default for RebalancePolicy {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
     #[error(
-        "unknown rebalancing setting {0:?}; known: hysteresis, shortfall_tolerance, lost_budget, max_requeues, over_budget_band, reverse_lock, site_max_preemptions, site_max_lost_gpu_hours, entitled_first"
+        "unknown rebalancing setting {0:?}; known: hysteresis, shortfall_tolerance, lost_budget, max_requeues, over_budget_band, reverse_lock, site_max_preemptions, site_max_lost_gpu_hours, entitled_first, tier_band"
     )]
     UnknownKey(String),
     #[error("{key}: {msg}, got {value:?}")]
@@ -189,6 +197,7 @@ impl RebalancePolicy {
             "shortfall_tolerance" => self.shortfall_tolerance = frac()?,
             "lost_budget" => self.lost_budget = if off { None } else { Some(frac()?) },
             "over_budget_band" => self.over_budget_band = if off { None } else { Some(frac()?) },
+            "tier_band" => self.tier_band = if off { None } else { Some(frac()?) },
             "site_max_lost_gpu_hours" => {
                 self.site_max_lost_gpu_hours = if off { None } else { Some(frac()?) }
             }
@@ -353,6 +362,9 @@ pub struct PreemptState {
     site_lost_gpu_secs: f64,
     /// Per node: leaf rank with entitlement first (inner nodes: their worst leaf).
     order_rank: Vec<u32>,
+    /// Per node: the tier jobs placed there rank in, with the tier band
+    /// applied (empty without a band: the snapshot's tier).
+    band_tier: Vec<Tier>,
 }
 
 /// What the turnover forecast found, per node.
@@ -669,6 +681,7 @@ impl PreemptState {
             site_preemptions: 0,
             site_lost_gpu_secs: 0.0,
             order_rank: Vec::new(),
+            band_tier: Vec::new(),
         };
         let Some(fs) = fs else { return st };
         let window = fs.window_secs.max(1);
@@ -729,6 +742,7 @@ impl PreemptState {
             };
         }
         st.entitled_order(fs);
+        st.band_tiers(fs);
         // History: reverse locks, spent budgets, site totals.
         for h in history {
             if h.at <= now - window || h.at > now {
@@ -903,6 +917,35 @@ impl PreemptState {
         }
     }
 
+    /// Tiers with the band (`tier_band`), top-down in one pass over the nodes
+    /// (parents come before children in [`FairShare::nodes`]): a node stays
+    /// within the band while its parent does and it is either not over budget
+    /// itself (not budget-bearing, or `r < 1`) or over by less than the band
+    /// while holding fewer GPUs than its entitlement. A node within the band
+    /// ranks in the budgeted tier whatever the snapshot's tier.
+    fn band_tiers(&mut self, fs: &FairShare) {
+        self.band_tier = Vec::new();
+        let Some(band) = self.policy.tier_band else {
+            return;
+        };
+        let n = fs.nodes.len();
+        let mut within = vec![false; n];
+        self.band_tier = vec![Tier::OverBudget; n];
+        for (i, node) in fs.nodes.iter().enumerate() {
+            let parent_ok = match node.parent {
+                Some(p) if p < i => within[p],
+                Some(_) => false,
+                None => true,
+            };
+            let s = &self.nodes[i];
+            let own_ok = !node.budget_bearing
+                || node.ratio < 1.0
+                || (node.ratio < 1.0 + band && f64::from(s.held) < s.entitled);
+            within[i] = parent_ok && own_ok;
+            self.band_tier[i] = if within[i] { Tier::Budgeted } else { node.tier };
+        }
+    }
+
     /// Where a pending job of `(account, user)` ranks, as `(tier, rank)` for
     /// [`crate::priority::job_priority`]: its tier as [`FairShare::place`] says,
     /// and with `entitled_first` a rank from a Fair-Tree walk in which siblings
@@ -917,14 +960,26 @@ impl PreemptState {
     /// turnover deliver entitlements, which this rule's forecast counts on.
     /// The tier is kept: an over-budget team (it already received its
     /// allocation in the window) still gets only what budgeted teams leave
-    /// (docs/simulator-results.md measures the variant that promoted it).
+    /// (docs/simulator-results.md measures the variant that promoted it),
+    /// except with a `tier_band`: a job whose over-budget nodes are all over by
+    /// less than the band and below their entitled GPUs ranks in the budgeted
+    /// tier (with the rank it has in the same walk: ranks form one order over
+    /// all leaves, compared only within a tier, so promoting a side needs no
+    /// other rank). Its tier for the preemption rule stays the snapshot's.
     pub fn priority_place(&self, fs: &FairShare, account: &str, user: &str) -> Option<(Tier, u32)> {
         let place = fs.place(account, user)?;
-        if !self.policy.entitled_first || !self.matches(fs) {
+        if !self.matches(fs) {
             return Some((place.tier, place.rank));
         }
+        let tier = match (place.tier, self.band_tier.get(place.node)) {
+            (Tier::OverBudget, Some(&t)) => t,
+            (t, _) => t,
+        };
+        if !self.policy.entitled_first {
+            return Some((tier, place.rank));
+        }
         Some((
-            place.tier,
+            tier,
             self.order_rank
                 .get(place.node)
                 .copied()
@@ -2130,7 +2185,25 @@ mod tests {
         assert_eq!(p.lost_budget, None);
         assert_eq!(p.max_requeues, Some(2));
         assert!(!p.reverse_lock);
+        p.set("tier_band", "0.1").unwrap();
+        assert_eq!(p.tier_band, Some(0.1));
+        p.set("tier_band", "off").unwrap();
+        assert_eq!(p.tier_band, None);
+        p.set("tier_band", " 0.05 ").unwrap();
+        assert_eq!(p.tier_band, Some(0.05));
         let before = p;
+        for bad in ["-0.1", "x", "inf", "NaN", ""] {
+            assert!(
+                matches!(p.set("tier_band", bad), Err(PolicyError::BadValue { .. })),
+                "{bad:?}"
+            );
+        }
+        assert!(
+            p.set("bogus", "1")
+                .unwrap_err()
+                .to_string()
+                .contains("tier_band")
+        );
         assert!(p.set("shortfall_tolerance", "-1").is_err());
         assert!(p.set("bogus", "1").is_err());
         assert!(p.set("max_requeues", "1.5").is_err());
@@ -2179,6 +2252,202 @@ mod tests {
             st.priority_place(&other, "b", "ub"),
             Some((Tier::Budgeted, 1))
         );
+    }
+
+    #[test]
+    fn tier_band_promotes_over_budget_sides_below_their_entitlement() {
+        // 8 GPUs entitled each (1344 GPU-h per window); a holds 12, b holds 4.
+        let alloc = 8.0 * 168.0;
+        let running = [
+            run(1, "a", "ua", 12, 0, 48 * H),
+            run(2, "b", "ub", 4, 0, 48 * H),
+        ];
+        let band = |b: Option<f64>| RebalancePolicy {
+            tier_band: b,
+            ..RebalancePolicy::default()
+        };
+        let place = |fs: &FairShare, running: &[RunningJob<'_>], b: Option<f64>, who: &str| {
+            let st = PreemptState::compute(
+                Some(fs),
+                running.iter().copied(),
+                [],
+                [],
+                Some(16.0),
+                band(b),
+                H,
+            );
+            st.priority_place(fs, who, &format!("u{who}"))
+        };
+        // b at r = 1.05, holding 4 of 8: inside a 0.1 band it ranks in the
+        // budgeted tier, first (below its entitlement, as before).
+        let fs = two(8.0, 100.0, 1.05 * alloc);
+        assert_eq!(fs.place("b", "ub").unwrap().tier, Tier::OverBudget);
+        assert_eq!(
+            place(&fs, &running, Some(0.1), "b"),
+            Some((Tier::Budgeted, 0))
+        );
+        assert_eq!(
+            place(&fs, &running, Some(0.1), "a"),
+            Some((Tier::Budgeted, 1))
+        );
+        // A non-member of b goes with b's account.
+        let st = PreemptState::compute(Some(&fs), running, [], [], Some(16.0), band(Some(0.1)), H);
+        assert_eq!(
+            st.priority_place(&fs, "b", "stranger"),
+            Some((Tier::Budgeted, 0))
+        );
+        // Off (the default): the snapshot's tier, as before.
+        assert_eq!(RebalancePolicy::default().tier_band, None);
+        assert_eq!(place(&fs, &running, None, "b"), Some((Tier::OverBudget, 0)));
+        // A state from another snapshot: Fair-Tree's own place, tier included.
+        let other = FairShare::from_nodes(9, W, fs.nodes.clone());
+        assert_eq!(
+            st.priority_place(&other, "b", "ub"),
+            Some((Tier::OverBudget, 1))
+        );
+        // Band too narrow: r = 1.05 is not below 1 + 0.05; r = 1.1 not below 1.1.
+        assert_eq!(
+            place(&fs, &running, Some(0.05), "b"),
+            Some((Tier::OverBudget, 0))
+        );
+        let at_edge = two(8.0, 100.0, 1.1 * alloc);
+        assert_eq!(
+            place(&at_edge, &running, Some(0.1), "b"),
+            Some((Tier::OverBudget, 0))
+        );
+        assert_eq!(
+            place(&at_edge, &running, Some(0.2), "b"),
+            Some((Tier::Budgeted, 0))
+        );
+        // Holding its entitlement (8 of 8) or more: not promoted.
+        let full = [
+            run(1, "a", "ua", 8, 0, 48 * H),
+            run(2, "b", "ub", 8, 0, 48 * H),
+        ];
+        assert_eq!(
+            place(&fs, &full, Some(0.1), "b"),
+            Some((Tier::OverBudget, 1))
+        );
+        let more = [run(2, "b", "ub", 12, 0, 48 * H)];
+        assert_eq!(
+            place(&fs, &more, Some(0.1), "b"),
+            Some((Tier::OverBudget, 1))
+        );
+        // Without entitled_first the band still sets the tier, the rank is Fair-Tree's.
+        let plain = RebalancePolicy {
+            entitled_first: false,
+            ..band(Some(0.1))
+        };
+        let st = PreemptState::compute(Some(&fs), running, [], [], Some(16.0), plain, H);
+        assert_eq!(st.priority_place(&fs, "b", "ub"), Some((Tier::Budgeted, 1)));
+        // The preemption rule still reads the snapshot's tier: b's jobs do not
+        // preempt as budgeted.
+        let st = PreemptState::compute(
+            Some(&fs),
+            running,
+            [pend(9, "b", "ub", 4)],
+            [],
+            Some(16.0),
+            band(Some(0.1)),
+            H,
+        );
+        let d = decide(
+            &st,
+            Some(&fs),
+            &InFlight::default(),
+            &pend(9, "b", "ub", 4),
+            &running[0],
+            10 * H,
+        );
+        assert_eq!(
+            d,
+            Err(Denied::PreemptorNotBudgeted {
+                tier: Tier::OverBudget
+            })
+        );
+    }
+
+    #[test]
+    fn tier_band_needs_every_over_budget_node_on_the_path() {
+        // Sub-account c under p: both bear budgets. p over by 5%, c over by
+        // 30%: c is outside a 0.1 band, so its jobs are not promoted even
+        // though p is inside it; with c below 1, p alone decides.
+        let tree = TreeSpec {
+            root_allocation_gpu_hours: None,
+            accounts: vec![
+                AccountSpec {
+                    name: "p".into(),
+                    parent: None,
+                    allocation_gpu_hours: 8.0 * 168.0,
+                    overcommit: false,
+                },
+                AccountSpec {
+                    name: "c".into(),
+                    parent: Some("p".into()),
+                    allocation_gpu_hours: 4.0 * 168.0,
+                    overcommit: false,
+                },
+                AccountSpec {
+                    name: "q".into(),
+                    parent: None,
+                    allocation_gpu_hours: 8.0 * 168.0,
+                    overcommit: false,
+                },
+            ],
+            members: vec![
+                MemberSpec {
+                    user: "uc".into(),
+                    account: "c".into(),
+                    allocation_gpu_hours: None,
+                },
+                MemberSpec {
+                    user: "up".into(),
+                    account: "p".into(),
+                    allocation_gpu_hours: None,
+                },
+                MemberSpec {
+                    user: "uq".into(),
+                    account: "q".into(),
+                    allocation_gpu_hours: None,
+                },
+            ],
+        };
+        let fs_with = |c_used: f64, p_used: f64| {
+            let usage: UsageByLeaf = [
+                (("c".to_string(), "uc".to_string()), c_used * 3600.0),
+                (
+                    ("p".to_string(), "up".to_string()),
+                    (p_used - c_used) * 3600.0,
+                ),
+                (("q".to_string(), "uq".to_string()), 100.0 * 3600.0),
+            ]
+            .into_iter()
+            .collect();
+            FairShare::compute(&tree, &usage, 0, W)
+        };
+        let running = [
+            run(1, "c", "uc", 2, 0, 48 * H),
+            run(2, "q", "uq", 14, 0, 48 * H),
+        ];
+        let policy = RebalancePolicy {
+            tier_band: Some(0.1),
+            ..RebalancePolicy::default()
+        };
+        let tier = |fs: &FairShare, who: (&str, &str)| {
+            let st = PreemptState::compute(Some(fs), running, [], [], Some(16.0), policy, H);
+            st.priority_place(fs, who.0, who.1).map(|p| p.0)
+        };
+        let alloc = 8.0 * 168.0;
+        let fs = fs_with(1.3 * 4.0 * 168.0, 1.05 * alloc);
+        assert_eq!(tier(&fs, ("c", "uc")), Some(Tier::OverBudget));
+        assert_eq!(tier(&fs, ("p", "up")), Some(Tier::Budgeted));
+        let fs = fs_with(0.5 * 4.0 * 168.0, 1.05 * alloc);
+        assert_eq!(fs.place("c", "uc").unwrap().tier, Tier::OverBudget);
+        assert_eq!(tier(&fs, ("c", "uc")), Some(Tier::Budgeted));
+        // p past the band: nobody under it is promoted.
+        let fs = fs_with(0.5 * 4.0 * 168.0, 1.2 * alloc);
+        assert_eq!(tier(&fs, ("c", "uc")), Some(Tier::OverBudget));
+        assert_eq!(tier(&fs, ("p", "up")), Some(Tier::OverBudget));
     }
 
     #[test]
@@ -2277,6 +2546,34 @@ mod tests {
                 .map(|(i, _)| st.order_rank[i]).collect();
             ranks.sort_unstable();
             prop_assert_eq!(ranks, (0..fs.num_leaves).collect::<Vec<_>>());
+            // The tier band promotes exactly the over-budget leaves whose every
+            // over-budget node is inside the band and below its entitlement;
+            // the rank is the same walk's.
+            let banded = PreemptState::compute(
+                Some(&fs),
+                (0..jobs.len()).filter(|&i| jobs[i].8).map(as_running),
+                (0..jobs.len()).filter(|&i| !jobs[i].8).map(as_pending),
+                [],
+                Some(64.0),
+                RebalancePolicy { tier_band: Some(tol), ..policy },
+                now,
+            );
+            for (a, u) in &names {
+                let (Some(place), Some((t0, r0)), Some((t1, r1))) =
+                    (fs.place(a, u), st.priority_place(&fs, a, u), banded.priority_place(&fs, a, u))
+                else {
+                    prop_assert!(fs.place(a, u).is_none());
+                    continue;
+                };
+                prop_assert_eq!(t0, place.tier);
+                prop_assert_eq!(r0, r1);
+                let inside = fs.path(place.node).iter().all(|&i| {
+                    let (n, s) = (&fs.nodes[i], &banded.nodes[i]);
+                    !n.budget_bearing || n.ratio < 1.0 || (n.ratio < 1.0 + tol && f64::from(s.held) < s.entitled)
+                });
+                let want = if inside { Tier::Budgeted } else { place.tier };
+                prop_assert_eq!(t1, want);
+            }
             let none = InFlight::default();
             for a in 0..jobs.len() {
                 for b in 0..jobs.len() {
