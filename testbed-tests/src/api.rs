@@ -145,6 +145,12 @@ pub struct Why {
     pub state: RunState,
     pub start: Option<i64>,
     pub end: Option<i64>,
+    /// `budget_protocol::Tier` as text (`budgeted`, `over_budget`, `free`).
+    pub tier: String,
+    /// Global rank of the job's leaf (1 = best).
+    pub rank: Option<u32>,
+    /// The priority budgetd computes, as priority/budget does.
+    pub priority: u32,
     pub preemption: WhyPreemption,
 }
 

@@ -7,7 +7,8 @@
 //! 3. priorities follow budgets without any job update: the team whose running jobs
 //!    burn its budget falls behind the idle team; cutting the idle team's allocation
 //!    to 0 puts its job below within one period; a free-tier job stays below budgeted
-//!    jobs; budgetd knows the running runs;
+//!    jobs; `budgetctl why` orders pending jobs as squeue does; budgetd knows the
+//!    running runs;
 //! 4. budgetd hung (SIGSTOP): safe mode logged once, sbatch still fast; SIGCONT: safe
 //!    mode left, logged once;
 //! 5. usage exactness: for completed, running, cancelled-while-running, requeued and
@@ -230,6 +231,23 @@ fn section_3(c: &mut Checks, tb: &Testbed, j: &Jobs) -> Result<()> {
     c.record(
         "3 teamb overtakes teama as teama's running jobs use its budget",
         Check::that(w.ok).actual(w.describe()).jobs(&[j.ja, j.jb]),
+    );
+    // budgetctl why ranks as the plugin does (entitlement first, then Fair-Tree, from
+    // the GPUs each account holds): teama holds 32 GPUs, above its entitlement.
+    let (wa, wb) = (api.why(j.ja), api.why(j.jb));
+    let (qa, qb) = (s.priority(j.ja)?, s.priority(j.jb)?);
+    c.record(
+        "3 budgetctl why orders the two pending jobs as squeue does (same tier, rank)",
+        Check::that(matches!((&wa, &wb), (Ok(a), Ok(b))
+            if a.tier == b.tier && b.rank < a.rank && b.priority > a.priority && qb > qa))
+        .actual(match (&wa, &wb) {
+            (Ok(a), Ok(b)) => format!(
+                "why: teama job {:?} rank {:?} prio {}, teamb job {:?} rank {:?} prio {}; squeue {qa} vs {qb}",
+                a.tier, a.rank, a.priority, b.tier, b.rank, b.priority
+            ),
+            (Err(e), _) | (_, Err(e)) => e.to_string(),
+        })
+        .jobs(&[j.ja, j.jb]),
     );
     let before = s.priority(j.jb)?;
     let t0 = Instant::now();
