@@ -7,6 +7,7 @@ use budget_protocol::reports::{ImportReport, ShareReport, UsageReport};
 use budget_protocol::time::zone;
 use budget_protocol::tree::AuditEntry;
 use budget_protocol::why::{PreemptPeer, Why};
+use policy_core::Tier;
 use serde_json::Value;
 
 use crate::api::{Api, enc};
@@ -226,9 +227,17 @@ fn why_text(w: &Why) -> String {
             .unwrap_or_default(),
         if w.free_tier { ", free tier" } else { "" },
     );
+    // The rule's tier band: an account over budget by less than the band and below
+    // its entitled GPUs ranks with budgeted jobs (policy_core::rebalance, `tier_band`).
+    let banded = w.tier == Tier::Budgeted && w.path.iter().any(|st| st.tier == Tier::OverBudget);
     o.push_str(&format!(
-        "tier:      {}\nrank:      {} of {} (fair-share factor {})\n",
+        "tier:      {}{}\nrank:      {} of {} (fair-share factor {})\n",
         w.tier.as_str(),
+        if banded {
+            " (over budget by less than the tier band and below its entitled GPUs: ranks with budgeted jobs, preempts no one)"
+        } else {
+            ""
+        },
         opt(w.rank),
         w.num_leaves,
         num(w.fair_share_factor, 3)

@@ -141,6 +141,10 @@ pub struct RebalancePolicy {
     /// [`FairShare::place`] says. The preemption rule always reads the tier of
     /// the snapshot.
     pub tier_band: Option<f64>,
+    /// Priority, with `entitled_first`: among siblings below their entitled
+    /// GPUs, the one holding the smallest share of its entitlement comes first
+    /// (then by ratio); off: by ratio alone.
+    pub share_order: bool,
 }
 
 impl Default for RebalancePolicy {
@@ -155,7 +159,8 @@ impl Default for RebalancePolicy {
             site_max_preemptions: None,
             site_max_lost_gpu_hours: None,
             entitled_first: true,
-            tier_band: None,
+            tier_band: Some(0.1),
+            share_order: true,
         }
     }
 }
@@ -164,7 +169,7 @@ impl Default for RebalancePolicy {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
     #[error(
-        "unknown rebalancing setting {0:?}; known: hysteresis, shortfall_tolerance, lost_budget, max_requeues, over_budget_band, reverse_lock, site_max_preemptions, site_max_lost_gpu_hours, entitled_first, tier_band"
+        "unknown rebalancing setting {0:?}; known: hysteresis, shortfall_tolerance, lost_budget, max_requeues, over_budget_band, reverse_lock, site_max_preemptions, site_max_lost_gpu_hours, entitled_first, tier_band, share_order"
     )]
     UnknownKey(String),
     #[error("{key}: {msg}, got {value:?}")]
@@ -216,16 +221,16 @@ impl RebalancePolicy {
                     self.site_max_preemptions = n;
                 }
             }
-            "reverse_lock" | "entitled_first" => {
+            "reverse_lock" | "entitled_first" | "share_order" => {
                 let on = match v {
                     "on" | "true" | "yes" | "1" => true,
                     "off" | "false" | "no" | "0" => false,
                     _ => return Err(bad("expected on or off")),
                 };
-                if key.trim() == "reverse_lock" {
-                    self.reverse_lock = on;
-                } else {
-                    self.entitled_first = on;
+                match key.trim() {
+                    "reverse_lock" => self.reverse_lock = on,
+                    "entitled_first" => self.entitled_first = on,
+                    _ => self.share_order = on,
                 }
             }
             other => return Err(PolicyError::UnknownKey(other.to_string())),
@@ -885,8 +890,9 @@ impl PreemptState {
     }
 
     /// Leaf ranks with entitlement first: a depth-first walk like Fair-Tree's,
-    /// but siblings below their entitled GPUs come before the others (then by
-    /// ratio, as Fair-Tree orders them).
+    /// but siblings below their entitled GPUs come before the others (smallest
+    /// share of it first with `share_order`, then by ratio, as Fair-Tree orders
+    /// them).
     fn entitled_order(&mut self, fs: &FairShare) {
         let n = fs.nodes.len();
         self.order_rank = vec![0; n];
@@ -894,6 +900,20 @@ impl PreemptState {
             return;
         };
         let under = |i: usize| f64::from(self.nodes[i].held) < self.nodes[i].entitled;
+        // Share of its entitlement a side below it holds, in millionths (0 for the
+        // others, and without `share_order`): serving the side furthest below its
+        // entitlement first spreads what placement cannot give (GPUs idle between
+        // fragments) over the sides in proportion, instead of onto the one whose
+        // ratio happens to be highest.
+        let share_order = self.policy.share_order;
+        let share = |i: usize| -> u64 {
+            let s = &self.nodes[i];
+            if share_order && under(i) && s.entitled > 0.0 {
+                (f64::from(s.held) / s.entitled * 1e6) as u64
+            } else {
+                0
+            }
+        };
         let mut next = 0u32;
         // (node, children visited): post-order gives inner nodes their worst leaf.
         let mut stack = vec![(root, false)];
@@ -910,7 +930,7 @@ impl PreemptState {
             }
             stack.push((i, true));
             let mut sorted: Vec<usize> = kids.clone();
-            sorted.sort_by_key(|&c| (!under(c), fs.nodes[c].sibling_rank, c));
+            sorted.sort_by_key(|&c| (!under(c), share(c), fs.nodes[c].sibling_rank, c));
             for &c in sorted.iter().rev() {
                 stack.push((c, false));
             }
@@ -949,8 +969,9 @@ impl PreemptState {
     /// Where a pending job of `(account, user)` ranks, as `(tier, rank)` for
     /// [`crate::priority::job_priority`]: its tier as [`FairShare::place`] says,
     /// and with `entitled_first` a rank from a Fair-Tree walk in which siblings
-    /// holding fewer GPUs than their entitlement come before the others (then
-    /// by ratio, as Fair-Tree orders them). Without `entitled_first`, or with a
+    /// holding fewer GPUs than their entitlement come before the others (with
+    /// `share_order` the one holding the smallest share of it first; then by
+    /// ratio, as Fair-Tree orders them). Without `entitled_first`, or with a
     /// state from another snapshot: exactly [`FairShare::place`].
     ///
     /// Why: ordering by window ratio alone hands every released GPU to the side
@@ -2211,6 +2232,42 @@ mod tests {
     }
 
     #[test]
+    fn among_teams_below_their_entitlement_the_smallest_share_ranks_first() {
+        // Both below their 8 entitled GPUs; a has the lower ratio (Fair-Tree puts it
+        // first) but holds 6 of 8, b holds 2 of 8: with share_order b comes first.
+        let fs = two(8.0, 100.0, 500.0);
+        let running = [
+            run(1, "a", "ua", 6, 0, 48 * H),
+            run(2, "b", "ub", 2, 0, 48 * H),
+        ];
+        let policy = RebalancePolicy::default();
+        assert!(policy.share_order);
+        let st = PreemptState::compute(Some(&fs), running, [], [], Some(16.0), policy, H);
+        assert_eq!(st.priority_place(&fs, "b", "ub"), Some((Tier::Budgeted, 0)));
+        assert_eq!(st.priority_place(&fs, "a", "ua"), Some((Tier::Budgeted, 1)));
+        // Off: by ratio among the sides below their entitlement.
+        let off = RebalancePolicy {
+            share_order: false,
+            ..policy
+        };
+        let st = PreemptState::compute(Some(&fs), running, [], [], Some(16.0), off, H);
+        assert_eq!(st.priority_place(&fs, "a", "ua"), Some((Tier::Budgeted, 0)));
+        assert_eq!(st.priority_place(&fs, "b", "ub"), Some((Tier::Budgeted, 1)));
+        // A side at its entitlement comes after one below it, whatever the shares.
+        let running = [
+            run(1, "a", "ua", 8, 0, 48 * H),
+            run(2, "b", "ub", 7, 0, 48 * H),
+        ];
+        let st = PreemptState::compute(Some(&fs), running, [], [], Some(16.0), policy, H);
+        assert_eq!(st.priority_place(&fs, "b", "ub"), Some((Tier::Budgeted, 0)));
+        let mut p = RebalancePolicy::default();
+        p.set("share_order", "off").unwrap();
+        assert!(!p.share_order);
+        assert!(p.set("share_order", "maybe").is_err());
+        assert!(!p.share_order);
+    }
+
+    #[test]
     fn teams_below_their_entitlement_rank_first() {
         // b used more of its window (ranks second by ratio) and holds 4 of 8
         // entitled; a holds 12: b's jobs rank first, in their own tier.
@@ -2296,8 +2353,8 @@ mod tests {
             st.priority_place(&fs, "b", "stranger"),
             Some((Tier::Budgeted, 0))
         );
-        // Off (the default): the snapshot's tier, as before.
-        assert_eq!(RebalancePolicy::default().tier_band, None);
+        // Off: the snapshot's tier, as before (the default is 0.1).
+        assert_eq!(RebalancePolicy::default().tier_band, Some(0.1));
         assert_eq!(place(&fs, &running, None, "b"), Some((Tier::OverBudget, 0)));
         // A state from another snapshot: Fair-Tree's own place, tier included.
         let other = FairShare::from_nodes(9, W, fs.nodes.clone());
@@ -2529,7 +2586,7 @@ mod tests {
                 let j = jobs[i];
                 PendingJob { job_id: i as u32, account: &names[i].0, user: &names[i].1, free_tier: j.2, gpus: j.5, leaf: None }
             };
-            let policy = RebalancePolicy { shortfall_tolerance: tol, over_budget_band: band, lost_budget: None, ..RebalancePolicy::default() };
+            let policy = RebalancePolicy { shortfall_tolerance: tol, over_budget_band: band, lost_budget: None, tier_band: None, ..RebalancePolicy::default() };
             let st = PreemptState::compute(
                 Some(&fs),
                 (0..jobs.len()).filter(|&i| jobs[i].8).map(as_running),
