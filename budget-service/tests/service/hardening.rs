@@ -441,3 +441,44 @@ fn one_job_that_cannot_be_requeued_does_not_stop_the_drain_pass() {
         "budgetd log:\n{log}"
     );
 }
+
+#[test]
+fn the_snapshot_carries_the_gpus_of_the_nodes_that_can_run_jobs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let slurm = dir.path().join("slurm");
+    std::fs::create_dir(&slurm).expect("slurm dir");
+    // 4 + 4 GPUs up; n3's 8 are down, n4 has none.
+    std::fs::write(
+        slurm.join("nodes"),
+        "n1 gpu:4 IDLE\nn2 gpu:a100:2(S:0),gpu:v100:2(S:1) ALLOCATED\n\
+         n3 gpu:8 DOWN+NOT_RESPONDING\nn4 (null) IDLE\n",
+    )
+    .expect("nodes");
+    let d = Daemon::start_fake_slurm(
+        &dir.path().join("budget.db"),
+        &dir.path().join("budgetd.sock"),
+        &slurm,
+        &dir.path().join("budgetd.log"),
+    );
+    let c = d.client();
+    // budgetd reads Slurm at start, then once a minute: the first snapshots
+    // may come before the first read (no count: the old behaviour).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let snap = loop {
+        let (s, b) = call(&c, "GET", "/v1/snapshot", None);
+        assert_eq!(s, 200, "{b}");
+        if !b["cluster_gpus"].is_null() {
+            break b;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no cluster_gpus in the snapshot: {b}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(snap["cluster_gpus"], 8, "{snap}");
+    let version = snap["version"].as_str().expect("version");
+    assert!(version.ends_with("-8"), "{version}");
+    let log = std::fs::read_to_string(dir.path().join("budgetd.log")).expect("log");
+    assert!(log.contains("cluster GPUs"), "budgetd log:\n{log}");
+}
