@@ -19,6 +19,8 @@ use crate::state::AppState;
 
 /// How often the count is read again.
 pub const REFRESH: Duration = Duration::from_secs(60);
+/// How soon a failed read is tried again (budgetd may start before slurmctld).
+pub const RETRY: Duration = Duration::from_secs(5);
 
 /// GPUs of the nodes that count toward the capacity; `None` when that is 0.
 pub fn cluster_gpus(nodes: &BTreeMap<String, NodeInfo>) -> Option<u32> {
@@ -55,6 +57,11 @@ impl Tracker {
         }
     }
 
+    /// Whether the last read failed.
+    pub fn failing(&self) -> bool {
+        self.last_error.is_some()
+    }
+
     fn failed(&mut self, msg: String) -> (Option<u32>, Option<String>) {
         let log = (self.last_error.as_deref() != Some(msg.as_str())).then(|| msg.clone());
         self.last_error = Some(msg);
@@ -62,14 +69,12 @@ impl Tracker {
     }
 }
 
-/// Starts the refresh: a read at once, then one every [`REFRESH`].
+/// Starts the refresh: a read at once, then one every [`REFRESH`] ([`RETRY`]
+/// after a failed one).
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tracker = Tracker::default();
-        let mut tick = tokio::time::interval(REFRESH);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
             let before = state.cluster_gpus();
             let (gpus, log) = tracker.update(scontrol::show_nodes().await);
             if let Some(msg) = log {
@@ -79,6 +84,7 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                 tracing::info!(cluster_gpus = ?gpus, was = ?before, "cluster GPUs");
                 state.set_cluster_gpus(gpus);
             }
+            tokio::time::sleep(if tracker.failing() { RETRY } else { REFRESH }).await;
         }
     })
 }
@@ -95,6 +101,7 @@ mod tests {
             "NodeName=a Gres=gpu:4 State=IDLE\nNodeName=b Gres=gpu:a100:4(S:0-1) State=MIXED+DRAIN\nNodeName=c Gres=gpu:2,shard:8 State=ALLOCATED",
         );
         assert_eq!(t.update(Ok(nodes)), (Some(6), None));
+        assert!(!t.failing());
         let fail = || SlurmError::Failed {
             cmd: "scontrol show node -o".into(),
             stderr: "slurm_load_node error: Unable to contact slurm controller".into(),
@@ -104,6 +111,7 @@ mod tests {
         assert!(log.is_some_and(|m| m.contains("Unable to contact")));
         // The same failure again: still the last count, not logged again.
         assert_eq!(t.update(Err(fail())), (Some(6), None));
+        assert!(t.failing());
         // Output without any node is a failed read too.
         let (gpus, log) = t.update(Ok(parse_nodes("garbage\n")));
         assert_eq!(gpus, Some(6));
