@@ -199,6 +199,7 @@ fn main() -> anyhow::Result<()> {
             weights: store.weights().clone(),
             fair_share: store.fair_share(T),
             drains: Vec::new(),
+            cluster_gpus: None,
         };
         let body = serde_json::to_vec(&snapshot)?;
         times.push(t0.elapsed());

@@ -31,6 +31,7 @@
 pub mod api;
 pub mod auth;
 pub mod backup;
+pub mod capacity;
 pub mod clock;
 pub mod config;
 pub mod db;

@@ -8,9 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use budget_protocol::RunState;
 use budget_protocol::reports::{ShareReport, ShareRow, UsageReport, UsageRow};
 use budget_protocol::why::{PathStep, PreemptPeer, Why};
+use budget_protocol::{PluginSnapshot, RunState};
 use policy_core::FairShare;
 use policy_core::fairshare::{NodeKind, Tier};
 use policy_core::preempt;
@@ -209,17 +209,18 @@ fn wire_reason(fs: &FairShare, a: &rebalance::Allowed, victim: &RunRecord) -> pr
     }
 }
 
-/// Explains the latest run of a job at `now` with the given fair share.
-/// `visible` says which other jobs the caller may see: the peers listed
+/// Explains the latest run of a job at `now` with the given snapshot (its fair
+/// share, and its cluster capacity as `preempt/budget` takes it). `visible` says which other jobs the caller may see: the peers listed
 /// (jobs this one could preempt or be preempted by) are only those, so a
 /// user's `why` never lists other users' jobs cluster-wide.
 pub fn why(
     store: &Store,
-    fs: &FairShare,
+    snap: &PluginSnapshot,
     job: &RunRecord,
     now: i64,
     visible: &dyn Fn(&RunRecord) -> bool,
 ) -> Why {
+    let fs = &snap.fair_share;
     // The cost-aware rule, with the inputs `preempt/budget` has: every running
     // run (time limits, requeues, checkpoints as the controller synced them),
     // every pending one, and the rebalancing preemptions of the window.
@@ -238,7 +239,7 @@ pub fn why(
             victim_user: &h.user,
             lost_gpu_secs: h.gpu_hours * 3600.0,
         }),
-        None,
+        snap.capacity_gpus(),
         store.policy().rebalance(),
         now,
     );

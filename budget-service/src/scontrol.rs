@@ -258,11 +258,32 @@ pub struct NodeInfo {
     /// e.g. `MIXED+DRAIN`, `IDLE+DRAIN` (shown as DRAINED by sinfo), `ALLOCATED`.
     pub state: String,
     pub reason: Option<String>,
+    /// GPUs the node offers (its `Gres=`, read by [`policy_core::tres::node_gpus`]);
+    /// 0 when it names none.
+    pub gpus: u32,
 }
 
 impl NodeInfo {
     pub fn draining(&self) -> bool {
         self.state.split('+').any(|s| s == "DRAIN")
+    }
+
+    /// Whether the node's GPUs count in the cluster's capacity (what the
+    /// entitlements share): not when it cannot take jobs for a while that
+    /// Slurm does not end by itself: `DOWN`, `FUTURE` (configured, not yet
+    /// there), `INVAL` (registered with less than configured), and the flags
+    /// `DRAIN` (drained or draining, by an admin or `budgetctl drain`) and
+    /// `FAIL` (failing). A node that is only busy, reserved (`MAINT`,
+    /// `RESERVED`), powered down by power saving (`CLOUD`, `POWERED_DOWN`:
+    /// Slurm resumes it on demand), rebooting, briefly `NOT_RESPONDING` or not
+    /// yet registered after a controller restart (`UNKNOWN`) still counts: its
+    /// GPUs come back without anyone acting, and the entitlements must not
+    /// swing with them.
+    pub fn counts_toward_capacity(&self) -> bool {
+        let mut flags = self.state.split('+');
+        let base = flags.next().unwrap_or("");
+        !matches!(base, "DOWN" | "FUTURE" | "INVAL")
+            && !flags.any(|f| matches!(f, "DRAIN" | "FAIL" | "INVAL" | "DOWN"))
     }
 }
 
@@ -279,6 +300,7 @@ pub fn parse_nodes(text: &str) -> BTreeMap<String, NodeInfo> {
                     name,
                     state: get("State").unwrap_or_default(),
                     reason: get("Reason").filter(|r| !r.is_empty() && r != "(null)"),
+                    gpus: get("Gres").map_or(0, |g| policy_core::tres::node_gpus(&g)),
                 },
             );
         }
@@ -420,5 +442,51 @@ pub(crate) mod tests {
         );
         assert!(nodes["gpu1"].draining() && !nodes["gpu3"].draining());
         assert_eq!(nodes["gpu3"].reason, None);
+    }
+
+    #[test]
+    fn reads_node_gpus_and_which_nodes_count() {
+        let nodes = parse_nodes(
+            "NodeName=a Arch=x86_64 CoresPerSocket=8 Gres=gpu:4 NodeAddr=a State=IDLE Reason=(null)\n\
+             NodeName=b Gres=gpu:a100:4(S:0-1) State=MIXED\n\
+             NodeName=c Gres=gpu:a100:2(S:0),gpu:v100:2(S:1) State=ALLOCATED+COMPLETING\n\
+             NodeName=d Gres=(null) State=IDLE\n\
+             NodeName=e State=IDLE\n\
+             NodeName=f Gres=gpu:8 State=DOWN+NOT_RESPONDING Reason=dead [root@1]\n\
+             NodeName=g Gres=gpu:8 State=IDLE+DRAIN Reason=budget: fan [root@1]\n\
+             NodeName=h Gres=gpu:8 State=MIXED+DRAIN\n\
+             NodeName=i Gres=gpu:8 State=FUTURE\n\
+             NodeName=j Gres=gpu:8 State=MIXED+FAIL\n\
+             NodeName=k Gres=gpu:8 State=IDLE+CLOUD+POWERED_DOWN\n\
+             NodeName=l Gres=gpu:8 State=IDLE+MAINT+RESERVED\n\
+             NodeName=m Gres=gpu:8 State=UNKNOWN\n\
+             NodeName=n Gres=gpu:8 State=IDLE+INVAL\n\
+             NodeName=o Gres=gpu:garbage:x(((( State=IDLE\n\
+             not a node line at all\n",
+        );
+        let gpus: Vec<(&str, u32, bool)> = nodes
+            .values()
+            .map(|n| (n.name.as_str(), n.gpus, n.counts_toward_capacity()))
+            .collect();
+        assert_eq!(
+            gpus,
+            [
+                ("a", 4, true),
+                ("b", 4, true),
+                ("c", 4, true),
+                ("d", 0, true),
+                ("e", 0, true),
+                ("f", 8, false),
+                ("g", 8, false),
+                ("h", 8, false),
+                ("i", 8, false),
+                ("j", 8, false),
+                ("k", 8, true),
+                ("l", 8, true),
+                ("m", 8, true),
+                ("n", 8, false),
+                ("o", 1, true),
+            ]
+        );
     }
 }

@@ -120,7 +120,13 @@ pub struct Inner {
     /// by `budgetctl undrain` drained again 0.1 s later). A tokio mutex: it is held
     /// across `scontrol`/`squeue` awaits.
     pub drain_ops: tokio::sync::Mutex<()>,
+    /// The cluster's GPUs as [`crate::capacity`] last read them from Slurm
+    /// ([`NO_GPUS_KNOWN`]: unknown), published as the snapshot's `cluster_gpus`.
+    cluster_gpus: AtomicU64,
 }
+
+/// [`Inner`]'s `cluster_gpus` before Slurm was read.
+const NO_GPUS_KNOWN: u64 = u64::MAX;
 
 /// Cheap-to-clone handle given to every handler.
 #[derive(Debug, Clone)]
@@ -161,7 +167,20 @@ impl AppState {
             started_at: crate::clock::now(),
             plugin_fetches: Mutex::new(BTreeMap::new()),
             drain_ops: tokio::sync::Mutex::new(()),
+            cluster_gpus: AtomicU64::new(NO_GPUS_KNOWN),
         }))
+    }
+
+    /// The cluster's GPUs as last read from Slurm (`None`: unknown).
+    pub fn cluster_gpus(&self) -> Option<u32> {
+        u32::try_from(self.cluster_gpus.load(Ordering::SeqCst)).ok()
+    }
+
+    /// Sets the cluster's GPUs; the next snapshot carries them (a cached
+    /// snapshot with another count is no longer served).
+    pub fn set_cluster_gpus(&self, gpus: Option<u32>) {
+        self.cluster_gpus
+            .store(gpus.map_or(NO_GPUS_KNOWN, u64::from), Ordering::SeqCst);
     }
 
     /// Runs `f` with the store on the blocking pool, after any controller
@@ -283,20 +302,31 @@ impl AppState {
         if let Some(c) = cache.as_ref() {
             let fresh = now - c.snapshot.generated_at < self.config.snapshot_refresh_secs
                 && now >= c.snapshot.generated_at;
-            if fresh && c.generation == self.generation.load(Ordering::SeqCst) {
+            if fresh
+                && c.generation == self.generation.load(Ordering::SeqCst)
+                && c.snapshot.cluster_gpus == self.cluster_gpus()
+            {
                 return Ok(c.clone());
             }
         }
+        let cluster_gpus = self.cluster_gpus();
         let computed = self
             .with_store_controller(move |s| {
                 let generation = s.generation();
+                // The count is in the version: a count read again within the
+                // same second and generation still changes the ETag.
+                let version = match cluster_gpus {
+                    Some(n) => format!("{generation}-{now}-{n}"),
+                    None => format!("{generation}-{now}"),
+                };
                 let snapshot = PluginSnapshot {
-                    version: format!("{generation}-{now}"),
+                    version,
                     generated_at: now,
                     policy: s.policy().clone(),
                     weights: s.weights().clone(),
                     fair_share: s.fair_share(now),
                     drains: crate::drains::snapshot_drains(s),
+                    cluster_gpus,
                 };
                 let body = Bytes::from(serde_json::to_vec(&snapshot)?);
                 Ok(CachedSnapshot {

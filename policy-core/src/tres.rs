@@ -50,6 +50,25 @@ pub fn gpus(s: &str) -> Option<GpuRequest<'_>> {
     found
 }
 
+/// GPUs a node offers, from its `Gres=` as `scontrol show node` prints it:
+/// `gpu:4`, `gpu:a100:4(S:0-1)`, `gpu:a100:2(S:0),gpu:v100:2(S:1)`, `gpu:h100:8,shard:16`,
+/// `(null)`. The parenthesized socket or index lists (whose commas are not item
+/// separators) are dropped, then the items are read as [`gpus`] reads a request.
+/// 0 when it names no GPU (`(null)`, empty, only other GRES, unreadable text).
+pub fn node_gpus(gres: &str) -> u32 {
+    let mut plain = String::with_capacity(gres.len());
+    let mut depth = 0usize;
+    for c in gres.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    gpus(&plain).map_or(0, |g| g.count)
+}
+
 /// GPUs of a job from its per-job request, else its per-node request times `nodes`
 /// (how `scontrol show job` and the job record both carry them). 0 when neither
 /// names a GPU.
@@ -77,6 +96,25 @@ mod tests {
 
     fn g(count: u32, gpu_type: Option<&str>) -> Option<GpuRequest<'_>> {
         Some(GpuRequest { count, gpu_type })
+    }
+
+    #[test]
+    fn node_gres() {
+        assert_eq!(node_gpus("gpu:4"), 4);
+        assert_eq!(node_gpus("gpu:a100:4(S:0-1)"), 4);
+        assert_eq!(node_gpus("gpu:a100:2,gpu:v100:2"), 4);
+        assert_eq!(node_gpus("gpu:a100:2(S:0,1),gpu:v100:2(S:1)"), 4);
+        assert_eq!(node_gpus("gpu:h100:8(S:0-1),shard:h100:32(S:0-1)"), 8);
+        assert_eq!(node_gpus("gpu:a100:4(IDX:0-3)"), 4);
+        assert_eq!(node_gpus("(null)"), 0);
+        assert_eq!(node_gpus(""), 0);
+        assert_eq!(node_gpus("mps:400"), 0);
+        assert_eq!(node_gpus("gpu:0"), 0);
+        // Garbage never panics: unbalanced parentheses, overflow saturates.
+        assert_eq!(node_gpus("gpu:2)(S:0"), 2);
+        assert_eq!(node_gpus("))gpu:3"), 3);
+        assert_eq!(node_gpus("gpu:4000000000,gpu:4000000000"), u32::MAX);
+        assert_eq!(node_gpus("\u{0}::,,=(("), 0);
     }
 
     #[test]
@@ -122,6 +160,12 @@ mod tests {
             items.insert(items.len() / 2, format!("gres/shard:{other}"));
             let total: u32 = counts.iter().sum();
             prop_assert_eq!(gpus(&items.join(",")).map(|g| g.count), Some(total));
+        }
+
+        /// Any `Gres=` text reads as a count (no panic).
+        #[test]
+        fn node_gres_any_text(s in "\\PC*") {
+            let _ = node_gpus(&s);
         }
     }
 }

@@ -130,6 +130,22 @@ pub struct PluginSnapshot {
     pub fair_share: FairShare,
     #[serde(default)]
     pub drains: Vec<DrainSpec>,
+    /// GPUs of the nodes that can run jobs, as budgetd last read them from
+    /// Slurm (`scontrol show node`); `None`: unknown (budgetd has not read
+    /// them yet, or found none). The cost-aware rule's cluster capacity: a
+    /// site whose top-level allocations exceed it has every entitlement scaled
+    /// down to fit, as the simulator computes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_gpus: Option<u32>,
+}
+
+impl PluginSnapshot {
+    /// The cluster capacity the cost-aware rule takes
+    /// (`PreemptState::compute`'s `capacity_gpus`): [`PluginSnapshot::cluster_gpus`],
+    /// `None` when unknown or 0 (then the top-level allocations stand as they are).
+    pub fn capacity_gpus(&self) -> Option<f64> {
+        self.cluster_gpus.filter(|&n| n > 0).map(f64::from)
+    }
 }
 
 /// Slurm-side state of a job run, as the plugin sees it.

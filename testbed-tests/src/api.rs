@@ -217,6 +217,12 @@ impl Budgetd {
             .map_err(|e| api_error("PATCH", path, e))
     }
 
+    /// The plugins' snapshot (`GET /v1/snapshot`: the suites run as budgetd's own
+    /// user, which budgetd serves as the controller).
+    pub fn snapshot(&self) -> Result<budget_protocol::PluginSnapshot> {
+        self.get(budget_protocol::SNAPSHOT_PATH)
+    }
+
     /// Whether budgetd answers `GET /v1/health`.
     pub fn healthy(&self) -> bool {
         self.get::<IgnoredAny>("/v1/health").is_ok()

@@ -255,7 +255,7 @@ pub async fn why(
         if !sees(job) {
             return Err(caller.refuse(&st2, &format!("explain job {job_id}")));
         }
-        let mut why = report::why(s, &snap.snapshot.fair_share, job, t, &sees);
+        let mut why = report::why(s, &snap.snapshot, job, t, &sees);
         why.idle = crate::idle::job_flag(s, job_id, t, st2.config.agent_stale_secs);
         Ok(Json(why))
     })

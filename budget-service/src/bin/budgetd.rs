@@ -99,8 +99,11 @@ fn main() -> anyhow::Result<()> {
         tracing::info!(socket = %args.socket.display(), tcp = ?tcp.as_ref().and_then(|l| l.local_addr().ok()), "budgetd listening");
         // Drains (docs/design.md §7): requeue jobs on drained nodes as their contracts allow.
         let drainer = budget_service::drain_worker::spawn(state.clone());
+        // The cluster's GPUs, for the snapshot's `cluster_gpus` (read once a minute).
+        let capacity = budget_service::capacity::spawn(state.clone());
         run(state, Listeners { unix: Some(unix), tcp }, shutdown_signal()).await?;
         drainer.abort();
+        capacity.abort();
         let _ = std::fs::remove_file(&args.socket);
         tracing::info!("budgetd stopped");
         anyhow::Ok(())

@@ -441,3 +441,106 @@ fn one_job_that_cannot_be_requeued_does_not_stop_the_drain_pass() {
         "budgetd log:\n{log}"
     );
 }
+
+#[test]
+fn the_snapshot_carries_the_gpus_of_the_nodes_that_can_run_jobs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let slurm = dir.path().join("slurm");
+    std::fs::create_dir(&slurm).expect("slurm dir");
+    // 4 + 4 GPUs up; n3's 8 are down, n4 has none.
+    std::fs::write(
+        slurm.join("nodes"),
+        "n1 gpu:4 IDLE\nn2 gpu:a100:2(S:0),gpu:v100:2(S:1) ALLOCATED\n\
+         n3 gpu:8 DOWN+NOT_RESPONDING\nn4 (null) IDLE\n",
+    )
+    .expect("nodes");
+    let d = Daemon::start_fake_slurm(
+        &dir.path().join("budget.db"),
+        &dir.path().join("budgetd.sock"),
+        &slurm,
+        &dir.path().join("budgetd.log"),
+    );
+    let c = d.client();
+    // budgetd reads Slurm at start, then once a minute: the first snapshots
+    // may come before the first read (no count: the old behaviour).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let snap = loop {
+        let (s, b) = call(&c, "GET", "/v1/snapshot", None);
+        assert_eq!(s, 200, "{b}");
+        if !b["cluster_gpus"].is_null() {
+            break b;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no cluster_gpus in the snapshot: {b}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(snap["cluster_gpus"], 8, "{snap}");
+    let version = snap["version"].as_str().expect("version");
+    assert!(version.ends_with("-8"), "{version}");
+    let log = std::fs::read_to_string(dir.path().join("budgetd.log")).expect("log");
+    assert!(log.contains("cluster GPUs"), "budgetd log:\n{log}");
+
+    // `why` ranks as the plugins do, with that capacity: teama and teamb are
+    // allocated 8 GPUs each (16 on a cluster of 8: 4 each). teama holds 6 and
+    // has the lower ratio; teamb holds none (its ratio from an ended run).
+    // By the allocations as they are both would be below their 8 and teama
+    // would rank first; scaled, teama is above its 4 and teamb ranks first.
+    let (a, b) = overcommitted_whys(&c);
+    // Fair-Tree alone puts teamb second (its path's rank) ...
+    assert_eq!(b["path"][1]["node"], "teamb", "{b}");
+    assert_eq!(b["path"][1]["rank"], 2, "{b}");
+    // ... the entitlement-first rank, scaled to the cluster, puts it first.
+    assert_eq!(
+        (b["rank"].clone(), a["rank"].clone()),
+        (json!(1), json!(2)),
+        "{a}\n{b}"
+    );
+}
+
+/// teama and teamb allocated 8 GPUs each; teama (lower ratio) runs job 11 on 6
+/// GPUs, teamb (its ratio from an ended run) waits with job 21: `why` of 11 and 21.
+fn overcommitted_whys(c: &budget_client::Client) -> (serde_json::Value, serde_json::Value) {
+    add_account(c, "teama", None, 8.0 * 168.0);
+    add_account(c, "teamb", None, 8.0 * 168.0);
+    add_member(c, "alice", "teama");
+    add_member(c, "bob", "teamb");
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    let runs = json!([
+        {"job_id": 11, "run": 0, "account": "teama", "user": "alice", "gpus": 6, "state": "running", "start": t - 60},
+        {"job_id": 20, "run": 0, "account": "teamb", "user": "bob", "gpus": 4, "state": "ended", "start": t - 3 * 3600, "end": t - 2 * 3600},
+        {"job_id": 21, "run": 0, "account": "teamb", "user": "bob", "gpus": 4, "state": "pending"},
+    ]);
+    let (s, b) = call(
+        c,
+        "POST",
+        "/v1/sync/jobs",
+        Some(&json!({"collected_at": t, "runs": runs})),
+    );
+    assert_eq!(s, 200, "{b}");
+    let (s, a) = call(c, "GET", "/v1/jobs/11/why", None);
+    assert_eq!(s, 200, "{a}");
+    let (s, b) = call(c, "GET", "/v1/jobs/21/why", None);
+    assert_eq!(s, 200, "{b}");
+    (a, b)
+}
+
+#[test]
+fn without_a_cluster_count_why_ranks_by_the_allocations_as_they_are() {
+    // The in-process budgetd reads no Slurm: no cluster_gpus, both teams are
+    // below their 8 GPUs and Fair-Tree's order stands (teama first).
+    let s = start();
+    let c = s.unix();
+    let (_, snap) = call(&c, "GET", "/v1/snapshot", None);
+    assert!(snap["cluster_gpus"].is_null(), "{snap}");
+    let (a, b) = overcommitted_whys(&c);
+    assert_eq!(
+        (b["rank"].clone(), a["rank"].clone()),
+        (json!(2), json!(1)),
+        "{a}\n{b}"
+    );
+}

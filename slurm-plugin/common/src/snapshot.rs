@@ -415,6 +415,7 @@ mod tests {
             weights: GpuWeights::default(),
             fair_share: fs,
             drains: vec![],
+            cluster_gpus: None,
         }
     }
 

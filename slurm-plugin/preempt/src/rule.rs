@@ -76,9 +76,10 @@ impl Period {
                 victim_user: &h.victim_user,
                 lost_gpu_secs: h.lost_gpu_secs,
             }),
-            // The top level's entitlement is its allocations: a site whose
-            // allocations exceed the cluster is scaled by Fair-Tree's ratios anyway.
-            None,
+            // The cluster's GPUs as budgetd read them from Slurm: a site whose
+            // top-level allocations exceed them has its entitlements scaled
+            // down, as the simulator computes them (unknown: the allocations).
+            snapshot.as_ref().and_then(|s| s.capacity_gpus()),
             policy,
             now,
         );
@@ -356,6 +357,7 @@ mod tests {
             weights: GpuWeights::default(),
             fair_share: FairShare::compute(&tree, &usage, 0, W),
             drains,
+            cluster_gpus: None,
         })
     }
 
@@ -545,5 +547,47 @@ mod tests {
         let mut unparsable = victim.clone();
         unparsable.nodes = Some("gpu[2".into());
         assert!(decide(Some(&h), &mut g, &p, &unparsable, 1020).is_err());
+    }
+
+    #[test]
+    fn an_overcommitted_site_scales_entitlements_to_the_snapshots_cluster() {
+        // Allocations of 4 + 4 GPUs on a cluster of 4: each team is entitled to 2.
+        // teamb holds 4 (two 2-GPU jobs), teama waits with one of 2.
+        let mut jobs = vec![
+            job(1, "teamb", "bob", 1000, true),
+            job(2, "teamb", "bob", 1000, true),
+            job(11, "teama", "alice", 0, false),
+        ];
+        for j in &mut jobs {
+            j.gpus = 2;
+        }
+        let unknown = snapshot(10.0, 500.0, vec![], Policy::default());
+        let mut known = (*unknown).clone();
+        known.cluster_gpus = Some(4);
+        let known = Arc::new(known);
+        let teamb = unknown.fair_share.account("teamb").expect("teamb");
+        let entitled = |s: &Arc<PluginSnapshot>| {
+            let h = Period::compute(7, Some(Arc::clone(s)), &jobs, &[], 2000);
+            let side = h.state.side(&s.fair_share, teamb).expect("side");
+            (side.entitled, side.held)
+        };
+        // Without the count (budgetd that has not read Slurm, older budgetd):
+        // the allocations as they are; teamb is within its 4.
+        assert_eq!(entitled(&unknown), (4.0, 4));
+        let h = Period::compute(7, Some(Arc::clone(&unknown)), &jobs, &[], 2000);
+        assert!(matches!(
+            decide(Some(&h), &mut Grants::default(), &jobs[2], &jobs[0], 2000),
+            Err(Denied::VictimSideWithinEntitlement { .. })
+        ));
+        // With it: 2 each, as the simulator computes them; teamb's excess of 2
+        // may be taken for teama.
+        assert_eq!(entitled(&known), (2.0, 4));
+        let h = Period::compute(7, Some(Arc::clone(&known)), &jobs, &[], 2000);
+        let a = decide(Some(&h), &mut Grants::default(), &jobs[2], &jobs[0], 2000);
+        assert!(matches!(a, Ok(Some(Allowed::Rebalance(_)))), "{a:?}");
+        // A count of 0 is no count (never entitles nobody).
+        let mut zero = (*unknown).clone();
+        zero.cluster_gpus = Some(0);
+        assert_eq!(entitled(&Arc::new(zero)), (4.0, 4));
     }
 }

@@ -65,6 +65,7 @@ fn snapshot() -> PluginSnapshot {
         weights: GpuWeights::default(),
         fair_share,
         drains: vec![],
+        cluster_gpus: None,
     }
 }
 

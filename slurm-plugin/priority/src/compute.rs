@@ -50,14 +50,14 @@ pub fn entitled_order<'a>(
                 requeues: 0,
                 leaf: None,
             });
-    // Cluster capacity `None`, as preempt/budget computes its state: the two
-    // plugins must agree on who is below its entitlement.
+    // The snapshot's cluster capacity, as preempt/budget computes its state:
+    // the two plugins must agree on who is below its entitlement.
     PreemptState::compute(
         Some(&snapshot.fair_share),
         running,
         [],
         [],
-        None,
+        snapshot.capacity_gpus(),
         snapshot.policy.rebalance(),
         now,
     )
@@ -261,6 +261,7 @@ mod tests {
             weights: GpuWeights::default(),
             fair_share: fs,
             drains: vec![],
+            cluster_gpus: None,
         }
     }
 
@@ -316,6 +317,27 @@ mod tests {
         let mut free = key("teamb", "bob", 0);
         free.free_tier = true;
         assert_eq!(decide(Some(&s), Some(&order), &free).parts.tier, Tier::Free);
+    }
+
+    #[test]
+    fn an_overcommitted_site_is_entitled_to_the_snapshots_cluster_only() {
+        // Allocations of 100 GPU-h a week each (0.6 GPUs); a cluster of 1 GPU
+        // scales both to 0.5, as preempt/budget and the simulator compute them.
+        let mut s = snapshot(&[("teama", "alice", 10.0), ("teamb", "bob", 50.0)]);
+        let a = s.fair_share.account("teama").expect("teama");
+        let entitled = |s: &PluginSnapshot| {
+            entitled_order(s, [("teama", "alice", 1)], 1000)
+                .side(&s.fair_share, a)
+                .expect("side")
+                .entitled
+        };
+        let own = 100.0 / (policy_core::DEFAULT_WINDOW_SECS as f64 / 3600.0);
+        assert!((entitled(&s) - own).abs() < 1e-9, "{}", entitled(&s));
+        s.cluster_gpus = Some(1);
+        assert!((entitled(&s) - 0.5).abs() < 1e-9, "{}", entitled(&s));
+        // A cluster larger than the allocations raises nobody's entitlement.
+        s.cluster_gpus = Some(64);
+        assert!((entitled(&s) - own).abs() < 1e-9, "{}", entitled(&s));
     }
 
     #[test]

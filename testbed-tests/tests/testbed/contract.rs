@@ -174,6 +174,19 @@ fn scenario(c: &mut Checks, tb: &Testbed, sections: &[u32]) -> Result<()> {
         "job_submit/budget saw the tree and policy {}",
         w.describe()
     ));
+    // budgetd counts the GPUs of the nodes that can run jobs (scontrol show node,
+    // read at start and retried every 5 s until slurmctld answers) and publishes
+    // them in the snapshot: the capacity the plugins scale entitlements to.
+    let total = tb.config().nodes * tb.config().gpus;
+    let mut seen = None;
+    let w = wait_secs(30, || -> Result<bool> {
+        seen = api.snapshot()?.cluster_gpus;
+        Ok(seen.is_some())
+    });
+    c.record(
+        "0 snapshot cluster_gpus = the testbed's GPUs",
+        Check::eq(Some(total), seen).actual(format!("{seen:?} ({})", w.describe())),
+    );
 
     for section in sections {
         let t0 = now();
