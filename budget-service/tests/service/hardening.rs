@@ -483,24 +483,24 @@ fn the_snapshot_carries_the_gpus_of_the_nodes_that_can_run_jobs() {
     assert!(log.contains("cluster GPUs"), "budgetd log:\n{log}");
 
     // `why` ranks as the plugins do, with that capacity: teama and teamb are
-    // allocated 8 GPUs each (16 on a cluster of 8: 4 each). teama holds 6 and
-    // has the lower ratio; teamb holds none (its ratio from an ended run).
-    // By the allocations as they are both would be below their 8 and teama
-    // would rank first; scaled, teama is above its 4 and teamb ranks first.
+    // allocated 8 GPUs each (16 on a cluster of 8: 4 each). teama holds 7 and
+    // has the lower ratio; teamb holds 5 (its ratio higher from an ended run).
+    // Scaled, both are above their 4: Fair-Tree's ratio order, teama first. By
+    // the allocations as they are both would be below their 8 and the smaller
+    // share held (teamb's 5 of 8) would rank first (the test below).
     let (a, b) = overcommitted_whys(&c);
-    // Fair-Tree alone puts teamb second (its path's rank) ...
     assert_eq!(b["path"][1]["node"], "teamb", "{b}");
     assert_eq!(b["path"][1]["rank"], 2, "{b}");
-    // ... the entitlement-first rank, scaled to the cluster, puts it first.
     assert_eq!(
-        (b["rank"].clone(), a["rank"].clone()),
+        (a["rank"].clone(), b["rank"].clone()),
         (json!(1), json!(2)),
         "{a}\n{b}"
     );
 }
 
-/// teama and teamb allocated 8 GPUs each; teama (lower ratio) runs job 11 on 6
-/// GPUs, teamb (its ratio from an ended run) waits with job 21: `why` of 11 and 21.
+/// teama and teamb allocated 8 GPUs each; teama (lower ratio) runs job 11 on 7
+/// GPUs, teamb (its ratio higher from an ended run) runs job 22 on 5 and waits
+/// with job 21: `why` of 11 and 21.
 fn overcommitted_whys(c: &budget_client::Client) -> (serde_json::Value, serde_json::Value) {
     add_account(c, "teama", None, 8.0 * 168.0);
     add_account(c, "teamb", None, 8.0 * 168.0);
@@ -511,7 +511,8 @@ fn overcommitted_whys(c: &budget_client::Client) -> (serde_json::Value, serde_js
         .expect("clock")
         .as_secs() as i64;
     let runs = json!([
-        {"job_id": 11, "run": 0, "account": "teama", "user": "alice", "gpus": 6, "state": "running", "start": t - 60},
+        {"job_id": 11, "run": 0, "account": "teama", "user": "alice", "gpus": 7, "state": "running", "start": t - 60},
+        {"job_id": 22, "run": 0, "account": "teamb", "user": "bob", "gpus": 5, "state": "running", "start": t - 60},
         {"job_id": 20, "run": 0, "account": "teamb", "user": "bob", "gpus": 4, "state": "ended", "start": t - 3 * 3600, "end": t - 2 * 3600},
         {"job_id": 21, "run": 0, "account": "teamb", "user": "bob", "gpus": 4, "state": "pending"},
     ]);
@@ -532,7 +533,7 @@ fn overcommitted_whys(c: &budget_client::Client) -> (serde_json::Value, serde_js
 #[test]
 fn without_a_cluster_count_why_ranks_by_the_allocations_as_they_are() {
     // The in-process budgetd reads no Slurm: no cluster_gpus, both teams are
-    // below their 8 GPUs and Fair-Tree's order stands (teama first).
+    // below their 8 GPUs and the smaller share held ranks first (teamb's 5).
     let s = start();
     let c = s.unix();
     let (_, snap) = call(&c, "GET", "/v1/snapshot", None);
@@ -540,7 +541,7 @@ fn without_a_cluster_count_why_ranks_by_the_allocations_as_they_are() {
     let (a, b) = overcommitted_whys(&c);
     assert_eq!(
         (b["rank"].clone(), a["rank"].clone()),
-        (json!(2), json!(1)),
+        (json!(1), json!(2)),
         "{a}\n{b}"
     );
 }
