@@ -548,7 +548,10 @@ mod tests {
             ]
         );
         assert_eq!(current_submit(sys::JOB_RUNNING, 1, 161), Some(161));
-        assert_eq!(current_submit(sys::JOB_PENDING | sys::JOB_COMPLETING, 0, 50), Some(50));
+        assert_eq!(
+            current_submit(sys::JOB_PENDING | sys::JOB_COMPLETING, 0, 50),
+            Some(50)
+        );
         assert_eq!(current_submit(sys::JOB_PENDING, 0, 0), None);
     }
 
