@@ -169,6 +169,24 @@ pub fn previous_run(
     Some((start, time_last_active))
 }
 
+/// The submit time of a job's current run as reported to budgetd: `None` while it is
+/// not known yet.
+///
+/// A requeue (`_job_requeue_op`, or a failed launch in `job_complete`) bumps
+/// `restart_cnt` and leaves the job PENDING|COMPLETING; the new run's submit time is
+/// set only by `batch_requeue_fini`, once the previous run is done completing. Until
+/// then `details->submit_time` is the previous run's. Reported as the new run's, it
+/// made budgetd store run n under run n-1's submit time and, when the real one came,
+/// a second row of run n beside it (a row is keyed by job, run and submit); the next
+/// live set closed the first as forgotten: an ended run without a start that no later
+/// sync fills in (priority suite, section 6, on a loaded machine). Without a submit
+/// time budgetd stores the run under 0 and adopts the first real one sent.
+pub fn current_submit(job_state: u32, restart_cnt: u16, submit_time: i64) -> Option<i64> {
+    let requeue_window =
+        restart_cnt > 0 && job_state::is_pending(job_state) && job_state::is_completing(job_state);
+    (!requeue_window && submit_time > 0).then_some(submit_time)
+}
+
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
@@ -315,7 +333,7 @@ pub unsafe fn runs_with_gpus(
     let base = JobRun {
         job_id: job.job_id,
         run: u32::from(job.restart_cnt),
-        submit: (v.submit_time > 0).then_some(v.submit_time),
+        submit: current_submit(job.job_state, job.restart_cnt, v.submit_time),
         account: ledger_name(&v.account),
         user: v
             .user
@@ -479,6 +497,62 @@ mod tests {
             assert!(f.len() <= budget_protocol::MAX_RUN_TEXT, "{f}");
             assert!(f.ends_with(budget_protocol::CUT_MARKER), "{f}");
         }
+    }
+
+    #[test]
+    fn a_requeued_run_is_reported_with_its_own_submit_time_only() {
+        use slurm_ffi::sys;
+        // SAFETY: plain C structs; all-zero is an empty record (NULL pointers).
+        let (mut job, mut details): (job_record_t, slurm_ffi::JobDetails) =
+            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        job.job_id = 23;
+        job.account = c"exact".as_ptr().cast_mut();
+        job.user_name = c"alice".as_ptr().cast_mut();
+        job.tres_per_node = c"gres:gpu:1".as_ptr().cast_mut();
+        // Run 0 submitted at 50, started at 100, requeued at 160: restart_cnt is
+        // bumped, the job is PENDING|COMPLETING, and details->submit_time is still
+        // run 0's until batch_requeue_fini.
+        details.submit_time = 50;
+        job.details = &mut details;
+        job.job_state = sys::JOB_PENDING | sys::JOB_COMPLETING;
+        job.restart_cnt = 1;
+        job.start_time = 100;
+        job.time_last_active = 160;
+        let users = UserCache::default();
+        let collect = |job: &job_record_t| {
+            let mut out = Vec::new();
+            // SAFETY: a valid record with literal strings and a live details struct.
+            unsafe { runs_with_gpus(job, &users, 3600, requested_gpus(job), &mut out) };
+            out.iter()
+                .map(|r| (r.run, r.state, r.submit, r.start, r.end))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            collect(&job),
+            vec![
+                (0, RunState::Requeued, None, Some(100), Some(160)),
+                // Not run 0's submit time: budgetd would key run 1 under it.
+                (1, RunState::Pending, None, None, None),
+            ]
+        );
+        // batch_requeue_fini: COMPLETING cleared, start cleared, new submit time.
+        job.job_state = sys::JOB_PENDING;
+        job.start_time = 0;
+        details.submit_time = 161;
+        job.details = &mut details;
+        assert_eq!(
+            collect(&job),
+            vec![
+                (0, RunState::Requeued, None, None, Some(160)),
+                (1, RunState::Pending, Some(161), None, None),
+            ]
+        );
+        assert_eq!(current_submit(sys::JOB_RUNNING, 1, 161), Some(161));
+        assert_eq!(
+            current_submit(sys::JOB_PENDING | sys::JOB_COMPLETING, 0, 50),
+            Some(50)
+        );
+        assert_eq!(current_submit(sys::JOB_PENDING, 0, 0), None);
     }
 
     #[test]

@@ -362,6 +362,8 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
             if let Some(live) = live.as_mut() {
                 // SAFETY: details is NULL or valid under the lock.
                 let submit = unsafe { job.details.as_ref() }.map_or(0, |d| d.submit_time);
+                // 0 (unknown) in a requeue's window, as in the runs (job::current_submit).
+                let submit = job::current_submit(st, job.restart_cnt, submit).unwrap_or(0);
                 live.push((id, submit));
             }
             memo.jobs.insert(id, m);
