@@ -308,8 +308,7 @@ mod tests {
         );
         assert!(b.rank < a.rank && b.priority > a.priority, "{a:?} {b:?}");
         // An order of another snapshot falls back to Fair-Tree's rank.
-        let later = snapshot(&[("teama", "alice", 11.0), ("teamb", "bob", 50.0)]);
-        let mut later = later;
+        let mut later = snapshot(&[("teama", "alice", 11.0), ("teamb", "bob", 50.0)]);
         later.fair_share.at += 1;
         let stale = decide(Some(&later), Some(&order), &key("teama", "alice", 0));
         assert_eq!(stale.rank, fair_tree_a.rank);

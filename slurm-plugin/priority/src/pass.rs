@@ -135,7 +135,6 @@ impl PassMemo {
         if self.keys.len() > MAX_KEYS {
             self.keys.clear();
             self.key_ids.clear();
-            self.held.clear();
             for m in self.jobs.values_mut() {
                 m.key = NO_KEY;
             }
@@ -146,7 +145,9 @@ impl PassMemo {
             _ => false,
         };
         // Holdings move every pass, so the order is recomputed when they or the
-        // snapshot changed: O(distinct keys), not O(jobs).
+        // snapshot changed: O(distinct keys), not O(jobs). `held` has one entry per
+        // key (keys interned since the last pass hold nothing yet; after the
+        // interner started over it is cut back with them).
         self.held.resize(self.keys.len(), 0);
         if !same || self.held != self.order_held {
             self.snap.clone_from(snapshot);
@@ -189,7 +190,6 @@ impl PassMemo {
             free,
         ));
         self.keys.push(k.clone());
-        self.held.push(0);
         self.key_ids.insert(k, i);
         i
     }
@@ -269,7 +269,8 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
     let users_gen = state.users.generation();
     let mut full = memo.begin(&snapshot, users_gen, unix_now());
     state.set_order(memo.order.clone());
-    // This pass's holdings, per key, for the next pass's order.
+    // This pass's holdings, per key, for the next pass's order (grown as keys
+    // are interned during the walk).
     let mut held = vec![0u32; memo.keys.len()];
     let mut stats = PassStats::default();
     let mut runs: Vec<JobRun> = Vec::new();
@@ -325,13 +326,9 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
                     m.gpus = unsafe { slurm_plugin_common::gpus::job_gpus(job) }.count;
                 }
                 let k = m.key as usize;
-                if k >= held.len() && k < memo.keys.len() {
-                    held.resize(memo.keys.len(), 0);
-                }
-                if let Some(h) = held.get_mut(k)
-                    && !memo.keys[k].2
-                {
-                    *h = h.saturating_add(m.gpus);
+                if memo.keys.get(k).is_some_and(|key| !key.2) {
+                    held.resize(held.len().max(k + 1), 0);
+                    held[k] = held[k].saturating_add(m.gpus);
                 }
             }
             if pending && job.priority != 0 && job.direct_set_prio == 0 {
@@ -374,7 +371,6 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
         }
         stats.lock_micros = t.elapsed().as_micros();
     }
-    held.resize(memo.keys.len(), 0);
     memo.held = held;
     stats.runs = runs.len() as u32;
     if collect {
