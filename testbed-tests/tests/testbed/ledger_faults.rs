@@ -184,12 +184,17 @@ fn check_usage_frozen(c: &mut Checks, tb: &Testbed, name: &str, account: &str) -
     Ok(())
 }
 
-fn section_1(c: &mut Checks, tb: &Testbed) -> Result<()> {
-    say("== 1. cold restart, budgetd's database kept: reused job ids (item 7)");
-    let s = tb.slurm();
-    let b1 = s.sbatch(&["-A", "bio", "--gres=gpu:2", "--wrap", "sleep 600"])?;
-    let b2 = s.sbatch(&["-A", "bio", "--gres=gpu:1", "--wrap", "sleep 600"])?;
-    let b3 = s.sbatch(&[
+/// Three `bio` jobs: 2 GPUs running `sleep 600`, 1 GPU running `second`, and 1 GPU
+/// held pending by `--begin`; records `check` once the two run.
+fn two_running_one_pending(
+    c: &mut Checks,
+    s: &Slurm,
+    check: &str,
+    second: &str,
+) -> Result<[JobId; 3]> {
+    let r1 = s.sbatch(&["-A", "bio", "--gres=gpu:2", "--wrap", "sleep 600"])?;
+    let r2 = s.sbatch(&["-A", "bio", "--gres=gpu:1", "--wrap", second])?;
+    let p = s.sbatch(&[
         "-A",
         "bio",
         "--gres=gpu:1",
@@ -197,12 +202,19 @@ fn section_1(c: &mut Checks, tb: &Testbed) -> Result<()> {
         "--wrap",
         "sleep 600",
     ])?;
-    let old = [b1, b2, b3];
-    let w = wait_secs(20, || s.all_in_state("RUNNING", &[b1, b2]));
+    let w = wait_secs(20, || s.all_in_state("RUNNING", &[r1, r2]));
     c.record(
-        "1 two bio jobs running, one pending",
-        Check::that(w.ok).actual(w.describe()).jobs(&old),
+        check,
+        Check::that(w.ok).actual(w.describe()).jobs(&[r1, r2, p]),
     );
+    Ok([r1, r2, p])
+}
+
+fn section_1(c: &mut Checks, tb: &Testbed) -> Result<()> {
+    say("== 1. cold restart, budgetd's database kept: reused job ids (item 7)");
+    let s = tb.slurm();
+    let old = two_running_one_pending(c, s, "1 two bio jobs running, one pending", "sleep 600")?;
+    let [b1, b2, b3] = old;
     let mut old_submit = Vec::new();
     for id in old {
         old_submit.push(submit_of(s, id)?);
@@ -537,23 +549,9 @@ fn section_3(c: &mut Checks, tb: &Testbed) -> Result<()> {
 fn section_4(c: &mut Checks, tb: &Testbed) -> Result<()> {
     say("== 4. budgetd down longer than MinJobAge, then slurmctld restarted (item 12)");
     let s = tb.slurm();
-    let a1 = s.sbatch(&["-A", "bio", "--gres=gpu:2", "--wrap", "sleep 600"])?;
-    // Runs past the kill below (which waits for a live set, up to 13 s).
-    let a2 = s.sbatch(&["-A", "bio", "--gres=gpu:1", "--wrap", "sleep 25"])?;
-    let p1 = s.sbatch(&[
-        "-A",
-        "bio",
-        "--gres=gpu:1",
-        "--begin=now+3600",
-        "--wrap",
-        "sleep 600",
-    ])?;
-    let jobs = [a1, a2, p1];
-    let w = wait_secs(20, || s.all_in_state("RUNNING", &[a1, a2]));
-    c.record(
-        "4 two jobs running, one pending",
-        Check::that(w.ok).actual(w.describe()).jobs(&jobs),
-    );
+    // The second runs past the kill below (which waits for a live set, up to 13 s).
+    let jobs = two_running_one_pending(c, s, "4 two jobs running, one pending", "sleep 25")?;
+    let [a1, a2, p1] = jobs;
     let (ok, got) = wait_rows(tb, &jobs, 10, |rs| {
         let has = |j, st: &str| rs.iter().any(|r| r.job_id == j && r.state == st);
         has(a1, "running") && has(a2, "running") && has(p1, "pending")
