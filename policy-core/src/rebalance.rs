@@ -145,6 +145,16 @@ pub struct RebalancePolicy {
     /// GPUs, the one holding the smallest share of its entitlement comes first
     /// (then by ratio); off: by ratio alone.
     pub share_order: bool,
+    /// Priority only: the tier a pending job ranks in reads each budget-bearing
+    /// node's ratio *projected* this fraction of a window ahead, as if the
+    /// window's usage slid out evenly and the node kept the GPUs it holds now:
+    /// `r + a x (held / entitled - r)`. An account over budget that now holds
+    /// little is about to fall below 1, one catching up with far more GPUs
+    /// than its entitlement is about to pass it: the projection answers the
+    /// window's delay before the ratio does. `None`: the snapshot's ratio. The
+    /// preemption rule always reads the tier of the snapshot. Not a default:
+    /// measured in docs/simulator-results.md ("Choosing the ranking").
+    pub tier_projection: Option<f64>,
 }
 
 impl Default for RebalancePolicy {
@@ -161,6 +171,7 @@ impl Default for RebalancePolicy {
             entitled_first: true,
             tier_band: Some(0.1),
             share_order: true,
+            tier_projection: None,
         }
     }
 }
@@ -169,7 +180,7 @@ impl Default for RebalancePolicy {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
     #[error(
-        "unknown rebalancing setting {0:?}; known: hysteresis, shortfall_tolerance, lost_budget, max_requeues, over_budget_band, reverse_lock, site_max_preemptions, site_max_lost_gpu_hours, entitled_first, tier_band, share_order"
+        "unknown rebalancing setting {0:?}; known: hysteresis, shortfall_tolerance, lost_budget, max_requeues, over_budget_band, reverse_lock, site_max_preemptions, site_max_lost_gpu_hours, entitled_first, tier_band, share_order, tier_projection"
     )]
     UnknownKey(String),
     #[error("{key}: {msg}, got {value:?}")]
@@ -203,6 +214,16 @@ impl RebalancePolicy {
             "lost_budget" => self.lost_budget = if off { None } else { Some(frac()?) },
             "over_budget_band" => self.over_budget_band = if off { None } else { Some(frac()?) },
             "tier_band" => self.tier_band = if off { None } else { Some(frac()?) },
+            "tier_projection" => {
+                self.tier_projection = if off {
+                    None
+                } else {
+                    match frac()? {
+                        a if a <= 1.0 => Some(a),
+                        _ => return Err(bad("expected a fraction of a window, 0 to 1, or none")),
+                    }
+                }
+            }
             "site_max_lost_gpu_hours" => {
                 self.site_max_lost_gpu_hours = if off { None } else { Some(frac()?) }
             }
@@ -942,12 +963,16 @@ impl PreemptState {
     /// within the band while its parent does and it is either not over budget
     /// itself (not budget-bearing, or `r < 1`) or over by less than the band
     /// while holding fewer GPUs than its entitlement. A node within the band
-    /// ranks in the budgeted tier whatever the snapshot's tier.
+    /// ranks in the budgeted tier whatever the snapshot's tier. With
+    /// `tier_projection`, `r` is the projected ratio and a node outside ranks
+    /// over budget whatever the snapshot's tier (both ways).
     fn band_tiers(&mut self, fs: &FairShare) {
         self.band_tier = Vec::new();
-        let Some(band) = self.policy.tier_band else {
+        let projection = self.policy.tier_projection;
+        if self.policy.tier_band.is_none() && projection.is_none() {
             return;
-        };
+        }
+        let band = self.policy.tier_band.unwrap_or(0.0);
         let n = fs.nodes.len();
         let mut within = vec![false; n];
         self.band_tier = vec![Tier::OverBudget; n];
@@ -958,11 +983,24 @@ impl PreemptState {
                 None => true,
             };
             let s = &self.nodes[i];
+            let ratio = match projection {
+                Some(a) if s.entitled > 0.0 && node.ratio.is_finite() => {
+                    node.ratio + a * (f64::from(s.held) / s.entitled - node.ratio)
+                }
+                _ => node.ratio,
+            };
             let own_ok = !node.budget_bearing
-                || node.ratio < 1.0
-                || (node.ratio < 1.0 + band && f64::from(s.held) < s.entitled);
+                || ratio < 1.0
+                || (ratio < 1.0 + band && f64::from(s.held) < s.entitled);
             within[i] = parent_ok && own_ok;
-            self.band_tier[i] = if within[i] { Tier::Budgeted } else { node.tier };
+            self.band_tier[i] = if within[i] {
+                Tier::Budgeted
+            } else if projection.is_some() {
+                // Projected to 1 or more: over budget, whatever the snapshot says.
+                Tier::OverBudget
+            } else {
+                node.tier
+            };
         }
     }
 
@@ -994,6 +1032,7 @@ impl PreemptState {
         }
         let tier = match (place.tier, self.band_tier.get(place.node)) {
             (Tier::OverBudget, Some(&t)) => t,
+            (Tier::Budgeted, Some(&t)) if self.policy.tier_projection.is_some() => t,
             (t, _) => t,
         };
         if !self.policy.entitled_first {
@@ -2422,6 +2461,100 @@ mod tests {
                 tier: Tier::OverBudget
             })
         );
+    }
+
+    #[test]
+    fn tier_projection_ranks_by_the_ratio_a_side_is_heading_for() {
+        // 8 GPUs entitled each (1344 GPU-h per window).
+        let alloc = 8.0 * 168.0;
+        let proj = |a: Option<f64>| RebalancePolicy {
+            tier_band: None,
+            tier_projection: a,
+            ..RebalancePolicy::default()
+        };
+        let place = |fs: &FairShare, running: &[RunningJob<'_>], a: Option<f64>, who: &str| {
+            let st = PreemptState::compute(
+                Some(fs),
+                running.iter().copied(),
+                [],
+                [],
+                Some(16.0),
+                proj(a),
+                H,
+            );
+            st.priority_place(fs, who, &format!("u{who}"))
+        };
+        // b used 1.5 allocations of its window and now holds 2 of 8 GPUs:
+        // projected 0.6 of a window ahead, 1.5 + 0.6 x (0.25 - 1.5) = 0.75.
+        // a is at r = 0.8 holding 14 of 8: 0.8 + 0.6 x (1.75 - 0.8) = 1.37.
+        let running = [
+            run(1, "a", "ua", 14, 0, 48 * H),
+            run(2, "b", "ub", 2, 0, 48 * H),
+        ];
+        let fs = two(8.0, 0.8 * alloc, 1.5 * alloc);
+        assert_eq!(fs.place("a", "ua").unwrap().tier, Tier::Budgeted);
+        assert_eq!(fs.place("b", "ub").unwrap().tier, Tier::OverBudget);
+        assert_eq!(
+            place(&fs, &running, Some(0.6), "b").map(|p| p.0),
+            Some(Tier::Budgeted)
+        );
+        assert_eq!(
+            place(&fs, &running, Some(0.6), "a").map(|p| p.0),
+            Some(Tier::OverBudget)
+        );
+        // A shorter look ahead: b at 1.5 + 0.2 x (0.25 - 1.5) = 1.25 stays over
+        // budget, a at 0.8 + 0.2 x 0.95 = 0.99 stays budgeted.
+        assert_eq!(
+            place(&fs, &running, Some(0.2), "b").map(|p| p.0),
+            Some(Tier::OverBudget)
+        );
+        assert_eq!(
+            place(&fs, &running, Some(0.2), "a").map(|p| p.0),
+            Some(Tier::Budgeted)
+        );
+        // Off (the default): the snapshot's tiers.
+        assert_eq!(RebalancePolicy::default().tier_projection, None);
+        assert_eq!(
+            place(&fs, &running, None, "b").map(|p| p.0),
+            Some(Tier::OverBudget)
+        );
+        assert_eq!(
+            place(&fs, &running, None, "a").map(|p| p.0),
+            Some(Tier::Budgeted)
+        );
+        // The preemption rule reads the snapshot's tier: b does not preempt as budgeted.
+        let st = PreemptState::compute(
+            Some(&fs),
+            running,
+            [pend(9, "b", "ub", 4)],
+            [],
+            Some(16.0),
+            proj(Some(0.6)),
+            H,
+        );
+        let d = decide(
+            &st,
+            Some(&fs),
+            &InFlight::default(),
+            &pend(9, "b", "ub", 4),
+            &running[0],
+            10 * H,
+        );
+        assert_eq!(
+            d,
+            Err(Denied::PreemptorNotBudgeted {
+                tier: Tier::OverBudget
+            })
+        );
+        // Parsing: a fraction of a window.
+        let mut p = RebalancePolicy::default();
+        p.set("tier_projection", "0.6").unwrap();
+        assert_eq!(p.tier_projection, Some(0.6));
+        assert!(p.set("tier_projection", "1.5").is_err());
+        assert!(p.set("tier_projection", "-0.1").is_err());
+        assert_eq!(p.tier_projection, Some(0.6));
+        p.set("tier_projection", "none").unwrap();
+        assert_eq!(p.tier_projection, None);
     }
 
     #[test]
