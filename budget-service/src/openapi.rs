@@ -209,4 +209,32 @@ mod tests {
         }
         assert!(ops > 30, "{ops} operations");
     }
+
+    /// The Policy schema forbids other properties, so a policy field missing
+    /// from it would make every conforming client refuse budgetd's answers.
+    #[test]
+    fn the_policy_schema_names_every_policy_field() {
+        let doc: serde_json::Value =
+            serde_json::from_str(super::DOCUMENT).expect("DOCUMENT is JSON");
+        let schema = &doc["components"]["schemas"]["Policy"];
+        assert_eq!(schema["additionalProperties"], false);
+        let documented: Vec<&String> = schema["properties"]
+            .as_object()
+            .expect("properties")
+            .keys()
+            .collect();
+        // Every optional field set, so each one is serialized.
+        let full = budget_protocol::Policy {
+            site_max_preemptions: Some(1),
+            site_max_lost_gpu_hours: Some(1.0),
+            max_requeues: Some(1),
+            tier_band: Some(0.1),
+            share_order: Some(true),
+            entitled_first: Some(true),
+            ..Default::default()
+        };
+        let value = serde_json::to_value(full).expect("json");
+        let fields: Vec<&String> = value.as_object().expect("object").keys().collect();
+        assert_eq!(documented, fields);
+    }
 }
