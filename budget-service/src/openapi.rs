@@ -37,7 +37,7 @@ pub const DOCUMENT: &str = r##"{
       "Coordinator": { "type": "object", "required": ["user", "account"], "properties": { "user": { "$ref": "#/components/schemas/Name" }, "account": { "type": "string" } }, "additionalProperties": false },
       "Weights": { "type": "object", "properties": { "default": { "type": "number" }, "by_type": { "type": "object", "additionalProperties": { "type": "number" } } } },
       "WeightsPatch": { "type": "object", "properties": { "default": { "type": "number" }, "set": { "type": "object", "additionalProperties": { "type": "number" } } }, "additionalProperties": false },
-      "Policy": { "type": "object", "properties": { "window_secs": { "type": "integer" }, "default_min_runtime_secs": { "type": "integer" }, "max_min_runtime_secs": { "type": "integer" }, "require_min_runtime": { "type": "boolean" }, "hysteresis": { "type": "number" }, "snapshot_max_age_secs": { "type": "integer" }, "idle_threshold_secs": { "type": "integer" }, "site_max_preemptions": { "type": "integer", "nullable": true, "description": "Site cap: rebalancing preemptions per window (absent or null: none)." }, "site_max_lost_gpu_hours": { "type": "number", "nullable": true, "description": "Site cap: GPU-hours lost to rebalancing per window (absent or null: none)." }, "max_requeues": { "type": "integer", "nullable": true, "description": "A job requeued this many times is no longer taken for rebalancing (absent or null: the rule's default, 1)." } }, "additionalProperties": false },
+      "Policy": { "type": "object", "properties": { "window_secs": { "type": "integer" }, "default_min_runtime_secs": { "type": "integer" }, "max_min_runtime_secs": { "type": "integer" }, "require_min_runtime": { "type": "boolean" }, "hysteresis": { "type": "number" }, "snapshot_max_age_secs": { "type": "integer" }, "idle_threshold_secs": { "type": "integer" }, "site_max_preemptions": { "type": "integer", "nullable": true, "description": "Site cap: rebalancing preemptions per window (absent or null: none)." }, "site_max_lost_gpu_hours": { "type": "number", "nullable": true, "description": "Site cap: GPU-hours lost to rebalancing per window (absent or null: none)." }, "max_requeues": { "type": "integer", "nullable": true, "description": "A job requeued this many times is no longer taken for rebalancing (absent or null: the rule's default, 1)." }, "tier_band": { "type": "number", "minimum": 0, "maximum": 1, "nullable": true, "description": "Priority only: a pending job of an account over budget by less than this fraction and holding fewer GPUs than its entitlement ranks in the budgeted tier; 0: no band (absent or null: the rule's default, 0.1)." }, "share_order": { "type": "boolean", "nullable": true, "description": "Priority, with entitled_first: among siblings below their entitled GPUs the smallest share held comes first; false: by ratio alone (absent or null: the rule's default, true)." }, "entitled_first": { "type": "boolean", "nullable": true, "description": "Priority: within a tier, accounts holding fewer GPUs than their entitlement rank first; false: Fair-Tree's ratio order (absent or null: the rule's default, true)." } }, "additionalProperties": false },
       "ShareRow": { "type": "object", "properties": { "account": { "type": "string" }, "parent": { "type": "string", "nullable": true }, "user": { "type": "string", "nullable": true }, "depth": { "type": "integer" }, "allocation_gpu_hours": { "type": "number" }, "usage_gpu_hours": { "type": "number" }, "free_usage_gpu_hours": { "type": "number" }, "ratio": { "type": "number" }, "rank": { "type": "integer", "description": "1 = lowest ratio among siblings" }, "leaf_rank": { "type": "integer", "nullable": true }, "fair_share_factor": { "type": "number" }, "tier": { "type": "string", "enum": ["budgeted", "over_budget", "free"] }, "overcommit": { "type": "boolean" } } },
       "Name": { "type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$", "description": "account or user name" },
       "Health": { "type": "object", "required": ["generation", "schema_version", "started_at", "status", "version"], "additionalProperties": false, "properties": { "generation": { "type": "integer", "minimum": 0 }, "schema_version": { "type": "integer" }, "started_at": { "type": "integer" }, "status": { "type": "string" }, "version": { "type": "string" } } },
@@ -109,7 +109,7 @@ pub const DOCUMENT: &str = r##"{
     },
     "/v1/policy": {
       "get": { "summary": "Site policy.", "responses": { "200": { "description": "Policy", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } } } },
-      "patch": { "summary": "Change policy fields (admin); any subset of Policy.", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } }, "responses": { "200": { "description": "the new policy", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } } } }
+      "patch": { "summary": "Change policy fields (admin); any subset of Policy. null clears a site cap and puts max_requeues, tier_band, share_order and entitled_first back to the rule's default.", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } }, "responses": { "200": { "description": "the new policy", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } } } }
     },
     "/v1/audit": { "get": { "summary": "Append-only audit log (admins, readers).", "parameters": [ { "name": "after", "in": "query", "schema": { "type": "integer" } }, { "name": "limit", "in": "query", "schema": { "type": "integer" } } ], "responses": { "200": { "description": "entries, oldest first", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/AuditEntry" } } } } } } } },
     "/v1/usage": { "get": { "summary": "Usage by account (descendants included) or by user, over [since, at] (default: the window ending at at).",
@@ -208,5 +208,33 @@ mod tests {
             }
         }
         assert!(ops > 30, "{ops} operations");
+    }
+
+    /// The Policy schema forbids other properties, so a policy field missing
+    /// from it would make every conforming client refuse budgetd's answers.
+    #[test]
+    fn the_policy_schema_names_every_policy_field() {
+        let doc: serde_json::Value =
+            serde_json::from_str(super::DOCUMENT).expect("DOCUMENT is JSON");
+        let schema = &doc["components"]["schemas"]["Policy"];
+        assert_eq!(schema["additionalProperties"], false);
+        let documented: Vec<&String> = schema["properties"]
+            .as_object()
+            .expect("properties")
+            .keys()
+            .collect();
+        // Every optional field set, so each one is serialized.
+        let full = budget_protocol::Policy {
+            site_max_preemptions: Some(1),
+            site_max_lost_gpu_hours: Some(1.0),
+            max_requeues: Some(1),
+            tier_band: Some(0.1),
+            share_order: Some(true),
+            entitled_first: Some(true),
+            ..Default::default()
+        };
+        let value = serde_json::to_value(full).expect("json");
+        let fields: Vec<&String> = value.as_object().expect("object").keys().collect();
+        assert_eq!(documented, fields);
     }
 }

@@ -46,6 +46,13 @@ pub fn validate(p: &Policy) -> Result<(), String> {
             "site_max_lost_gpu_hours must be a number of GPU-hours >= 0, got {h}"
         ));
     }
+    if let Some(b) = p.tier_band
+        && !(b.is_finite() && (0.0..=1.0).contains(&b))
+    {
+        return Err(format!(
+            "tier_band must be a fraction between 0 and 1 (0: no band), got {b}"
+        ));
+    }
     if !(1..=86_400).contains(&p.snapshot_max_age_secs) {
         return Err(format!(
             "snapshot_max_age_secs must be between 1 and 86400, got {}",
@@ -86,5 +93,21 @@ mod tests {
         }
         .apply(&p);
         assert!(validate(&bad).unwrap_err().contains("window_secs"));
+        for band in [f64::NAN, f64::INFINITY, -0.01, 1.01] {
+            let bad = PolicyPatch {
+                tier_band: Some(Some(band)),
+                ..Default::default()
+            }
+            .apply(&p);
+            assert!(validate(&bad).unwrap_err().contains("tier_band"), "{band}");
+        }
+        for band in [0.0, 0.1, 1.0] {
+            let ok = PolicyPatch {
+                tier_band: Some(Some(band)),
+                ..Default::default()
+            }
+            .apply(&p);
+            validate(&ok).unwrap();
+        }
     }
 }

@@ -210,11 +210,16 @@ pub enum WeightsCmd {
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCmd {
-    /// Show the policy.
+    /// Show the policy ("(default)": the cost-aware rule's default, not set here).
     Show,
     /// Set KEY=VALUE ...: window, default_min_runtime, max_min_runtime,
     /// snapshot_max_age, idle_threshold (durations: 90m, 4h, 7d, HH:MM:SS),
-    /// require_min_runtime (true|false), hysteresis (number).
+    /// require_min_runtime (true|false), hysteresis (number),
+    /// site_max_preemptions (count|none), site_max_lost_gpu_hours
+    /// (GPU-hours|none), max_requeues (count|default); the ranking of pending
+    /// jobs: tier_band (fraction 0-1|none|default; default 0.1), share_order
+    /// (on|off|default; default on), entitled_first (on|off|default; default
+    /// on).
     Set {
         #[arg(required = true, value_name = "KEY=VALUE")]
         pairs: Vec<String>,

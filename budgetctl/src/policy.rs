@@ -2,7 +2,10 @@
 //! defaults, hysteresis, snapshot age, idle threshold, and the site caps on
 //! rebalancing preemptions per window: `site_max_preemptions`,
 //! `site_max_lost_gpu_hours`, `none` to clear; `max_requeues`, the requeues
-//! after which a job is no longer taken for rebalancing).
+//! after which a job is no longer taken for rebalancing; and the ranking
+//! knobs of the cost-aware rule, `tier_band`, `share_order`,
+//! `entitled_first`). The rule's knobs take `default` to go back to the
+//! rule's default, which `show` marks "(default)".
 
 use anyhow::bail;
 use budget_protocol::Policy;
@@ -14,7 +17,21 @@ use crate::output::{Out, num, render};
 
 const KEYS: &str = "window, default_min_runtime, max_min_runtime, require_min_runtime, \
                     hysteresis, snapshot_max_age, idle_threshold, site_max_preemptions, \
-                    site_max_lost_gpu_hours, max_requeues";
+                    site_max_lost_gpu_hours, max_requeues, tier_band, share_order, \
+                    entitled_first";
+
+/// `on|off|default` (and the usual true/false, yes/no, 1/0) of a ranking
+/// switch: `None` is back to the rule's default.
+fn switch(k: &str, val: &str) -> Result<Option<bool>, UsageError> {
+    match val.trim() {
+        "default" => Ok(None),
+        "on" | "true" | "yes" | "1" => Ok(Some(true)),
+        "off" | "false" | "no" | "0" => Ok(Some(false)),
+        _ => Err(UsageError(format!(
+            "{k}: expected on, off or default, got {val:?}"
+        ))),
+    }
+}
 
 /// Reads `KEY=VALUE` pairs (durations as 90m, 4h, 7d, HH:MM:SS) into a patch.
 fn patch(pairs: &[String]) -> anyhow::Result<PolicyPatch> {
@@ -79,6 +96,25 @@ fn patch(pairs: &[String]) -> anyhow::Result<PolicyPatch> {
                     ),
                 })
             }
+            // 0 is how the policy says "no band" (`Policy::tier_band`).
+            "tier_band" => {
+                p.tier_band = Some(match val.trim() {
+                    "default" => None,
+                    "none" | "off" => Some(0.0),
+                    v => Some(
+                        v.parse::<f64>()
+                            .ok()
+                            .filter(|x| x.is_finite() && (0.0..=1.0).contains(x))
+                            .ok_or_else(|| {
+                                UsageError(format!(
+                                    "{k}: expected a fraction between 0 and 1, none or default, got {val:?}"
+                                ))
+                            })?,
+                    ),
+                })
+            }
+            "share_order" => p.share_order = Some(switch(k, val)?),
+            "entitled_first" => p.entitled_first = Some(switch(k, val)?),
             _ => bail!(UsageError(format!(
                 "unknown policy key {k:?}; keys: {KEYS}"
             ))),
@@ -101,26 +137,34 @@ fn table(p: &Policy) -> String {
         site_max_preemptions,
         site_max_lost_gpu_hours,
         max_requeues,
+        tier_band,
+        share_order,
+        entitled_first,
     } = p;
     let d = |secs: &i64| policy_core::format_duration(*secs);
+    // The rule's knobs show the value in effect, the rule's default when unset.
+    let rule = p.rebalance();
+    let unset = |u: bool| if u { " (default)" } else { "" };
+    let on = |b: bool| if b { "on" } else { "off" }.to_string();
     let rows = [
         ("default_min_runtime", d(default_min_runtime_secs)),
+        (
+            "entitled_first",
+            on(rule.entitled_first) + unset(entitled_first.is_none()),
+        ),
         ("hysteresis", num(*hysteresis, 3)),
         ("idle_threshold", d(idle_threshold_secs)),
         ("max_min_runtime", d(max_min_runtime_secs)),
         (
             "max_requeues",
-            // The effective cap (the rule's default when unset).
-            p.rebalance()
-                .max_requeues
-                .map_or("none".into(), |n| n.to_string())
-                + if max_requeues.is_none() {
-                    " (default)"
-                } else {
-                    ""
-                },
+            rule.max_requeues.map_or("none".into(), |n| n.to_string())
+                + unset(max_requeues.is_none()),
         ),
         ("require_min_runtime", require_min_runtime.to_string()),
+        (
+            "share_order",
+            on(rule.share_order) + unset(share_order.is_none()),
+        ),
         (
             "site_max_lost_gpu_hours",
             site_max_lost_gpu_hours.map_or("none".into(), |h| num(h, 2)),
@@ -130,6 +174,10 @@ fn table(p: &Policy) -> String {
             site_max_preemptions.map_or("none".into(), |n| n.to_string()),
         ),
         ("snapshot_max_age", d(snapshot_max_age_secs)),
+        (
+            "tier_band",
+            rule.tier_band.map_or("none".into(), |b| num(b, 3)) + unset(tier_band.is_none()),
+        ),
         ("window", d(window_secs)),
     ]
     .map(|(k, v)| vec![k.to_string(), v]);
@@ -174,7 +222,10 @@ mod tests {
         assert!(line("hysteresis").ends_with(" 0.1"), "{t}");
         assert!(line("require_min_runtime").ends_with(" false"), "{t}");
         assert!(line("site_max_preemptions").ends_with(" none"), "{t}");
-        assert_eq!(t.lines().count(), 11, "{t}");
+        assert!(line("tier_band").ends_with(" 0.1 (default)"), "{t}");
+        assert!(line("share_order").ends_with(" on (default)"), "{t}");
+        assert!(line("entitled_first").ends_with(" on (default)"), "{t}");
+        assert_eq!(t.lines().count(), 14, "{t}");
         let p = patch(&[
             "site_max_preemptions=3".into(),
             "site_max_lost_gpu_hours=none".into(),
@@ -185,5 +236,61 @@ mod tests {
         for bad in ["site_max_preemptions=-1", "site_max_lost_gpu_hours=NaN"] {
             assert!(patch(&[bad.into()]).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn ranking_knobs_tell_a_value_from_none_from_default() {
+        let p = patch(&[
+            "tier_band=0.2".into(),
+            "share_order=off".into(),
+            "entitled_first=on".into(),
+        ])
+        .expect("knobs");
+        assert_eq!(
+            (p.tier_band, p.share_order, p.entitled_first),
+            (Some(Some(0.2)), Some(Some(false)), Some(Some(true)))
+        );
+        // `none`/`off` is no band (0 on the wire), `default` the rule's own.
+        for (v, want) in [("none", Some(0.0)), ("off", Some(0.0)), ("0", Some(0.0))] {
+            let p = patch(&[format!("tier_band={v}")]).expect(v);
+            assert_eq!(p.tier_band, Some(want), "{v}");
+        }
+        let p = patch(&[
+            "tier_band=default".into(),
+            "share_order=default".into(),
+            "entitled_first=default".into(),
+        ])
+        .expect("defaults");
+        assert_eq!(
+            (p.tier_band, p.share_order, p.entitled_first),
+            (Some(None), Some(None), Some(None))
+        );
+        for bad in [
+            "tier_band=1.01",
+            "tier_band=-0.1",
+            "tier_band=inf",
+            "tier_band=NaN",
+            "share_order=maybe",
+            "entitled_first=",
+        ] {
+            assert!(
+                patch(&[bad.into()])
+                    .unwrap_err()
+                    .downcast_ref::<UsageError>()
+                    .is_some(),
+                "{bad}"
+            );
+        }
+        // Shown as in effect: set values plainly, no band as none.
+        let t = table(&Policy {
+            tier_band: Some(0.0),
+            share_order: Some(false),
+            entitled_first: Some(true),
+            ..Policy::default()
+        });
+        let line = |k: &str| t.lines().find(|l| l.starts_with(k)).unwrap_or_default();
+        assert!(line("tier_band").ends_with(" none"), "{t}");
+        assert!(line("share_order").ends_with(" off"), "{t}");
+        assert!(line("entitled_first").ends_with(" on"), "{t}");
     }
 }

@@ -74,6 +74,22 @@ pub struct Policy {
     /// (`None`: the rule's default, `RebalancePolicy::default().max_requeues`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_requeues: Option<u32>,
+    /// Priority only: the band on the over-budget tier boundary for pending
+    /// jobs, a fraction in `[0, 1]` (`RebalancePolicy::tier_band`). `None`:
+    /// the rule's default (`RebalancePolicy::default().tier_band`, 0.1);
+    /// `Some(0.0)`: no band (a band of width 0 promotes no job, so 0 is how
+    /// the policy says "off", as `budgetctl policy set tier_band=none` sends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier_band: Option<f64>,
+    /// Priority, with `entitled_first`: siblings below their entitled GPUs
+    /// rank by the share of it they hold (`RebalancePolicy::share_order`;
+    /// `None`: the rule's default, on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_order: Option<bool>,
+    /// Priority: within a tier, sides below their entitled GPUs rank first
+    /// (`RebalancePolicy::entitled_first`; `None`: the rule's default, on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entitled_first: Option<bool>,
 }
 
 impl Default for Policy {
@@ -89,23 +105,34 @@ impl Default for Policy {
             site_max_preemptions: None,
             site_max_lost_gpu_hours: None,
             max_requeues: None,
+            tier_band: None,
+            share_order: None,
+            entitled_first: None,
         }
     }
 }
 
 impl Policy {
     /// The cost-aware rule's knobs under this policy: the rule's defaults with
-    /// the site's hysteresis and site caps (`preempt/budget` and `budgetctl
-    /// why` read the same).
+    /// the site's hysteresis, site caps, requeue cap and ranking knobs, each
+    /// unset one the rule's default (`preempt/budget`, `priority/budget` and
+    /// `budgetctl why` read the same).
     pub fn rebalance(&self) -> policy_core::rebalance::RebalancePolicy {
+        let rule = policy_core::rebalance::RebalancePolicy::default();
         policy_core::rebalance::RebalancePolicy {
             hysteresis: self.hysteresis,
             site_max_preemptions: self.site_max_preemptions,
             site_max_lost_gpu_hours: self.site_max_lost_gpu_hours,
-            max_requeues: self
-                .max_requeues
-                .or(policy_core::rebalance::RebalancePolicy::default().max_requeues),
-            ..Default::default()
+            max_requeues: self.max_requeues.or(rule.max_requeues),
+            // 0 is "no band": the rule's `None` ranks the same and skips the pass.
+            tier_band: match self.tier_band {
+                None => rule.tier_band,
+                Some(b) if b > 0.0 => Some(b),
+                Some(_) => None,
+            },
+            share_order: self.share_order.unwrap_or(rule.share_order),
+            entitled_first: self.entitled_first.unwrap_or(rule.entitled_first),
+            ..rule
         }
     }
 }
@@ -382,6 +409,109 @@ mod tests {
         assert_eq!(s.runs[0].start, Some(5));
         let bad = r#"{"collected_at":1,"runs":[],"extra":1}"#;
         assert!(serde_json::from_str::<JobSync>(bad).is_err());
+    }
+
+    /// The policy as the previous release stored and served it: no ranking knobs.
+    const OLD_POLICY: &str = r#"{"window_secs":604800,"default_min_runtime_secs":3600,"max_min_runtime_secs":86400,"require_min_runtime":false,"hysteresis":0.1,"snapshot_max_age_secs":60,"idle_threshold_secs":1800,"max_requeues":2}"#;
+
+    #[test]
+    fn ranking_knobs_are_left_out_unless_set_and_old_policies_still_parse() {
+        // A database or snapshot of the previous release reads as "the rule's defaults".
+        let old: Policy = serde_json::from_str(OLD_POLICY).expect("old policy");
+        assert_eq!(
+            (old.tier_band, old.share_order, old.entitled_first),
+            (None, None, None)
+        );
+        assert_eq!(old.max_requeues, Some(2));
+        // Unset knobs are not serialized: the previous release's plugins (whose
+        // Policy denies unknown fields) read this snapshot's policy unchanged.
+        let text = serde_json::to_string(&old).expect("json");
+        assert_eq!(text, OLD_POLICY);
+        // Set ones are, and come back as they were (0 = no band stays 0, not unset).
+        for band in [0.0, 0.2, 1.0] {
+            let set = Policy {
+                tier_band: Some(band),
+                share_order: Some(false),
+                entitled_first: Some(true),
+                ..old.clone()
+            };
+            let text = serde_json::to_string(&set).expect("json");
+            assert!(
+                text.contains("\"share_order\":false") && text.contains("\"entitled_first\":true"),
+                "{text}"
+            );
+            assert_eq!(serde_json::from_str::<Policy>(&text).expect("back"), set);
+        }
+        assert!(serde_json::from_str::<Policy>(r#"{"tier_band":"off"}"#).is_err());
+    }
+
+    #[test]
+    fn rebalance_maps_the_ranking_knobs_unset_ones_to_the_rules_defaults() {
+        let rule = policy_core::rebalance::RebalancePolicy::default();
+        let p = Policy::default().rebalance();
+        assert_eq!(
+            (p.tier_band, p.share_order, p.entitled_first),
+            (rule.tier_band, rule.share_order, rule.entitled_first)
+        );
+        assert_eq!(rule.tier_band, Some(0.1));
+        assert!(rule.share_order && rule.entitled_first);
+        let set = Policy {
+            tier_band: Some(0.25),
+            share_order: Some(false),
+            entitled_first: Some(false),
+            ..Policy::default()
+        }
+        .rebalance();
+        assert_eq!(
+            (set.tier_band, set.share_order, set.entitled_first),
+            (Some(0.25), false, false)
+        );
+        // 0 is no band at all, as `RebalancePolicy::set("tier_band", "off")` says.
+        let off = Policy {
+            tier_band: Some(0.0),
+            ..Policy::default()
+        }
+        .rebalance();
+        let mut expected = rule;
+        expected.set("tier_band", "off").expect("off");
+        assert_eq!(off.tier_band, expected.tier_band);
+        assert_eq!(off.tier_band, None);
+        // The other knobs are untouched by the ranking ones.
+        assert_eq!(
+            (set.max_requeues, set.lost_budget, set.reverse_lock),
+            (rule.max_requeues, rule.lost_budget, rule.reverse_lock)
+        );
+    }
+
+    #[test]
+    fn a_policy_patch_tells_default_from_off_from_absent() {
+        use crate::tree::PolicyPatch;
+        let p: PolicyPatch =
+            serde_json::from_str(r#"{"tier_band":0,"share_order":null}"#).expect("patch");
+        assert_eq!(
+            (p.tier_band, p.share_order, p.entitled_first),
+            (Some(Some(0.0)), Some(None), None)
+        );
+        let base = Policy {
+            share_order: Some(false),
+            entitled_first: Some(false),
+            ..Policy::default()
+        };
+        let new = p.apply(&base);
+        assert_eq!(
+            (new.tier_band, new.share_order, new.entitled_first),
+            (Some(0.0), None, Some(false))
+        );
+        // Unset knobs are not sent (a `null` would put them back to the default).
+        let sent: serde_json::Value = serde_json::to_value(PolicyPatch {
+            entitled_first: Some(Some(true)),
+            ..PolicyPatch::default()
+        })
+        .expect("json");
+        assert_eq!(sent["entitled_first"], serde_json::json!(true));
+        for k in ["tier_band", "share_order", "max_requeues"] {
+            assert!(sent.get(k).is_none(), "{k} in {sent}");
+        }
     }
 
     #[test]

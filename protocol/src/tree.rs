@@ -131,6 +131,27 @@ pub struct PolicyPatch {
         skip_serializing_if = "Option::is_none"
     )]
     pub max_requeues: Option<Option<u32>>,
+    /// `null`: back to the rule's default; `0`: no band (see [`Policy::tier_band`]).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tier_band: Option<Option<f64>>,
+    /// `null`: back to the rule's default.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub share_order: Option<Option<bool>>,
+    /// `null`: back to the rule's default.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub entitled_first: Option<Option<bool>>,
 }
 
 /// A field that is present (`null` included) is `Some`: absent stays `None` by
@@ -167,6 +188,9 @@ impl PolicyPatch {
                 .site_max_lost_gpu_hours
                 .unwrap_or(base.site_max_lost_gpu_hours),
             max_requeues: self.max_requeues.unwrap_or(base.max_requeues),
+            tier_band: self.tier_band.unwrap_or(base.tier_band),
+            share_order: self.share_order.unwrap_or(base.share_order),
+            entitled_first: self.entitled_first.unwrap_or(base.entitled_first),
         }
     }
 

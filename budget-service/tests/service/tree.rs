@@ -393,3 +393,101 @@ fn weights_and_policy_round_trip() {
         (Some(0.25), Some(86400))
     );
 }
+
+/// The cost-aware rule's ranking knobs: unset (the rule's default) they are
+/// absent from the policy and the snapshot; set, budgetd stores them in its
+/// database, audits the change, and the plugins' snapshot carries them under a
+/// new version; a bad value is a 422 that changes nothing; `null` goes back to
+/// the default.
+#[test]
+fn ranking_knobs_are_stored_audited_validated_and_in_the_snapshot() {
+    let s = start();
+    let c = s.unix();
+    let snapshot = || {
+        let r = c
+            .request("GET", "/v1/snapshot", &[], None)
+            .expect("snapshot");
+        assert_eq!(r.status, 200);
+        let etag = r.etag().expect("etag").to_string();
+        let body: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
+        let version = body["version"].as_str().expect("version");
+        assert_eq!(etag, format!("\"{version}\""), "the ETag is the version");
+        (etag, body["policy"].clone())
+    };
+    let knobs = ["tier_band", "share_order", "entitled_first"];
+    let (v0, p0) = snapshot();
+    for k in knobs {
+        assert!(p0.get(k).is_none(), "{k} in {p0}");
+    }
+
+    let (st, b) = call(
+        &c,
+        "PATCH",
+        "/v1/policy",
+        Some(&json!({"tier_band": 0.2, "share_order": false, "entitled_first": true})),
+    );
+    assert_eq!(st, 200, "{b}");
+    let want = json!([0.2, false, true]);
+    let got = |p: &serde_json::Value| json!(knobs.map(|k| p[k].clone()));
+    assert_eq!(got(&b), want, "{b}");
+    let (_, p) = call(&c, "GET", "/v1/policy", None);
+    assert_eq!(got(&p), want, "{p}");
+    let (v1, p1) = snapshot();
+    assert_eq!(got(&p1), want, "{p1}");
+    assert_ne!(v1, v0, "a policy change must change the snapshot's version");
+    // What budgetd stored in its SQLite database (and serves after a restart).
+    let db = rusqlite::Connection::open(s.db.as_ref().expect("db")).expect("open db");
+    let stored: String = db
+        .query_row("SELECT value FROM meta WHERE key = 'policy'", [], |r| {
+            r.get(0)
+        })
+        .expect("policy row");
+    let stored: serde_json::Value = serde_json::from_str(&stored).expect("json");
+    assert_eq!(got(&stored), want, "{stored}");
+    let (_, audit) = call(&c, "GET", "/v1/audit", None);
+    let last = audit.as_array().and_then(|a| a.last()).expect("an entry");
+    assert_eq!(last["action"], "policy.set", "{last}");
+    assert!(last["old"].get("tier_band").is_none(), "{last}");
+    assert_eq!(got(&last["new"]), want, "{last}");
+
+    let post = |body: serde_json::Value| serde_json::to_vec(&body).expect("json");
+    for (body, needle) in [
+        (
+            json!({"tier_band": 1.5}),
+            "tier_band must be a fraction between 0 and 1",
+        ),
+        (json!({"tier_band": -0.1}), "tier_band must be a fraction"),
+        (json!({"tier_band": "off"}), "invalid type"),
+        (json!({"share_order": "maybe"}), "invalid type"),
+        (json!({"entitled_first": 1}), "invalid type"),
+        // One bad field refuses the whole patch.
+        (
+            json!({"share_order": true, "tier_band": 2}),
+            "tier_band must be",
+        ),
+    ] {
+        refused(&c, "PATCH", "/v1/policy", &post(body), 422, needle);
+    }
+    assert_eq!(snapshot().1, p1, "a refused patch changed the snapshot");
+
+    // 0 is no band, kept as 0 (not unset).
+    let (st, b) = call(&c, "PATCH", "/v1/policy", Some(&json!({"tier_band": 0})));
+    assert_eq!((st, &b["tier_band"]), (200, &json!(0.0)), "{b}");
+    let (v2, p2) = snapshot();
+    assert_eq!(p2["tier_band"], json!(0.0), "{p2}");
+    assert_ne!(v2, v1);
+    // null: back to the rule's default, absent again everywhere.
+    let (st, b) = call(
+        &c,
+        "PATCH",
+        "/v1/policy",
+        Some(&json!({"tier_band": null, "share_order": null, "entitled_first": null})),
+    );
+    assert_eq!(st, 200, "{b}");
+    let (_, p3) = snapshot();
+    for k in knobs {
+        assert!(b.get(k).is_none(), "{k} in {b}");
+        assert!(p3.get(k).is_none(), "{k} in {p3}");
+    }
+    assert_eq!(p3, p0);
+}

@@ -319,6 +319,48 @@ mod tests {
     }
 
     #[test]
+    fn the_snapshots_ranking_knobs_decide_the_order_and_the_band() {
+        // As in the test above: teamb holds nothing and outranks teama (holding 4)
+        // with entitlement first, the rule's default.
+        let mut s = snapshot(&[("teama", "alice", 10.0), ("teamb", "bob", 50.0)]);
+        let ranks = |s: &PluginSnapshot| {
+            let order = entitled_order(s, [("teama", "alice", 4)], 1000);
+            let a = decide(Some(s), Some(&order), &key("teama", "alice", 0));
+            let b = decide(Some(s), Some(&order), &key("teamb", "bob", 0));
+            (a.rank, b.rank)
+        };
+        let (a, b) = ranks(&s);
+        assert!(b < a, "{a} {b}");
+        // The site turns it off in its policy: Fair-Tree's ratio order again.
+        s.policy.entitled_first = Some(false);
+        let (a, b) = ranks(&s);
+        assert!(a < b, "{a} {b}");
+        s.policy.entitled_first = Some(true);
+        let (a, b) = ranks(&s);
+        assert!(b < a, "{a} {b}");
+
+        // teama over budget by 5% (ratio 1.05) and holding none of its entitled
+        // GPUs: budgeted under the rule's band (0.1), over budget with the
+        // site's band set to none (0) or narrower than 5%.
+        let mut s = snapshot(&[("teama", "alice", 105.0), ("teamb", "bob", 50.0)]);
+        let tier = |s: &PluginSnapshot| {
+            let order = entitled_order(s, [("teamb", "bob", 1)], 1000);
+            decide(Some(s), Some(&order), &key("teama", "alice", 0))
+                .parts
+                .tier
+        };
+        assert_eq!(tier(&s), Tier::Budgeted);
+        for (band, want) in [
+            (0.0, Tier::OverBudget),
+            (0.04, Tier::OverBudget),
+            (0.2, Tier::Budgeted),
+        ] {
+            s.policy.tier_band = Some(band);
+            assert_eq!(tier(&s), want, "tier_band {band}");
+        }
+    }
+
+    #[test]
     fn an_overcommitted_site_is_entitled_to_the_snapshots_cluster_only() {
         // Allocations of 100 GPU-h a week each (0.6 GPUs); a cluster of 1 GPU
         // scales both to 0.5, as preempt/budget and the simulator compute them.

@@ -122,6 +122,12 @@ fn scenario(c: &mut Checks, tb: &Testbed, sections: &[u32]) -> Result<()> {
         // Section 2 takes the same job twice (its fresh window after a requeue):
         // the rule's requeue cap (1 by default) would keep it.
         max_requeues: Some(3),
+        // The ranking knobs, set to the rule's defaults so every section ranks as
+        // before: the snapshot carries them, and the plugins must read it (a
+        // snapshot they refused would put them in safe mode within 30 s: no preemption).
+        tier_band: Some(0.1),
+        share_order: Some(true),
+        entitled_first: Some(true),
         ..PolicyPatch::default()
     })?;
     api.create_account("teama", None, 1000.0)?;
