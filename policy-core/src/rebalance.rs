@@ -51,7 +51,9 @@
 //! - `budgetctl why`: [`Denied::TurnoverSuffices`] carries the first release
 //!   ([`PreemptState::releases`] lists them with job ids), [`Rebalance`] the
 //!   victim's lost work; [`describe`] words an allowed one. Knobs:
-//!   [`RebalancePolicy::set`] takes the `key=value` pairs `budgetctl policy set` will.
+//!   [`RebalancePolicy::set`] takes every knob as `key=value` (the simulator's
+//!   `--rule`); a site sets some of them with `budgetctl policy set`
+//!   (`protocol::Policy::rebalance` maps them), the others are constants.
 //!
 //! # The rule
 //! Entitled GPUs of a tree node: its allocation as a GPU rate (allocation per
