@@ -86,8 +86,9 @@ fn a_drain_slurm_refuses_midway_is_a_409_with_slurms_words_and_is_undone_in_slur
     );
     assert_eq!(s, 409, "{b}");
     assert!(
-        error_of(&b)
-            .starts_with("Slurm refused this request: slurm_update error: Invalid node name specified"),
+        error_of(&b).starts_with(
+            "Slurm refused this request: slurm_update error: Invalid node name specified"
+        ),
         "{b}"
     );
     // Nothing changed: n1 still drained for "fan" (budgetd and Slurm), n2 resumed again.
@@ -123,7 +124,10 @@ fn an_unknown_node_is_refused_before_anything_changes_with_slurms_words() {
     assert!(stored(dir.path()).is_empty());
     assert!(slurm_drained(&slurm).is_empty());
     let calls = std::fs::read_to_string(slurm.join("calls")).unwrap_or_default();
-    assert!(!calls.contains("update"), "Slurm was asked to change: {calls}");
+    assert!(
+        !calls.contains("update"),
+        "Slurm was asked to change: {calls}"
+    );
 }
 
 #[test]
@@ -169,7 +173,11 @@ fn a_drain_whose_reply_is_lost_is_a_502_and_undone_in_slurm() {
         "{b}"
     );
     assert!(stored(dir.path()).is_empty());
-    assert!(slurm_drained(&slurm).is_empty(), "{:?}", slurm_drained(&slurm));
+    assert!(
+        slurm_drained(&slurm).is_empty(),
+        "{:?}",
+        slurm_drained(&slurm)
+    );
 }
 
 #[test]
@@ -189,7 +197,7 @@ fn a_drain_that_cannot_be_undone_names_the_nodes_left_drained() {
     assert_eq!(s, 502, "{b}");
     let msg = error_of(&b);
     assert!(
-        msg.contains("receive failure") && msg.contains("may still be drained in Slurm: n1,n2"),
+        msg.contains("receive failure") && msg.contains("n1,n2 may still be drained in Slurm"),
         "{b}"
     );
     assert!(stored(dir.path()).is_empty());
@@ -212,8 +220,9 @@ fn an_undrain_slurm_refuses_is_a_409_and_the_drain_stays_in_force() {
     let (s, b) = call(&c, "DELETE", "/v1/drains/n%5B1-3%5D", None);
     assert_eq!(s, 409, "{b}");
     assert!(
-        error_of(&b)
-            .starts_with("Slurm refused this request: slurm_update error: Invalid node state specified"),
+        error_of(&b).starts_with(
+            "Slurm refused this request: slurm_update error: Invalid node state specified"
+        ),
         "{b}"
     );
     // Slurm resumed n1 and n2 before refusing n3: budgetd drained them again.
