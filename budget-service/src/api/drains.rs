@@ -137,14 +137,14 @@ async fn undo_drain(
         return "; nothing was changed".into();
     }
     let mut left: Vec<String> = Vec::new();
-    if !undo.resume.is_empty() {
-        if let Err(e) = scontrol::resume(&undo.resume).await {
-            tracing::error!(error = %e, nodes = %undo.resume.join(","), "drain: undoing a failed drain");
-            left.push(format!(
-                "{} may still be drained in Slurm ({e})",
-                undo.resume.join(",")
-            ));
-        }
+    if !undo.resume.is_empty()
+        && let Err(e) = scontrol::resume(&undo.resume).await
+    {
+        tracing::error!(error = %e, nodes = %undo.resume.join(","), "drain: undoing a failed drain");
+        left.push(format!(
+            "{} may still be drained in Slurm ({e})",
+            undo.resume.join(",")
+        ));
     }
     for (reason, ns) in &undo.redrain {
         if let Err(e) = scontrol::drain(ns, reason).await {
@@ -287,36 +287,36 @@ pub async fn remove(
         .filter(|n| slurm_before.get(*n).is_some_and(NodeInfo::draining))
         .cloned()
         .collect();
-    if !resume.is_empty() {
-        if let Err(e) = scontrol::resume(&resume).await {
-            tracing::warn!(error = %e, nodes = %resume.join(","), by = %caller.actor(), "undrain: scontrol failed; undoing the request");
-            // slurmctld resumes node by node: drain again those it resumed
-            // before it failed. The rows stay, so the drain worker also drains
-            // again any node this cannot.
-            let note = match scontrol::show_nodes().await {
-                Err(r) => format!(
-                    "; budgetd could not check what Slurm applied ({r}): the drain stays, and budgetd drains any of {} Slurm resumed again once it reaches Slurm",
-                    resume.join(",")
-                ),
-                Ok(after) => {
-                    let mut left = Vec::new();
-                    for (reason, ns) in drains::resume_undo(&resume, &after, &rows) {
-                        if let Err(r) = scontrol::drain(&ns, &reason).await {
-                            left.push(format!("{} ({r})", ns.join(",")));
-                        }
-                    }
-                    if left.is_empty() {
-                        "; nothing was changed".into()
-                    } else {
-                        format!(
-                            "; the drain stays, and budgetd drains again each second the nodes Slurm resumed: {}",
-                            left.join("; ")
-                        )
+    if !resume.is_empty()
+        && let Err(e) = scontrol::resume(&resume).await
+    {
+        tracing::warn!(error = %e, nodes = %resume.join(","), by = %caller.actor(), "undrain: scontrol failed; undoing the request");
+        // slurmctld resumes node by node: drain again those it resumed
+        // before it failed. The rows stay, so the drain worker also drains
+        // again any node this cannot.
+        let note = match scontrol::show_nodes().await {
+            Err(r) => format!(
+                "; budgetd could not check what Slurm applied ({r}): the drain stays, and budgetd drains any of {} Slurm resumed again once it reaches Slurm",
+                resume.join(",")
+            ),
+            Ok(after) => {
+                let mut left = Vec::new();
+                for (reason, ns) in drains::resume_undo(&resume, &after, &rows) {
+                    if let Err(r) = scontrol::drain(&ns, &reason).await {
+                        left.push(format!("{} ({r})", ns.join(",")));
                     }
                 }
-            };
-            return Err(update_failed(e, &note));
-        }
+                if left.is_empty() {
+                    "; nothing was changed".into()
+                } else {
+                    format!(
+                        "; the drain stays, and budgetd drains again each second the nodes Slurm resumed: {}",
+                        left.join("; ")
+                    )
+                }
+            }
+        };
+        return Err(update_failed(e, &note));
     }
     let (n2, actor, t) = (nodes.clone(), caller.actor(), now());
     st.with_store(move |s| drains::write(s, &actor, &n2, None, t))
