@@ -102,9 +102,9 @@ mod tests {
         );
         assert_eq!(t.update(Ok(nodes)), (Some(6), None));
         assert!(!t.failing());
-        let fail = || SlurmError::Failed {
+        let fail = || SlurmError::Unreachable {
             cmd: "scontrol show node -o".into(),
-            stderr: "slurm_load_node error: Unable to contact slurm controller".into(),
+            message: "slurm_load_node error: Unable to contact slurm controller".into(),
         };
         let (gpus, log) = t.update(Err(fail()));
         assert_eq!(gpus, Some(6));

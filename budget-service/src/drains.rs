@@ -171,6 +171,93 @@ pub fn status(
         .collect()
 }
 
+/// A node reason as it was set: what `scontrol show node` prints without the
+/// ` [user@time]` Slurm appends to it.
+pub fn bare_reason(shown: &str) -> &str {
+    match shown.rfind(" [") {
+        Some(i) if shown.ends_with(']') && shown[i..].contains('@') => &shown[..i],
+        _ => shown,
+    }
+}
+
+/// What undoing a failed `scontrol update ... state=drain` takes. slurmctld
+/// applies a node list node by node and stops at the first node it does not
+/// know, so a refused drain may have drained, or re-labelled, the nodes before
+/// it; this compares Slurm's nodes before the request with Slurm's nodes after
+/// the failure.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct DrainUndo {
+    /// Not draining before, draining now: resume them.
+    pub resume: Vec<String>,
+    /// budgetd's drains whose Slurm reason the request overwrote, by their
+    /// reason (budgetd's, without `budget: `): drain them again with it.
+    pub redrain: BTreeMap<String, Vec<String>>,
+    /// Drained by someone else before, their reason overwritten, by the reason
+    /// as it was set: put it back (the state is left alone).
+    pub reason_back: BTreeMap<String, Vec<String>>,
+}
+
+impl DrainUndo {
+    pub fn is_empty(&self) -> bool {
+        self.resume.is_empty() && self.redrain.is_empty() && self.reason_back.is_empty()
+    }
+}
+
+/// The undo of a failed drain of `requested` (pure: the caller reads Slurm).
+/// `rows` are budgetd's drains before the request.
+pub fn drain_undo(
+    requested: &[String],
+    before: &BTreeMap<String, NodeInfo>,
+    after: &BTreeMap<String, NodeInfo>,
+    rows: &[DrainRow],
+) -> DrainUndo {
+    let mut undo = DrainUndo::default();
+    let reason = |n: &NodeInfo| n.reason.as_deref().map(bare_reason).map(str::to_string);
+    for name in requested {
+        // A node Slurm no longer knows has nothing left to undo.
+        let (Some(b), Some(a)) = (before.get(name), after.get(name)) else {
+            continue;
+        };
+        if !b.draining() {
+            if a.draining() {
+                undo.resume.push(name.clone());
+            }
+        } else if reason(a) != reason(b) {
+            match (rows.iter().find(|d| &d.node == name), reason(b)) {
+                (Some(d), _) => undo
+                    .redrain
+                    .entry(d.reason.clone())
+                    .or_default()
+                    .push(name.clone()),
+                (None, Some(r)) => undo.reason_back.entry(r).or_default().push(name.clone()),
+                (None, None) => {}
+            }
+        }
+    }
+    undo
+}
+
+/// The undo of a failed `scontrol update ... state=resume` of `resumed`
+/// (budgetd's drains, all draining before): the nodes Slurm resumed anyway,
+/// by their drain reason, to drain again.
+pub fn resume_undo(
+    resumed: &[String],
+    after: &BTreeMap<String, NodeInfo>,
+    rows: &[DrainRow],
+) -> BTreeMap<String, Vec<String>> {
+    let mut redrain: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for name in resumed {
+        let released = after.get(name).is_some_and(|n| !n.draining());
+        if let (true, Some(d)) = (released, rows.iter().find(|d| &d.node == name)) {
+            redrain
+                .entry(d.reason.clone())
+                .or_default()
+                .push(name.clone());
+        }
+    }
+    redrain
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,5 +301,55 @@ mod tests {
         assert_eq!(st[0].empty_at, 1060);
         assert!(st[1].empty && st[1].empty_at == 1030);
         assert_eq!(st[1].slurm_state, "IDLE");
+    }
+
+    #[test]
+    fn undo_of_a_drain_slurm_applied_in_part() {
+        // Before: n1 drained by budgetd ("fan"), n4 by an admin, n2/n3/n5 in service.
+        let before = parse_nodes(
+            "NodeName=n1 State=MIXED+DRAIN Reason=budget: fan [root@1]\n\
+             NodeName=n2 State=IDLE\nNodeName=n3 State=IDLE\n\
+             NodeName=n4 State=IDLE+DRAIN Reason=admin: disk [alice@2]\nNodeName=n5 State=IDLE",
+        );
+        // slurmctld relabelled n1 and n4, drained n2, then stopped at n5 (gone).
+        let after = parse_nodes(
+            "NodeName=n1 State=MIXED+DRAIN Reason=budget: psu [root@3]\n\
+             NodeName=n2 State=IDLE+DRAIN Reason=budget: psu [root@3]\nNodeName=n3 State=IDLE\n\
+             NodeName=n4 State=IDLE+DRAIN Reason=budget: psu [root@3]",
+        );
+        let rows = [DrainRow {
+            node: "n1".into(),
+            reason: "fan".into(),
+            since: 1,
+            actor: "root".into(),
+        }];
+        let req: Vec<String> = ["n1", "n2", "n3", "n4", "n5"].map(String::from).to_vec();
+        let undo = drain_undo(&req, &before, &after, &rows);
+        assert_eq!(undo.resume, ["n2"]);
+        assert_eq!(
+            undo.redrain,
+            BTreeMap::from([("fan".into(), vec!["n1".into()])])
+        );
+        assert_eq!(
+            undo.reason_back,
+            BTreeMap::from([("admin: disk".into(), vec!["n4".into()])])
+        );
+        // Nothing applied: nothing to undo.
+        assert!(drain_undo(&req, &before, &before, &rows).is_empty());
+        assert_eq!(bare_reason("a [b] [root@2026-12-02T11:08:58]"), "a [b]");
+        assert_eq!(bare_reason("no suffix [x]"), "no suffix [x]");
+        // A resume Slurm applied to n1 before refusing n2: n1 is drained again.
+        let resumed = parse_nodes("NodeName=n1 State=MIXED\nNodeName=n2 State=IDLE+DRAIN");
+        let rows2 = [
+            rows[0].clone(),
+            DrainRow {
+                node: "n2".into(),
+                ..rows[0].clone()
+            },
+        ];
+        assert_eq!(
+            resume_undo(&["n1".into(), "n2".into()], &resumed, &rows2),
+            BTreeMap::from([("fan".into(), vec!["n1".into()])])
+        );
     }
 }

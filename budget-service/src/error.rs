@@ -48,6 +48,15 @@ pub enum AppError {
     /// A dependency (NSS) failed for now: 503.
     #[error("{0}")]
     Unavailable(String),
+    /// Slurm answered and refused the change ("Slurm refused this request:
+    /// <Slurm's own message>"): 409, the request conflicts with what Slurm
+    /// holds now (budgetd validated it before asking).
+    #[error("{0}")]
+    SlurmRefused(String),
+    /// Slurm could not be reached, or answered with something unreadable
+    /// ("could not reach Slurm: ..."): 502.
+    #[error("{0}")]
+    BadGateway(String),
     /// Anything else; the message is logged, not sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -69,6 +78,8 @@ impl AppError {
             AppError::TooMany(_) => StatusCode::TOO_MANY_REQUESTS,
             AppError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             AppError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::SlurmRefused(_) => StatusCode::CONFLICT,
+            AppError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             AppError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

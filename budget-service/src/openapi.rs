@@ -8,9 +8,9 @@
 //!
 //! Every operation can answer an [`ErrorBody`](budget_protocol::service::ErrorBody)
 //! with a 4xx (bad query or body, authentication, permission, body too large,
-//! rate limit, timeout) or a 5xx (Slurm or the database failed); [`served`] adds
-//! those two responses to each operation, so no operation can be listed without
-//! them.
+//! rate limit, timeout, Slurm refusing: 409) or a 5xx (Slurm unreachable: 502, the
+//! database failed); [`served`] adds those two responses to each operation, so no
+//! operation can be listed without them.
 
 use std::sync::OnceLock;
 
@@ -129,12 +129,12 @@ pub const DOCUMENT: &str = r##"{
     "/v1/jobs/{id}/why": { "get": { "summary": "Explain a job: tier, rank path with ratios, fair-share factor, priority parts, protection, preemption peers.",
       "parameters": [ { "name": "id", "in": "path", "required": true, "schema": { "type": "integer" } } ], "responses": { "200": { "description": "Why", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Why" } } } }, "404": { "description": "not in the ledger" } } } },
     "/v1/drains": {
-      "get": { "summary": "Drained nodes with Slurm's state, the jobs holding each, when each job is requeued (now for free tier, else its window end) and when the node will be empty.", "responses": { "200": { "description": "drained nodes", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/DrainStatus" } } } } } } },
-      "post": { "summary": "Drain nodes (admin): {\"nodes\": \"gpu[1-2]\", \"reason\": \"text\"}. Sets Slurm DRAIN (reason \"budget: text\"); budgetd requeues each job as soon as its contract allows.", "responses": { "201": { "description": "status of the drained nodes", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/DrainStatus" } } } } }, "403": { "description": "not an admin" }, "422": { "description": "bad hostlist, unknown node or bad reason; nothing changed" } } }
+      "get": { "summary": "Drained nodes with Slurm's state, the jobs holding each, when each job is requeued (now for free tier, else its window end) and when the node will be empty.", "responses": { "200": { "description": "drained nodes", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/DrainStatus" } } } } }, "502": { "description": "Slurm could not be reached (error: \"could not reach Slurm: ...\")" } } },
+      "post": { "summary": "Drain nodes (admin): {\"nodes\": \"gpu[1-2]\", \"reason\": \"text\"}. Sets Slurm DRAIN (reason \"budget: text\"); budgetd requeues each job as soon as its contract allows.", "responses": { "201": { "description": "status of the drained nodes", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/DrainStatus" } } } } }, "403": { "description": "not an admin" }, "409": { "description": "Slurm refused the drain (error: \"Slurm refused this request: <Slurm's own message>\", e.g. slurm_update error: Invalid node name specified); what Slurm had applied is undone, and what could not be is named in the message" }, "422": { "description": "bad hostlist, unknown node (with Slurm's own words) or bad reason; nothing changed" }, "502": { "description": "Slurm could not be reached (error: \"could not reach Slurm: ...\"); nothing stored, what Slurm may have applied is undone or named" } } }
     },
     "/v1/drains/{nodes}": {
       "parameters": [ { "name": "nodes", "in": "path", "required": true, "schema": { "type": "string" } } ],
-      "delete": { "summary": "Undrain nodes (admin): Slurm state=resume and the drain forgotten.", "responses": { "200": { "description": "undrained" }, "404": { "description": "not drained by budgetd" } } }
+      "delete": { "summary": "Undrain nodes (admin): Slurm state=resume (of the nodes Slurm holds drained) and the drain forgotten.", "responses": { "200": { "description": "undrained" }, "404": { "description": "not drained by budgetd" }, "409": { "description": "Slurm refused the resume (error: \"Slurm refused this request: <Slurm's own message>\"); the drain stays in force, nodes Slurm resumed anyway are drained again" }, "422": { "description": "bad hostlist or unknown node (with Slurm's own words)" }, "502": { "description": "Slurm could not be reached (error: \"could not reach Slurm: ...\"); the drain stays" } } }
     },
     "/v1/preemptions": {
       "get": { "summary": "Preemption record since ?since= (admins, readers): victim run, preemptor, reason (free_tier, over_budget, rebalance, drain), GPU-hours of the lost run; totals per account.", "parameters": [ { "name": "since", "in": "query", "schema": { "type": "string" } } ], "responses": { "200": { "description": "rows and by_account", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/PreemptionReport" } } } } } },

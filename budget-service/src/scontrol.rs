@@ -54,19 +54,112 @@ pub fn squeue_beside(scontrol: &str) -> String {
 }
 
 /// Why a Slurm command failed.
+///
+/// A failure is either Slurm saying no ([`SlurmError::Refused`], with Slurm's
+/// own message) or Slurm not being there to ask (every other variant): an
+/// admin acts differently on the two, so the API answers them differently
+/// (409 and 502, see `From<SlurmError> for AppError`).
 #[derive(Debug, thiserror::Error)]
 pub enum SlurmError {
+    /// The tool could not be started (not installed, not executable).
     #[error("cannot run {cmd}: {source}")]
     Spawn { cmd: String, source: std::io::Error },
+    /// No answer within the deadline: Slurm may or may not have acted.
     #[error("{cmd} did not answer within {secs} s")]
     Timeout { cmd: String, secs: u64 },
-    #[error("{cmd} failed: {stderr}")]
-    Failed { cmd: String, stderr: String },
+    /// The tool ran but could not talk to slurmctld (its message, e.g.
+    /// "slurm_update error: Unable to contact slurm controller (connect
+    /// failure)"). A lost reply ("receive failure") may follow a change
+    /// slurmctld did apply.
+    #[error("{cmd} failed: {message}")]
+    Unreachable { cmd: String, message: String },
+    /// Slurm answered and refused (non-zero exit), e.g. "slurm_update error:
+    /// Invalid node name specified"; `message` is Slurm's, verbatim.
+    #[error("{cmd} failed: {message}")]
+    Refused { cmd: String, message: String },
+    /// Slurm answered with output budgetd cannot read.
+    #[error("{cmd}: unreadable output: {detail}")]
+    Unreadable { cmd: String, detail: String },
+}
+
+impl SlurmError {
+    /// Whether Slurm itself answered no (as opposed to not being reachable).
+    pub fn refused(&self) -> bool {
+        matches!(self, SlurmError::Refused { .. })
+    }
+}
+
+/// Messages of Slurm's client library that mean slurmctld was not reached (or
+/// its reply was lost), not that it refused: `slurm_errno.c`'s texts for the
+/// communication errors, and a client that cannot even load its configuration.
+const UNREACHABLE: &[&str] = &[
+    "Unable to contact slurm controller",
+    "Communication connection failure",
+    "Message send failure",
+    "Message receive failure",
+    "Socket timed out on send/recv operation",
+    "Zero Bytes were transmitted or received",
+    "Received zero length message",
+    "Failed to send entire message",
+    "Protocol authentication error",
+    "standby mode",
+    "Could not establish a configuration source",
+    "Unable to process configuration file",
+];
+
+/// Longest Slurm message passed on (Slurm's own are one line; this bounds a
+/// wrapper script gone astray).
+const MESSAGE_MAX: usize = 1000;
+
+/// Slurm's message about a failed command: its stderr, or its stdout when
+/// stderr is empty (22.05's `show node NAME` prints "Node NAME not found" on
+/// stdout), trimmed and bounded.
+fn failure_message(stdout: &[u8], stderr: &[u8]) -> String {
+    let err = String::from_utf8_lossy(stderr).trim().to_string();
+    let mut m = if err.is_empty() {
+        String::from_utf8_lossy(stdout).trim().to_string()
+    } else {
+        err
+    };
+    if m.len() > MESSAGE_MAX {
+        let mut cut = MESSAGE_MAX;
+        while !m.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        m.truncate(cut);
+        m.push_str(" ...");
+    }
+    if m.is_empty() {
+        m = "no message".into();
+    }
+    m
+}
+
+/// Sorts a failed command into [`SlurmError::Unreachable`] or [`SlurmError::Refused`].
+fn failed(cmd: String, message: String) -> SlurmError {
+    if UNREACHABLE.iter().any(|u| message.contains(u)) {
+        SlurmError::Unreachable { cmd, message }
+    } else {
+        SlurmError::Refused { cmd, message }
+    }
 }
 
 impl From<SlurmError> for AppError {
     fn from(e: SlurmError) -> Self {
-        AppError::Internal(format!("slurm: {e}"))
+        match e {
+            SlurmError::Refused { message, .. } => {
+                AppError::SlurmRefused(format!("Slurm refused this request: {message}"))
+            }
+            SlurmError::Unreachable { message, .. } => {
+                AppError::BadGateway(format!("could not reach Slurm: {message}"))
+            }
+            SlurmError::Unreadable { .. } => {
+                AppError::BadGateway(format!("Slurm's answer could not be read: {e}"))
+            }
+            SlurmError::Spawn { .. } | SlurmError::Timeout { .. } => {
+                AppError::BadGateway(format!("could not reach Slurm: {e}"))
+            }
+        }
     }
 }
 
@@ -95,8 +188,7 @@ async fn run_tool(tool: &str, args: &[&str]) -> Result<String, SlurmError> {
         Ok(Ok(o)) => o,
     };
     if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        return Err(SlurmError::Failed { cmd, stderr });
+        return Err(failed(cmd, failure_message(&out.stdout, &out.stderr)));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -112,9 +204,9 @@ pub async fn show_nodes() -> Result<BTreeMap<String, NodeInfo>, SlurmError> {
 pub async fn show_jobs() -> Result<Vec<SlurmJob>, SlurmError> {
     let squeue = tools().squeue.clone();
     let text = run_tool(&squeue, &["--json", "--all"]).await?;
-    parse_squeue_json(&text).map_err(|e| SlurmError::Failed {
+    parse_squeue_json(&text).map_err(|detail| SlurmError::Unreadable {
         cmd: format!("{squeue} --json --all"),
-        stderr: format!("unreadable output: {e}"),
+        detail,
     })
 }
 
@@ -193,8 +285,17 @@ pub fn parse_squeue_json(text: &str) -> Result<Vec<SlurmJob>, String> {
     Ok(out)
 }
 
+/// Slurm's own words for a node it does not know (`scontrol show node NAME`:
+/// "Node NAME not found"), or `None` when Slurm knows it or could not be asked.
+pub async fn unknown_node_message(name: &str) -> Option<String> {
+    match run(&["show", "node", "-o", name]).await {
+        Err(SlurmError::Refused { message, .. }) => Some(message),
+        _ => None,
+    }
+}
+
 /// The node names of a hostlist expression (`scontrol show hostnames`);
-/// Slurm's refusal of a malformed expression is `SlurmError::Failed`.
+/// Slurm's refusal of a malformed expression is `SlurmError::Refused`.
 pub async fn hostnames(expr: &str) -> Result<Vec<String>, SlurmError> {
     Ok(run(&["show", "hostnames", expr])
         .await?
@@ -213,6 +314,15 @@ pub async fn drain(nodes: &[String], reason: &str) -> Result<(), SlurmError> {
     let n = format!("nodename={}", nodes.join(","));
     let r = format!("reason={}", drain_reason(reason));
     run(&["update", &n, "state=drain", &r]).await.map(|_| ())
+}
+
+/// Sets the node reason of `nodes` to `reason` as it is (no `budget: `
+/// prefix), leaving their state alone: puts back the reason of a node someone
+/// else drained, after a refused drain overwrote it.
+pub async fn set_reason(nodes: &[String], reason: &str) -> Result<(), SlurmError> {
+    let n = format!("nodename={}", nodes.join(","));
+    let r = format!("reason={reason}");
+    run(&["update", &n, &r]).await.map(|_| ())
 }
 
 /// Returns `nodes` to service.

@@ -80,6 +80,10 @@ pub enum Command {
     /// Explain a job: tier, rank path, priority, protection, preemption.
     Why { job_id: u32 },
     /// Drain nodes for maintenance: no new jobs; each job requeued when its contract allows.
+    ///
+    /// All or nothing: when Slurm refuses ("Slurm refused this request: <Slurm's
+    /// message>") or cannot be reached ("could not reach Slurm: ..."), nothing is
+    /// drained, the message is printed and budgetctl exits 1.
     Drain {
         /// Slurm hostlist, e.g. gpu[1-2].
         nodes: String,
@@ -89,6 +93,9 @@ pub enum Command {
     /// Drained nodes: state, jobs holding them, when each will be empty.
     Drains,
     /// Return drained nodes to service.
+    ///
+    /// All or nothing, as drain: if Slurm refuses or cannot be reached, the drain
+    /// stays in force and the message is printed (exit 1).
     Undrain { nodes: String },
     /// Jobs holding GPUs idle beyond the policy's idle threshold, then idle
     /// GPU-hours per account over the window (from the node agents' reports).

@@ -4,7 +4,13 @@
 //!
 //! A drain request is validated in full (hostlist syntax, every node known to Slurm)
 //! before anything changes; then it is persisted, then Slurm's DRAIN is set. If Slurm
-//! refuses, the rows are deleted again so a failed request leaves nothing behind.
+//! still refuses (it changed between the check and the update) or cannot be reached,
+//! the request is undone: the rows are deleted again, and what slurmctld applied
+//! before it failed (it applies a node list node by node and stops at an unknown node)
+//! is reverted in Slurm, so a failed request leaves nothing behind; what could not be
+//! reverted is named in the answer. A refusal is a 409 carrying Slurm's own message,
+//! an unreachable Slurm a 502 (`AppError::SlurmRefused`, `AppError::BadGateway`).
+//! Undrain is all-or-nothing the same way.
 
 use std::collections::BTreeMap;
 
@@ -35,7 +41,8 @@ fn check_reason(r: &str) -> AppResult<String> {
 }
 
 /// Expands a Slurm hostlist with Slurm itself and checks every name is a node
-/// Slurm knows. Bad input: 422 naming the problem, nothing changed.
+/// Slurm knows; returns the names and Slurm's nodes as read now. Bad input: 422
+/// naming the problem (with Slurm's own words for an unknown node), nothing changed.
 async fn resolve_nodes(expr: &str) -> AppResult<(Vec<String>, BTreeMap<String, NodeInfo>)> {
     let expr = expr.trim();
     if expr.is_empty()
@@ -50,9 +57,9 @@ async fn resolve_nodes(expr: &str) -> AppResult<(Vec<String>, BTreeMap<String, N
     }
     let names = match scontrol::hostnames(expr).await {
         Ok(n) => n,
-        Err(SlurmError::Failed { stderr, .. }) => {
+        Err(SlurmError::Refused { message, .. }) => {
             return Err(AppError::Invalid(format!(
-                "bad node list {expr:?}: {stderr}"
+                "bad node list {expr:?}: {message}"
             )));
         }
         Err(e) => return Err(e.into()),
@@ -64,8 +71,17 @@ async fn resolve_nodes(expr: &str) -> AppResult<(Vec<String>, BTreeMap<String, N
         .map(String::as_str)
         .collect();
     if names.is_empty() || !unknown.is_empty() {
+        // Slurm's own words about the first unknown name, for the admin who
+        // knows Slurm's messages better than budgetd's.
+        let slurm_says = match unknown.first() {
+            Some(n) => scontrol::unknown_node_message(n)
+                .await
+                .map(|m| format!(" (Slurm: {m})"))
+                .unwrap_or_default(),
+            None => String::new(),
+        };
         return Err(AppError::Invalid(format!(
-            "unknown node(s) {}; Slurm has: {}",
+            "unknown node(s) {}{slurm_says}; Slurm has: {}",
             if unknown.is_empty() {
                 expr.to_string()
             } else {
@@ -75,6 +91,85 @@ async fn resolve_nodes(expr: &str) -> AppResult<(Vec<String>, BTreeMap<String, N
         )));
     }
     Ok((names, nodes))
+}
+
+/// The error a failed `scontrol update` answers: Slurm's (409 refused, 502
+/// unreachable), with `note` (what undoing it did or could not do) appended.
+fn update_failed(e: SlurmError, note: &str) -> AppError {
+    match AppError::from(e) {
+        AppError::SlurmRefused(m) => AppError::SlurmRefused(format!("{m}{note}")),
+        AppError::BadGateway(m) => AppError::BadGateway(format!("{m}{note}")),
+        other => other,
+    }
+}
+
+/// Reverts in Slurm what a failed drain of `nodes` applied (`before`: Slurm's
+/// nodes read before it, `rows`: budgetd's drains before it). Returns a note
+/// for the answer: that nothing changed, or which nodes may be left changed.
+async fn undo_drain(
+    nodes: &[String],
+    before: &BTreeMap<String, NodeInfo>,
+    rows: &[DrainRow],
+) -> String {
+    let after = match scontrol::show_nodes().await {
+        Ok(a) => a,
+        Err(e) => {
+            // Cannot tell what slurmctld applied: name every node it may have drained.
+            let maybe: Vec<&str> = nodes
+                .iter()
+                .filter(|n| before.get(*n).is_some_and(|b| !b.draining()))
+                .map(String::as_str)
+                .collect();
+            tracing::error!(error = %e, nodes = %maybe.join(","), "drain: cannot read Slurm to undo a failed drain");
+            return if maybe.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; budgetd could not check what Slurm applied ({e}): {} may still be drained in Slurm (undrain by hand: scontrol update nodename={} state=resume)",
+                    maybe.join(","),
+                    maybe.join(",")
+                )
+            };
+        }
+    };
+    let undo = drains::drain_undo(nodes, before, &after, rows);
+    if undo.is_empty() {
+        return "; nothing was changed".into();
+    }
+    let mut left: Vec<String> = Vec::new();
+    if !undo.resume.is_empty()
+        && let Err(e) = scontrol::resume(&undo.resume).await
+    {
+        tracing::error!(error = %e, nodes = %undo.resume.join(","), "drain: undoing a failed drain");
+        left.push(format!(
+            "{} may still be drained in Slurm ({e})",
+            undo.resume.join(",")
+        ));
+    }
+    for (reason, ns) in &undo.redrain {
+        if let Err(e) = scontrol::drain(ns, reason).await {
+            tracing::error!(error = %e, nodes = %ns.join(","), "drain: restoring a drain's reason");
+            left.push(format!(
+                "the Slurm reason of {} may not read {:?} ({e})",
+                ns.join(","),
+                scontrol::drain_reason(reason)
+            ));
+        }
+    }
+    for (reason, ns) in &undo.reason_back {
+        if let Err(e) = scontrol::set_reason(ns, reason).await {
+            tracing::error!(error = %e, nodes = %ns.join(","), "drain: restoring a node reason");
+            left.push(format!(
+                "the Slurm reason of {} may not read {reason:?} ({e})",
+                ns.join(",")
+            ));
+        }
+    }
+    if left.is_empty() {
+        "; nothing was changed (budgetd undid what Slurm had applied)".into()
+    } else {
+        format!("; undoing it failed: {}", left.join("; "))
+    }
 }
 
 /// Reads Slurm and computes the status of `drains`.
@@ -97,12 +192,13 @@ pub async fn create(
 ) -> AppResult<(StatusCode, Json<Vec<DrainStatus>>)> {
     caller.require_admin(&st, "drain nodes")?;
     let reason = check_reason(&req.reason)?;
-    let (nodes, _) = resolve_nodes(&req.nodes).await?;
+    // No drain worker pass from reading Slurm's nodes (the state an undo goes back
+    // to) until the request is done or undone: the worker would drain in Slurm a node
+    // whose row a rollback removes.
+    let ops = st.drain_ops.lock().await;
+    let (nodes, slurm_before) = resolve_nodes(&req.nodes).await?;
     let actor = caller.actor();
     let t = now();
-    // No drain worker pass between writing the rows and a rollback after a failed
-    // `scontrol` (it would drain in Slurm a node whose row the rollback removes).
-    let ops = st.drain_ops.lock().await;
     let before = st.with_store(|s| drains::list(s)).await?;
     {
         let (nodes, reason) = (nodes.clone(), reason.clone());
@@ -110,6 +206,7 @@ pub async fn create(
             .await?;
     }
     if let Err(e) = scontrol::drain(&nodes, &reason).await {
+        tracing::warn!(error = %e, nodes = %nodes.join(","), by = %caller.actor(), "drain: scontrol failed; undoing the request");
         // Undo only what this request did: nodes it newly drained lose their
         // row; nodes drained before keep theirs, with their old reason (a failed
         // re-drain must not end a drain that is in force).
@@ -139,7 +236,8 @@ pub async fn create(
         if let Err(u) = undone {
             tracing::error!(error = %u, "drain: rolling back after a failed scontrol failed too");
         }
-        return Err(e.into());
+        let note = undo_drain(&nodes, &slurm_before, &before).await;
+        return Err(update_failed(e, &note));
     }
     drop(ops);
     tracing::info!(nodes = %nodes.join(","), reason = %reason, by = %caller.actor(), "drain requested");
@@ -165,10 +263,10 @@ pub async fn remove(
     Path(expr): Path<String>,
 ) -> AppResult<Json<Undrained>> {
     caller.require_admin(&st, "undrain nodes")?;
-    let (nodes, _) = resolve_nodes(&expr).await?;
-    // No drain worker pass between the resume and forgetting the drain (it would
-    // drain the resumed node again).
+    // No drain worker pass between reading Slurm's nodes, the resume and
+    // forgetting the drain (it would drain the resumed node again).
     let _ops = st.drain_ops.lock().await;
+    let (nodes, slurm_before) = resolve_nodes(&expr).await?;
     let rows = st.with_store(|s| drains::list(s)).await?;
     let missing: Vec<&str> = nodes
         .iter()
@@ -181,7 +279,45 @@ pub async fn remove(
             missing.join(",")
         )));
     }
-    scontrol::resume(&nodes).await?;
+    // Only nodes Slurm holds drained are resumed: Slurm refuses to resume one it
+    // does not ("Invalid node state specified"), e.g. one resumed by hand, and
+    // forgetting its drain is all there is left to do.
+    let resume: Vec<String> = nodes
+        .iter()
+        .filter(|n| slurm_before.get(*n).is_some_and(NodeInfo::draining))
+        .cloned()
+        .collect();
+    if !resume.is_empty()
+        && let Err(e) = scontrol::resume(&resume).await
+    {
+        tracing::warn!(error = %e, nodes = %resume.join(","), by = %caller.actor(), "undrain: scontrol failed; undoing the request");
+        // slurmctld resumes node by node: drain again those it resumed
+        // before it failed. The rows stay, so the drain worker also drains
+        // again any node this cannot.
+        let note = match scontrol::show_nodes().await {
+            Err(r) => format!(
+                "; budgetd could not check what Slurm applied ({r}): the drain stays, and budgetd drains any of {} Slurm resumed again once it reaches Slurm",
+                resume.join(",")
+            ),
+            Ok(after) => {
+                let mut left = Vec::new();
+                for (reason, ns) in drains::resume_undo(&resume, &after, &rows) {
+                    if let Err(r) = scontrol::drain(&ns, &reason).await {
+                        left.push(format!("{} ({r})", ns.join(",")));
+                    }
+                }
+                if left.is_empty() {
+                    "; nothing was changed".into()
+                } else {
+                    format!(
+                        "; the drain stays, and budgetd drains again each second the nodes Slurm resumed: {}",
+                        left.join("; ")
+                    )
+                }
+            }
+        };
+        return Err(update_failed(e, &note));
+    }
     let (n2, actor, t) = (nodes.clone(), caller.actor(), now());
     st.with_store(move |s| drains::write(s, &actor, &n2, None, t))
         .await?;

@@ -90,6 +90,22 @@ impl Daemon {
     }
 }
 
+/// budgetd in `dir` (database `budget.db`, socket `budgetd.sock`, log
+/// `budgetd.log`) against the fake Slurm in `dir/slurm` with nodes n1-n3;
+/// returns the fake Slurm's folder too.
+pub fn fake_slurm_budgetd(dir: &Path) -> (Daemon, PathBuf) {
+    let slurm = dir.join("slurm");
+    std::fs::create_dir(&slurm).expect("slurm dir");
+    std::fs::write(slurm.join("nodes"), "n1\nn2\nn3\n").expect("nodes");
+    let d = Daemon::start_fake_slurm(
+        &dir.join("budget.db"),
+        &dir.join("budgetd.sock"),
+        &slurm,
+        &dir.join("budgetd.log"),
+    );
+    (d, slurm)
+}
+
 /// A tool of `tests/fixtures/fake-slurm` (`scontrol`, `squeue`).
 pub fn fake_slurm_tool(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

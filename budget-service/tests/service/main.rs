@@ -9,6 +9,7 @@ mod api;
 mod auth;
 mod backup;
 mod crash;
+mod drains;
 mod hardening;
 mod idle;
 mod import;

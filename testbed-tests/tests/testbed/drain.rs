@@ -6,8 +6,10 @@
 //!    requeued at once, the protected one at its window end (+- one tick, against
 //!    Slurm's own StartTime and its "Requeuing" log line), the node is DRAINED right
 //!    after, and the ETA budgetd gave is within 5 s of the real time;
-//! 2. the drain survives a budgetd restart and a slurmctld restart; a manual resume
-//!    is undone; bad names and non-admins are refused with nothing changed;
+//! 2. the drain survives a budgetd restart and a slurmctld restart; a drain asked for
+//!    while slurmctld is down fails as "could not reach Slurm" (not an internal
+//!    error); a manual resume is undone; an unknown node is refused with Slurm's own
+//!    words, bad names and non-admins are refused, each with nothing changed;
 //! 3. the preemption record: both requeues recorded with GPU-hours; `why` names them;
 //!    `budgetctl undrain` returns the node;
 //! 4. stability: two teams with similar ratios on a saturated cluster for 3 minutes
@@ -318,8 +320,27 @@ fn section_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
         "2 drain survives a budgetd restart",
         Check::eq(vec!["gpu1".to_string()], nodes),
     );
-    tb.restart_ctld()?;
+    // The slurmctld restart, with a drain asked for while slurmctld is down in
+    // between: Slurm cannot be reached, which budgetctl reports as that (budgetd's
+    // 502), not as an internal error, and nothing is stored.
+    let listed_before = drains_listed(tb)?;
+    tb.stop_ctld(false)?;
+    let (ok, out) = tb.run_budgetctl(&[], &["drain", "gpu2", "--reason", "x"])?;
+    c.record(
+        "2 slurmctld down: drain fails with 'could not reach Slurm' and Slurm's words",
+        Check::that(
+            !ok && out.contains("could not reach Slurm")
+                && out.contains("Unable to contact slurm controller"),
+        )
+        .actual(&out),
+    );
+    tb.start_ctld()?;
     sleep_secs(2.0);
+    let listed_after = drains_listed(tb)?;
+    c.record(
+        "2 slurmctld down: budgetctl drains unchanged",
+        Check::eq(listed_before, listed_after),
+    );
     c.record(
         "2 drain survives a slurmctld restart",
         Check::eq("drained", s.node_state("gpu1")?.as_str()),
@@ -354,10 +375,24 @@ fn section_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
     if !pending.is_empty() {
         s.run("scontrol", &["release", &pending.join(",")])?;
     }
-    let (ok, out) = tb.run_budgetctl(&[], &["drain", "gpu9", "--reason", "x"])?;
+    let listed_before = drains_listed(tb)?;
+    let (ok, out) = tb.run_budgetctl(&[], &["drain", "nosuchnode", "--reason", "x"])?;
     c.record(
-        "2 unknown node refused",
-        Check::that(!ok && out.contains("unknown node")).actual(&out),
+        "2 unknown node refused with Slurm's words",
+        Check::that(
+            !ok && out.contains("unknown node(s) nosuchnode")
+                && out.contains("Node nosuchnode not found"),
+        )
+        .actual(&out),
+    );
+    c.record(
+        "2 unknown node: budgetctl drains unchanged",
+        Check::eq(listed_before, drains_listed(tb)?),
+    );
+    let (ok, out) = tb.run_budgetctl(&[], &["undrain", "nosuchnode"])?;
+    c.record(
+        "2 unknown node: undrain refused with Slurm's words",
+        Check::that(!ok && out.contains("Node nosuchnode not found")).actual(&out),
     );
     let (ok, out) = tb.run_budgetctl(&[], &["drain", "gpu[1-", "--reason", "x"])?;
     c.record(
@@ -383,6 +418,22 @@ fn section_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
             .actual(format!("drains {nodes:?}, gpu2 {gpu2}")),
     );
     Ok(())
+}
+
+/// `(node, reason, actor)` of each drain as `budgetctl --json drains` lists it.
+fn drains_listed(tb: &Testbed) -> Result<Vec<(String, String, String)>> {
+    let (ok, out) = tb.run_budgetctl(&[], &["--json", "drains"])?;
+    ensure!(ok, "budgetctl drains failed: {out}");
+    let v: serde_json::Value =
+        serde_json::from_str(&out).with_context(|| format!("budgetctl drains: {out}"))?;
+    let field = |d: &serde_json::Value, k: &str| d[k].as_str().unwrap_or("").to_string();
+    Ok(v.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|d| (field(d, "node"), field(d, "reason"), field(d, "actor")))
+                .collect()
+        })
+        .unwrap_or_default())
 }
 
 fn section_3(c: &mut Checks, tb: &Testbed, prot: JobId, free: JobId) -> Result<()> {
