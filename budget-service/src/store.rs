@@ -976,14 +976,18 @@ impl Store {
         for (i, rec) in recs.iter().enumerate() {
             // A run's start is its own: a record with the start of one of its
             // key's reruns is that rerun (imports carry rerun 0).
-            let mut rec = rec.clone();
-            if let Some(r) = rec.start.and_then(|s| {
-                self.ledger
-                    .rerun_with_start(rec.job_id, rec.run, rec.submit, s)
-            }) {
-                rec.rerun = r;
-            }
-            let rec = &rec;
+            let rerouted = rec
+                .start
+                .and_then(|s| {
+                    self.ledger
+                        .rerun_with_start(rec.job_id, rec.run, rec.submit, s)
+                })
+                .filter(|&r| r != rec.rerun)
+                .map(|rerun| RunRecord {
+                    rerun,
+                    ..rec.clone()
+                });
+            let rec = rerouted.as_ref().unwrap_or(rec);
             let in_batch = pending
                 .range(
                     (rec.job_id, rec.run, i64::MIN, 0)..=(rec.job_id, rec.run, i64::MAX, u32::MAX),
@@ -1441,6 +1445,12 @@ pub(crate) mod tests {
                 assert_eq!((out.inserted, out.updated), (0, 0), "{out:?}");
             }
         }
+        want(&s);
+        // An import of the second run (as from sacct: no rerun) is that row, not a
+        // conflict with the first.
+        let imported = RunRecord::from_job_run(&ended, 200).expect("valid");
+        let out = s.ingest(&[imported], "import", true).expect("import");
+        assert!(out.refused.is_empty() && out.unchanged == 1, "{out:?}");
         want(&s);
         drop(s);
         let s = Store::open(&path, &PolicyPatch::default()).expect("reopen");
