@@ -792,7 +792,10 @@ fn check_lost_run(
     c.record(
         "5 the lost run stays charged: closed at the last live set before the kill",
         Check::that(first.is_some_and(|r| {
-            !r.open() && r.end.is_some_and(|e| e >= lo && e <= t_kill) && r.gpu_seconds(0) > 0
+            r.rerun == 0
+                && !r.open()
+                && r.end.is_some_and(|e| e >= lo && e <= t_kill)
+                && r.gpu_seconds(0) > 0
         }))
         .expected(format!(
             "start {first_start:?}, ended in {live_before:?}..={t_kill}"
@@ -810,11 +813,14 @@ fn check_lost_run(
         Check::that(
             keyed.len() == 2
                 && second.is_some_and(|r| {
-                    r.state == "ended" && near(r.start, second_start) && near(r.end, second_end)
+                    r.rerun == 1
+                        && r.state == "ended"
+                        && near(r.start, second_start)
+                        && near(r.end, second_end)
                 }),
         )
         .expected(format!(
-            "2 rows of {j}:0@{submit}; the second {second_start:?}..{second_end:?}"
+            "2 rows of {j}:0@{submit}; the second (rerun 1) {second_start:?}..{second_end:?}"
         ))
         .actual(describe(got))
         .jobs(&[j]),
