@@ -162,6 +162,7 @@ fn main() -> anyhow::Result<()> {
                 job_id: job,
                 run: 0,
                 submit: 0,
+                rerun: 0,
                 account: account.clone(),
                 user: user.clone(),
                 partition: Some("gpu".into()),

@@ -161,6 +161,39 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     DROP TABLE runs;
     ALTER TABLE runs_new RENAME TO runs;
     "#,
+    // 6: a run slurmctld lost in a crash and started again under the same job id,
+    // run and submit time is a row of its own (`rerun` 1, 2, ...): the lost run
+    // stays charged. Every row stored before is rerun 0.
+    r#"
+    CREATE TABLE runs_new (
+        job_id      INTEGER NOT NULL,
+        run         INTEGER NOT NULL,
+        submit      INTEGER NOT NULL DEFAULT 0,
+        rerun       INTEGER NOT NULL DEFAULT 0,
+        account     TEXT NOT NULL,
+        user        TEXT NOT NULL,
+        partition   TEXT,
+        gpus        INTEGER NOT NULL,
+        gpu_type    TEXT,
+        start       INTEGER,
+        end         INTEGER,
+        free_tier   INTEGER NOT NULL,
+        min_runtime INTEGER NOT NULL,
+        nodes       TEXT,
+        state       TEXT NOT NULL,
+        first_seen  INTEGER NOT NULL,
+        source      TEXT NOT NULL,
+        time_limit  INTEGER,
+        checkpoint  INTEGER,
+        PRIMARY KEY (job_id, run, submit, rerun)
+    ) WITHOUT ROWID;
+    INSERT INTO runs_new (job_id, run, submit, rerun, account, user, partition, gpus, gpu_type,
+        start, end, free_tier, min_runtime, nodes, state, first_seen, source, time_limit, checkpoint)
+        SELECT job_id, run, submit, 0, account, user, partition, gpus, gpu_type, start, end,
+        free_tier, min_runtime, nodes, state, first_seen, source, time_limit, checkpoint FROM runs;
+    DROP TABLE runs;
+    ALTER TABLE runs_new RENAME TO runs;
+    "#,
 ];
 
 /// Schema version this build expects.

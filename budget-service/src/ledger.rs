@@ -1,6 +1,9 @@
 //! The run ledger's rules and its in-memory mirror.
 //!
-//! Every run of every job is one row keyed by `(job_id, run)`. This module owns
+//! Every run of every job is one row keyed by `(job_id, run, submit, rerun)`:
+//! Slurm's job id, `restart_cnt` and submit time, and how many times that same
+//! run started again after slurmctld lost it in a crash ([`RunRecord::rerun`],
+//! almost always 0). This module owns
 //! (1) the merge rule that makes ingestion idempotent and exact — a run's start
 //! never changes once set, its end is set once, terminal states are final —
 //! and (2) [`Ledger`], a compact in-memory copy of the `runs` table.
@@ -34,6 +37,12 @@ pub struct RunRecord {
     /// reused job id is a new row (issue 11 item 7).
     #[serde(default)]
     pub submit: i64,
+    /// 0, or how many times slurmctld lost this run (a crash before its state
+    /// save recorded the start: it reloads the job pending, same id, run and
+    /// submit time) and started it again: each start is a row of its own, so
+    /// the lost run stays charged (`Store::sync`, docs/design.md §3.4).
+    #[serde(default)]
+    pub rerun: u32,
     pub account: String,
     pub user: String,
     pub partition: Option<String>,
@@ -98,6 +107,7 @@ impl RunRecord {
             job_id: r.job_id,
             run: r.run,
             submit: r.submit.unwrap_or(0),
+            rerun: 0,
             account: r.account.clone(),
             user: r.user.clone(),
             partition: r.partition.clone(),
@@ -220,7 +230,8 @@ impl RunRecord {
 ///
 /// - a new key is inserted as sent;
 /// - `start` and `end` are each set once and never change afterwards;
-/// - `ended`/`requeued` are final states; a run with an end is never running;
+/// - `ended`/`requeued` are final states; a run with an end is never running,
+///   a run with a start never pending again (a late, stale report);
 /// - account, user, partition, GPUs, GPU type, free tier and contract may
 ///   still change while the run has not started (Slurm allows it for pending
 ///   jobs) and are frozen from its start on;
@@ -272,7 +283,9 @@ pub fn merge(existing: Option<&RunRecord>, incoming: &RunRecord) -> Merge {
     if new.end.is_some() && !terminal(new.state) {
         new.state = RunState::Ended;
     }
-    if new.state == RunState::Running && new.start.is_none() {
+    if (new.state == RunState::Running && new.start.is_none())
+        || (new.state == RunState::Pending && new.start.is_some())
+    {
         new.state = old.state;
     }
     if new == *old {
@@ -354,6 +367,7 @@ struct MemRun {
     job_id: u32,
     run: u32,
     submit: i64,
+    rerun: u32,
     /// Index into [`Ledger::leaves`].
     leaf: u32,
     partition: u32,
@@ -419,6 +433,7 @@ impl Ledger {
             job_id: r.job_id,
             run: r.run,
             submit: r.submit,
+            rerun: r.rerun,
             leaf: self.leaf(&r.account, &r.user),
             partition: self.strings.opt_id(r.partition.as_deref()),
             gpu_type: self.strings.opt_id(r.gpu_type.as_deref()),
@@ -445,6 +460,7 @@ impl Ledger {
             job_id: m.job_id,
             run: m.run,
             submit: m.submit,
+            rerun: m.rerun,
             account: self.strings.get(a).to_string(),
             user: self.strings.get(u).to_string(),
             partition: self.strings.opt_get(m.partition),
@@ -463,29 +479,66 @@ impl Ledger {
     }
 
     /// The stored row for `(job_id, run)`: of the latest submission when the
-    /// id was reused.
+    /// id was reused, its latest start when slurmctld lost one.
     pub fn get(&self, job_id: u32, run: u32) -> Option<RunRecord> {
         self.index
             .get(&(job_id, run))
-            .and_then(|rows| rows.iter().max_by_key(|&&i| self.runs[i].submit))
+            .and_then(|rows| {
+                rows.iter()
+                    .max_by_key(|&&i| (self.runs[i].submit, self.runs[i].rerun))
+            })
             .map(|&i| self.to_record(&self.runs[i]))
     }
 
-    /// The stored row an incoming record of `(job_id, run)` with `submit`
-    /// belongs to: the same submission; for an unknown submit (0) the latest
-    /// one; for a known one, a row stored without a submit (written before
-    /// submit times were known). `None`: a new run, also when only another
-    /// submission (a reused id) is stored.
+    /// The submission an incoming record of `(job_id, run)` with `submit`
+    /// belongs to: the same one; for an unknown submit (0) the latest one; for
+    /// a known one, a row stored without a submit (written before submit times
+    /// were known). `None`: a new run, also when only another submission (a
+    /// reused id) is stored.
+    fn submission(&self, rows: &[usize], submit: i64) -> Option<i64> {
+        let has = |s: i64| rows.iter().any(|&i| self.runs[i].submit == s);
+        if submit == 0 {
+            rows.iter().map(|&i| self.runs[i].submit).max()
+        } else if has(submit) {
+            Some(submit)
+        } else {
+            has(0).then_some(0)
+        }
+    }
+
+    /// The current row (highest `rerun`) of the submission an incoming record
+    /// of `(job_id, run)` with `submit` belongs to (see [`Ledger::find_rerun`]).
     pub fn find(&self, job_id: u32, run: u32, submit: i64) -> Option<RunRecord> {
         let rows = self.index.get(&(job_id, run))?;
-        let pick = if submit == 0 {
-            rows.iter().max_by_key(|&&i| self.runs[i].submit)
-        } else {
-            rows.iter()
-                .find(|&&i| self.runs[i].submit == submit)
-                .or_else(|| rows.iter().find(|&&i| self.runs[i].submit == 0))
-        };
-        pick.map(|&i| self.to_record(&self.runs[i]))
+        let sub = self.submission(rows, submit)?;
+        rows.iter()
+            .filter(|&&i| self.runs[i].submit == sub)
+            .max_by_key(|&&i| self.runs[i].rerun)
+            .map(|&i| self.to_record(&self.runs[i]))
+    }
+
+    /// The stored row an incoming record of `(job_id, run, rerun)` with
+    /// `submit` belongs to: that rerun of the same submission; for an unknown
+    /// submit (0) the latest one; for a known one, a row stored without a
+    /// submit. `None`: a new row.
+    pub fn find_rerun(&self, job_id: u32, run: u32, submit: i64, rerun: u32) -> Option<RunRecord> {
+        let rows = self.index.get(&(job_id, run))?;
+        let sub = self.submission(rows, submit)?;
+        rows.iter()
+            .find(|&&i| self.runs[i].submit == sub && self.runs[i].rerun == rerun)
+            .map(|&i| self.to_record(&self.runs[i]))
+    }
+
+    /// The rerun of `(job_id, run)` of the submission `submit` belongs to that
+    /// started at `start`: a run's start is its own, so a record with that
+    /// start is that run (a repeat, or a late report of a run slurmctld lost).
+    pub fn rerun_with_start(&self, job_id: u32, run: u32, submit: i64, start: i64) -> Option<u32> {
+        let rows = self.index.get(&(job_id, run))?;
+        let sub = self.submission(rows, submit)?;
+        rows.iter()
+            .map(|&i| &self.runs[i])
+            .find(|m| m.submit == sub && m.start == Some(start))
+            .map(|m| m.rerun)
     }
 
     /// The stored row of `(job_id, run)` (any submission) that started at
@@ -499,21 +552,17 @@ impl Ledger {
     }
 
     /// Inserts or replaces a row (after the database committed it). A row of
-    /// the same `(job_id, run)` stored with `replaces` as its submit (the
-    /// row the record was merged onto) is replaced.
+    /// the same `(job_id, run, rerun)` stored with `replaces` as its submit
+    /// (the row the record was merged onto) is replaced.
     pub fn put_replacing(&mut self, r: &RunRecord, replaces: i64) {
         let m = self.intern(r);
         let rows = self.index.entry((r.job_id, r.run)).or_default();
-        let hit = rows
-            .iter()
-            .copied()
-            .find(|&i| self.runs[i].submit == r.submit)
-            .or_else(|| {
-                rows.iter()
-                    .copied()
-                    .find(|&i| self.runs[i].submit == replaces)
-            });
-        match hit {
+        let at = |s: i64| {
+            rows.iter()
+                .copied()
+                .find(|&i| self.runs[i].submit == s && self.runs[i].rerun == r.rerun)
+        };
+        match at(r.submit).or_else(|| at(replaces)) {
             Some(i) => self.runs[i] = m,
             None => {
                 rows.push(self.runs.len());
@@ -522,13 +571,13 @@ impl Ledger {
         }
     }
 
-    /// Inserts or replaces the row with the same `(job_id, run, submit)`.
+    /// Inserts or replaces the row with the same `(job_id, run, submit, rerun)`.
     pub fn put(&mut self, r: &RunRecord) {
         self.put_replacing(r, r.submit);
     }
 
-    /// Every run stored under one job id, by submission then run number (a
-    /// reused id lists the older job's runs first).
+    /// Every run stored under one job id, by submission, run number, then
+    /// rerun (a reused id lists the older job's runs first).
     pub fn job_runs(&self, job_id: u32) -> Vec<RunRecord> {
         let mut out: Vec<RunRecord> = self
             .runs
@@ -536,7 +585,7 @@ impl Ledger {
             .filter(|m| m.job_id == job_id)
             .map(|m| self.to_record(m))
             .collect();
-        out.sort_by_key(|r| (r.submit, r.run));
+        out.sort_by_key(|r| (r.submit, r.run, r.rerun));
         out
     }
 
@@ -552,7 +601,7 @@ impl Ledger {
         for m in &self.runs {
             if jobs.contains(&m.job_id) {
                 let e = best.entry(m.job_id).or_insert(m);
-                if (m.submit, m.run) > (e.submit, e.run) {
+                if (m.submit, m.run, m.rerun) > (e.submit, e.run, e.rerun) {
                     *e = m;
                 }
             }
@@ -584,7 +633,7 @@ impl Ledger {
     /// Every row, sorted by key (tests, export).
     pub fn all(&self) -> Vec<RunRecord> {
         let mut out: Vec<RunRecord> = self.runs.iter().map(|m| self.to_record(m)).collect();
-        out.sort_by_key(|r| (r.job_id, r.run, r.submit));
+        out.sort_by_key(|r| (r.job_id, r.run, r.submit, r.rerun));
         out
     }
 
@@ -657,6 +706,7 @@ mod tests {
             job_id: job,
             run,
             submit: 0,
+            rerun: 0,
             account: "a".into(),
             user: "u".into(),
             partition: None,
@@ -684,6 +734,8 @@ mod tests {
         };
         assert_eq!(stored.start, Some(100));
         assert_eq!(merge(Some(&stored), &running), Merge::Unchanged);
+        // A stale pending report (collected before the start) does not un-start it.
+        assert_eq!(merge(Some(&stored), &pending), Merge::Unchanged);
         // A later report with a different start does not move it.
         let moved = rec(1, 0, Some(150), None, RunState::Running);
         assert_eq!(merge(Some(&stored), &moved), Merge::Unchanged);

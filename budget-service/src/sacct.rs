@@ -190,6 +190,7 @@ pub fn parse(
                 // latest stored submission of its id and run, and a different
                 // job stored there is reported as a conflict.
                 submit: 0,
+                rerun: 0,
                 account: l.account,
                 user: l.user,
                 partition: l.partition,

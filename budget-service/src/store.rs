@@ -108,9 +108,9 @@ fn norm_parent(p: Option<String>) -> Option<String> {
 }
 
 const UPSERT_RUN: &str = "INSERT INTO runs(job_id, run, account, user, partition, gpus, gpu_type, start, end, \
-     free_tier, min_runtime, nodes, state, first_seen, source, time_limit, checkpoint, submit) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) \
-     ON CONFLICT(job_id, run, submit) DO UPDATE SET account = excluded.account, user = excluded.user, \
+     free_tier, min_runtime, nodes, state, first_seen, source, time_limit, checkpoint, submit, rerun) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) \
+     ON CONFLICT(job_id, run, submit, rerun) DO UPDATE SET account = excluded.account, user = excluded.user, \
      partition = excluded.partition, gpus = excluded.gpus, gpu_type = excluded.gpu_type, start = excluded.start, \
      end = excluded.end, free_tier = excluded.free_tier, min_runtime = excluded.min_runtime, \
      nodes = excluded.nodes, state = excluded.state, time_limit = excluded.time_limit, \
@@ -118,7 +118,8 @@ const UPSERT_RUN: &str = "INSERT INTO runs(job_id, run, account, user, partition
 
 /// Removes the row a merged record replaces under a new key (a row stored
 /// without a submit time that adopted one).
-const DELETE_RUN: &str = "DELETE FROM runs WHERE job_id = ?1 AND run = ?2 AND submit = ?3";
+const DELETE_RUN: &str =
+    "DELETE FROM runs WHERE job_id = ?1 AND run = ?2 AND submit = ?3 AND rerun = ?4";
 
 impl Store {
     /// Opens the database, migrates it, and loads the in-memory state.
@@ -201,7 +202,7 @@ impl Store {
         {
             let mut st = conn.prepare(
                 "SELECT job_id, run, account, user, partition, gpus, gpu_type, start, end, free_tier, \
-                 min_runtime, nodes, state, first_seen, time_limit, checkpoint, submit FROM runs",
+                 min_runtime, nodes, state, first_seen, time_limit, checkpoint, submit, rerun FROM runs",
             )?;
             let mut rows = st.query([])?;
             while let Some(r) = rows.next()? {
@@ -225,6 +226,7 @@ impl Store {
                     time_limit_secs: r.get(14)?,
                     checkpoint_secs: r.get(15)?,
                     submit: r.get(16)?,
+                    rerun: r.get(17)?,
                 });
             }
         }
@@ -763,9 +765,15 @@ impl Store {
     pub fn sync(&mut self, batch: &JobSync, now: i64) -> AppResult<SyncOutcome> {
         let mut recs = Vec::with_capacity(batch.runs.len());
         let mut refused = Vec::new();
+        let live_at = meta_get(&self.conn, "live_at")?.and_then(|v| v.parse::<i64>().ok());
         for (i, r) in batch.runs.iter().enumerate() {
             match RunRecord::from_job_run(r, now) {
-                Ok(rec) => recs.push(self.fold_raced_requeue(rec)),
+                Ok(rec) => {
+                    let rec = self.fold_raced_requeue(rec);
+                    let (rec, lost) = self.started_again(rec, batch.collected_at, live_at);
+                    recs.extend(lost);
+                    recs.push(rec);
+                }
                 Err(e) => refused.push(RefusedRun {
                     job_id: r.job_id,
                     run: r.run,
@@ -800,8 +808,88 @@ impl Store {
         if let Some(prev) = self.ledger.with_start(rec.job_id, rec.run - 1, start) {
             rec.run = prev.run;
             rec.submit = prev.submit;
+            rec.rerun = prev.rerun;
         }
         rec
+    }
+
+    /// Which row of its key `(job id, run, submit)` a synced record belongs to,
+    /// and the lost run to close when the job started again after slurmctld lost
+    /// a run: killed (-9) after a run started but before its state save recorded
+    /// the start, slurmctld reloads the job pending with the same id, `restart_cnt`
+    /// and submit time, and later starts it again. Slurm never reports a run
+    /// pending after it started, nor a second start of one run, otherwise (a
+    /// requeue is a new run number). So, against the key's current row:
+    /// - a record with the start of one of the key's rows is that row (a repeat,
+    ///   or a late report of a run lost earlier);
+    /// - a pending record collected after the current row's start, or one with a
+    ///   later start, means that run was lost: the record opens a row of its own
+    ///   (`rerun` + 1), and the lost run, if still open, is closed like a run
+    ///   Slurm forgot ([`Store::close_forgotten`]): at the last time it was known
+    ///   alive (the newest complete live set, every one of which had it, or its
+    ///   first sighting), never after this record was collected nor after the
+    ///   next start, never before its own start;
+    /// - anything else (a pending report collected before the start: stale) is
+    ///   merged into the current row, which the merge rule keeps started.
+    ///
+    /// The lost run stays charged for the time it ran (docs/design.md §3.4);
+    /// repeats find their rows by start and change nothing.
+    fn started_again(
+        &self,
+        mut rec: RunRecord,
+        collected_at: i64,
+        live_at: Option<i64>,
+    ) -> (RunRecord, Option<RunRecord>) {
+        let Some(cur) = self.ledger.find(rec.job_id, rec.run, rec.submit) else {
+            return (rec, None);
+        };
+        if rec.submit == 0 {
+            // Unknown submit: the latest submission's (as the merge would adopt).
+            rec.submit = cur.submit;
+        }
+        if let Some(s) = rec.start
+            && let Some(r) = self
+                .ledger
+                .rerun_with_start(rec.job_id, rec.run, rec.submit, s)
+        {
+            rec.rerun = r;
+            return (rec, None);
+        }
+        rec.rerun = cur.rerun;
+        let Some(lost_start) = cur.start else {
+            return (rec, None);
+        };
+        let again = match rec.start {
+            None => rec.state == RunState::Pending && collected_at > lost_start,
+            Some(s) => s > lost_start,
+        };
+        if !again {
+            return (rec, None);
+        }
+        rec.rerun = cur.rerun + 1;
+        if cur.end.is_some() || matches!(cur.state, RunState::Ended | RunState::Requeued) {
+            return (rec, None);
+        }
+        let mut alive = live_at
+            .unwrap_or(lost_start)
+            .max(cur.first_seen)
+            .min(collected_at);
+        if let Some(s) = rec.start {
+            alive = alive.min(s);
+        }
+        let end = alive.max(lost_start);
+        tracing::warn!(
+            "sync: job {} run {} (submit {}) started again after slurmctld lost it: \
+             the lost run ({lost_start}..{end}) stays charged, the new one is rerun {}",
+            rec.job_id,
+            rec.run,
+            rec.submit,
+            rec.rerun
+        );
+        let mut lost = cur;
+        lost.end = Some(end);
+        lost.state = RunState::Ended;
+        (rec, Some(lost))
     }
 
     /// Closes every pending or running run whose job is not in `live` (the
@@ -884,11 +972,27 @@ impl Store {
         let mut out = SyncOutcome::default();
         // Later records of the same key in one batch merge onto earlier ones.
         // Value: the merged row, and the submit of the stored row it replaces.
-        let mut pending: BTreeMap<(u32, u32, i64), (RunRecord, i64)> = BTreeMap::new();
+        let mut pending: BTreeMap<(u32, u32, i64, u32), (RunRecord, i64)> = BTreeMap::new();
         for (i, rec) in recs.iter().enumerate() {
+            // A run's start is its own: a record with the start of one of its
+            // key's reruns is that rerun (imports carry rerun 0).
+            let rerouted = rec
+                .start
+                .and_then(|s| {
+                    self.ledger
+                        .rerun_with_start(rec.job_id, rec.run, rec.submit, s)
+                })
+                .filter(|&r| r != rec.rerun)
+                .map(|rerun| RunRecord {
+                    rerun,
+                    ..rec.clone()
+                });
+            let rec = rerouted.as_ref().unwrap_or(rec);
             let in_batch = pending
-                .range((rec.job_id, rec.run, i64::MIN)..=(rec.job_id, rec.run, i64::MAX))
-                .filter(|(k, _)| rec.submit == 0 || k.2 == rec.submit)
+                .range(
+                    (rec.job_id, rec.run, i64::MIN, 0)..=(rec.job_id, rec.run, i64::MAX, u32::MAX),
+                )
+                .filter(|(k, _)| (rec.submit == 0 || k.2 == rec.submit) && k.3 == rec.rerun)
                 .map(|(k, (r, rep))| (*k, r.clone(), *rep))
                 .next_back();
             let from_batch = in_batch.is_some();
@@ -898,7 +1002,9 @@ impl Store {
                     (Some(r), rep)
                 }
                 None => {
-                    let found = self.ledger.find(rec.job_id, rec.run, rec.submit);
+                    let found = self
+                        .ledger
+                        .find_rerun(rec.job_id, rec.run, rec.submit, rec.rerun);
                     let rep = found.as_ref().map_or(rec.submit, |f| f.submit);
                     (found, rep)
                 }
@@ -912,24 +1018,30 @@ impl Store {
                 });
                 if let Some(old) = stored.filter(|_| from_batch) {
                     // Keep what an earlier record of the batch merged.
-                    pending.insert((old.job_id, old.run, old.submit), (old, replaces));
+                    pending.insert(
+                        (old.job_id, old.run, old.submit, old.rerun),
+                        (old, replaces),
+                    );
                 }
                 continue;
             }
             match merge(stored.as_ref(), rec) {
                 Merge::Insert(r) => {
                     out.inserted += 1;
-                    pending.insert((r.job_id, r.run, r.submit), (r, replaces));
+                    pending.insert((r.job_id, r.run, r.submit, r.rerun), (r, replaces));
                 }
                 Merge::Update(r) => {
                     out.updated += 1;
-                    pending.insert((r.job_id, r.run, r.submit), (r, replaces));
+                    pending.insert((r.job_id, r.run, r.submit, r.rerun), (r, replaces));
                 }
                 Merge::Unchanged => {
                     out.unchanged += 1;
                     if let Some(old) = stored.filter(|_| from_batch) {
                         // Merged earlier in this batch: still to be written.
-                        pending.insert((old.job_id, old.run, old.submit), (old, replaces));
+                        pending.insert(
+                            (old.job_id, old.run, old.submit, old.rerun),
+                            (old, replaces),
+                        );
                     }
                 }
             }
@@ -944,7 +1056,7 @@ impl Store {
                 let mut st = tx.prepare_cached(UPSERT_RUN)?;
                 for (r, replaces) in pending.values() {
                     if *replaces != r.submit {
-                        del.execute(params![r.job_id, r.run, replaces])?;
+                        del.execute(params![r.job_id, r.run, replaces, r.rerun])?;
                     }
                     st.execute(params![
                         r.job_id,
@@ -964,7 +1076,8 @@ impl Store {
                         source,
                         r.time_limit_secs,
                         r.checkpoint_secs,
-                        r.submit
+                        r.submit,
+                        r.rerun
                     ])?;
                 }
                 Ok(())
@@ -1237,6 +1350,164 @@ pub(crate) mod tests {
         second.end = Some(510);
         assert_eq!(sync_one(&mut s, second, 511).inserted, 1);
         assert_eq!(s.ledger().job_runs(6).len(), 2);
+    }
+
+    /// A sync batch of `runs` collected at `at` (no live set).
+    fn sync_at(s: &mut Store, at: i64, runs: Vec<JobRun>) -> SyncOutcome {
+        s.sync(
+            &JobSync {
+                collected_at: at,
+                runs,
+                live: None,
+            },
+            at,
+        )
+        .expect("sync")
+    }
+
+    /// The GPU-seconds charged over everything stored.
+    fn charged(s: &Store) -> i128 {
+        s.ledger()
+            .usage(100_000, 100_000)
+            .charged
+            .iter()
+            .map(|r| r.3)
+            .sum()
+    }
+
+    /// A job saved by slurmctld while pending starts (budgetd stores the start),
+    /// slurmctld is killed (-9) before its state save records the start, reloads the
+    /// job as pending (same id, run 0 and submit time) and starts it again. The
+    /// reports budgetd receives, in order, then every one of them again: the first
+    /// run stays charged, closed at the last complete live set that had it running,
+    /// the second run is a row of its own, and repeats (even the stale ones from
+    /// before the kill) change nothing.
+    #[test]
+    fn a_run_slurmctld_lost_in_a_crash_stays_charged_and_the_next_is_its_own_row() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("lost.db");
+        let mut s = Store::open(&path, &PolicyPatch::default()).expect("open");
+        let pending = job_run(7, 90, "bio", RunState::Pending, None);
+        let first = job_run(7, 90, "bio", RunState::Running, Some(110));
+        let second = job_run(7, 90, "bio", RunState::Running, Some(148));
+        let mut ended = second.clone();
+        ended.state = RunState::Ended;
+        ended.end = Some(158);
+        // Before the kill: pending (saved so by slurmctld), then running from 110,
+        // in a complete live set at 124; killed at 128.
+        let mut reports: Vec<(i64, Option<JobRun>)> = vec![
+            (100, Some(pending.clone())),
+            (100, None),
+            (112, Some(first.clone())),
+            (124, None),
+            // Restarted from the save: pending again, then running again, then done.
+            (140, Some(pending.clone())),
+            (140, None),
+            (150, Some(second.clone())),
+            (152, None),
+            (160, Some(ended.clone())),
+        ];
+        for (at, r) in &reports {
+            match r {
+                Some(r) => {
+                    sync_at(&mut s, *at, vec![r.clone()]);
+                }
+                None => {
+                    live(&mut s, *at, &[(7, 90)]);
+                }
+            }
+        }
+        let want = |s: &Store| {
+            let runs = s.ledger().job_runs(7);
+            let got: Vec<_> = runs
+                .iter()
+                .map(|r| (r.run, r.submit, r.start, r.end, r.state))
+                .collect();
+            assert_eq!(
+                got,
+                vec![
+                    (0, 90, Some(110), Some(124), RunState::Ended),
+                    (0, 90, Some(148), Some(158), RunState::Ended),
+                ],
+                "{runs:?}"
+            );
+            assert_eq!(charged(s), 2 * (124 - 110) + 2 * (158 - 148));
+            assert_eq!(s.count_runs_in_db().expect("count"), 2);
+        };
+        want(&s);
+        // Every report again, in order, and the stale ones from before the kill
+        // once more at the end (a request handled late): nothing changes.
+        reports.push((100, Some(pending)));
+        reports.push((112, Some(first)));
+        for (at, r) in reports {
+            if let Some(r) = r {
+                let out = sync_at(&mut s, at, vec![r]);
+                assert_eq!((out.inserted, out.updated), (0, 0), "{out:?}");
+            }
+        }
+        want(&s);
+        // An import of the second run (as from sacct: no rerun) is that row, not a
+        // conflict with the first.
+        let imported = RunRecord::from_job_run(&ended, 200).expect("valid");
+        let out = s.ingest(&[imported], "import", true).expect("import");
+        assert!(out.refused.is_empty() && out.unchanged == 1, "{out:?}");
+        want(&s);
+        drop(s);
+        let s = Store::open(&path, &PolicyPatch::default()).expect("reopen");
+        want(&s);
+    }
+
+    /// The same crash when the restarted slurmctld starts the job again before
+    /// the plugin's first pass (no pending report in between: a running report
+    /// with a later start), and when the lost run's end had been reported before
+    /// the crash: each run is a row of its own, charged once.
+    #[test]
+    fn a_lost_run_started_again_without_a_pending_report_is_a_row_of_its_own() {
+        let (_d, mut s) = store();
+        sync_at(
+            &mut s,
+            112,
+            vec![job_run(8, 90, "bio", RunState::Running, Some(110))],
+        );
+        live(&mut s, 124, &[(8, 90)]);
+        sync_at(
+            &mut s,
+            150,
+            vec![job_run(8, 90, "bio", RunState::Running, Some(148))],
+        );
+        let runs = s.ledger().job_runs(8);
+        let got: Vec<_> = runs.iter().map(|r| (r.start, r.end, r.state)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some(110), Some(124), RunState::Ended),
+                (Some(148), None, RunState::Running)
+            ],
+            "{runs:?}"
+        );
+        // Ended and reported, then lost: the job runs again under the same key.
+        let mut done = job_run(9, 90, "bio", RunState::Ended, Some(110));
+        done.end = Some(120);
+        sync_at(&mut s, 121, vec![done.clone()]);
+        sync_at(
+            &mut s,
+            140,
+            vec![job_run(9, 90, "bio", RunState::Pending, None)],
+        );
+        let mut again = job_run(9, 90, "bio", RunState::Ended, Some(148));
+        again.end = Some(150);
+        sync_at(&mut s, 151, vec![again.clone()]);
+        assert_eq!(sync_at(&mut s, 152, vec![done, again]).unchanged, 2);
+        let runs = s.ledger().job_runs(9);
+        let got: Vec<_> = runs.iter().map(|r| (r.start, r.end, r.state)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some(110), Some(120), RunState::Ended),
+                (Some(148), Some(150), RunState::Ended)
+            ],
+            "{runs:?}"
+        );
     }
 
     /// An import of a run whose id is stored as another job is a conflict,

@@ -48,6 +48,7 @@ fn usage_sums_memory_is_linear_in_runs_not_users_squared() {
             job_id: i + 1,
             run: 0,
             submit: 0,
+            rerun: 0,
             account: format!("acct{i}"),
             user: format!("user{i}"),
             partition: Some(format!("part{i}")),

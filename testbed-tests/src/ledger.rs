@@ -53,6 +53,9 @@ pub struct LedgerRow {
     pub run: u32,
     /// Slurm's submit time of the run (0: unknown).
     pub submit: i64,
+    /// 0, or which start of the same job, run and submit after slurmctld lost
+    /// the earlier ones (a crash before its state save recorded them).
+    pub rerun: u32,
     pub account: String,
     pub gpus: u32,
     pub start: Option<i64>,
@@ -76,10 +79,16 @@ impl LedgerRow {
         }
     }
 
-    /// `job:run@submit account state start..end`, for messages.
+    /// `job:run@submit account state start..end` (`@submit+rerun` for a rerun),
+    /// for messages.
     pub fn describe(&self) -> String {
+        let rerun = if self.rerun > 0 {
+            format!("+{}", self.rerun)
+        } else {
+            String::new()
+        };
         format!(
-            "{}:{}@{} {} {} {}..{}",
+            "{}:{}@{}{rerun} {} {} {}..{}",
             self.job_id,
             self.run,
             self.submit,
@@ -106,7 +115,8 @@ fn open_read_only(db: &Path) -> Result<Connection> {
     Ok(conn)
 }
 
-/// Every ledger row of `jobs` (all states, every submission), by job, submit, run.
+/// Every ledger row of `jobs` (all states, every submission), by job, submit, run,
+/// rerun.
 pub fn rows(db: &Path, jobs: &[JobId]) -> Result<Vec<LedgerRow>> {
     let err = |source| Error::Ledger {
         path: db.display().to_string(),
@@ -115,8 +125,8 @@ pub fn rows(db: &Path, jobs: &[JobId]) -> Result<Vec<LedgerRow>> {
     let conn = open_read_only(db)?;
     let mut stmt = conn
         .prepare(
-            "SELECT job_id, run, submit, account, gpus, start, end, state FROM runs \
-             ORDER BY job_id, submit, run",
+            "SELECT job_id, run, submit, account, gpus, start, end, state, rerun FROM runs \
+             ORDER BY job_id, submit, run, rerun",
         )
         .map_err(err)?;
     let rows = stmt
@@ -130,6 +140,7 @@ pub fn rows(db: &Path, jobs: &[JobId]) -> Result<Vec<LedgerRow>> {
                 start: r.get(5)?,
                 end: r.get(6)?,
                 state: r.get(7)?,
+                rerun: r.get(8)?,
             })
         })
         .map_err(err)?;

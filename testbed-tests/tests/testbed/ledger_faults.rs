@@ -22,7 +22,14 @@
 //!    restarts (the plugin's outbox of unacknowledged ends is lost); budgetd back:
 //!    every one of them is closed when the complete live set arrives, at the last
 //!    time Slurm was seen to have it (never after its real end), the pending one
-//!    uncharged, and the account's usage stops growing.
+//!    uncharged, and the account's usage stops growing;
+//! 5. a job slurmctld saved pending (held), released: it starts and budgetd stores
+//!    the start; `kill -9` before the next save, and slurmctld restarts from the copy
+//!    taken while it was pending (as in 2): it has the job pending again, same id,
+//!    run 0 and submit time; released again it runs and completes. The ledger keeps
+//!    the first run charged (closed at the last complete live set before the kill)
+//!    and the second as a row of its own under the same key; a resend after a plain
+//!    restart changes nothing; GPU-seconds = what really ran.
 //!
 //! Folder and port base: `FAULTS_DIR`, `FAULTS_PORT_BASE`.
 
@@ -78,6 +85,7 @@ fn scenario(c: &mut Checks, tb: &Testbed) -> Result<()> {
     section_2(c, tb)?;
     section_3(c, tb)?;
     section_4(c, tb)?;
+    section_5(c, tb)?;
     let panics = tb
         .ctld_log()
         .lines(|l| l.contains("priority/budget: panic"))?;
@@ -650,4 +658,192 @@ fn section_4(c: &mut Checks, tb: &Testbed) -> Result<()> {
         "bio",
     )?;
     Ok(())
+}
+
+fn section_5(c: &mut Checks, tb: &Testbed) -> Result<()> {
+    say("== 5. a job saved pending, started, then kill -9 before the save: it runs again");
+    let s = tb.slurm();
+    // Held, so that slurmctld's save has it pending and the start comes when we say.
+    let j = s.sbatch(&["-A", "bio", "--gres=gpu:2", "--hold", "--wrap", "sleep 30"])?;
+    let submit = submit_of(s, j)?;
+    let (synced, got) = wait_rows(tb, &[j], 10, |rs| {
+        row_of(rs, j, submit).is_some_and(|r| r.state == "pending")
+    });
+    c.record(
+        "5 the held job is pending in the ledger",
+        Check::that(synced).actual(describe(&got)).jobs(&[j]),
+    );
+    // slurmctld saves a change at most 5 s after it: the copy has the job pending.
+    sleep_secs(6.0);
+    let copy = tb.dir().join("state-job-pending");
+    tb.copy_ctld_state(&copy)?;
+    s.run("scontrol", &["release", &j.to_string()])?;
+    let ran = s.wait_state(j, "RUNNING", 20);
+    let first_start = s.known_job(j)?.start;
+    let (synced, got) = wait_rows(tb, &[j], 10, |rs| {
+        rs.iter().any(|r| r.job_id == j && r.state == "running")
+    });
+    c.record(
+        "5 released, it runs and the ledger has it running",
+        Check::that(ran && synced).actual(describe(&got)).jobs(&[j]),
+    );
+    // budgetd sees it running in a complete live set: the last time it is known alive.
+    let live_before = wait_live_set_after(tb, first_start.unwrap_or(now()));
+    sleep_secs(2.0);
+    let t_kill = now();
+    tb.stop_ctld(true)?;
+    tb.restore_ctld_state(&copy)?;
+    tb.start_ctld()?;
+    let back = s.job(j)?;
+    c.record(
+        "5 slurmctld restarted from the older save has the job pending again (same submit, run 0)",
+        Check::that(
+            back.as_ref().is_some_and(|b| {
+                b.state == "PENDING" && b.restarts == 0 && b.submit == Some(submit)
+            }),
+        )
+        .actual(back.as_ref().map_or("unknown".into(), |b| {
+            format!("{} restarts={} submit={:?}", b.state, b.restarts, b.submit)
+        }))
+        .jobs(&[j]),
+    );
+    // The lost run is closed once budgetd hears of the job pending again.
+    let closed_first = |rs: &[LedgerRow]| {
+        rs.iter()
+            .any(|r| r.job_id == j && r.start == first_start && !r.open())
+    };
+    let (ok, got) = wait_rows(tb, &[j], CLOSE_WITHIN, |rs| {
+        closed_first(rs) && rs.iter().any(|r| r.job_id == j && r.state == "pending")
+    });
+    c.record(
+        "5 the lost run is closed, the job pending again is a row of its own",
+        Check::that(ok).actual(describe(&got)).jobs(&[j]),
+    );
+    s.run("scontrol", &["release", &j.to_string()])?;
+    let ran = s.wait_state(j, "RUNNING", 30);
+    let second_start = s.known_job(j)?.start;
+    let mut second_end = None;
+    let w = wait_secs(60, || -> Result<bool> {
+        if let Some(job) = s.job(j)?
+            && job.state == "COMPLETED"
+        {
+            second_end = job.end;
+            return Ok(true);
+        }
+        Ok(false)
+    });
+    c.record(
+        "5 released again, it runs again and completes",
+        Check::that(ran && w.ok)
+            .actual(format!(
+                "start {second_start:?} end {second_end:?}; {}",
+                w.describe()
+            ))
+            .jobs(&[j]),
+    );
+    let (_, got) = wait_rows(tb, &[j], CLOSE_WITHIN, |rs| {
+        closed_first(rs)
+            && rs
+                .iter()
+                .any(|r| r.job_id == j && r.start == second_start && r.state == "ended")
+    });
+    check_lost_run(
+        c,
+        &got,
+        (j, submit),
+        (first_start, live_before, t_kill),
+        (second_start, second_end),
+    );
+    // A plain restart makes the plugin resend the job (it forgot what budgetd
+    // acknowledged): nothing changes.
+    tb.restart_ctld()?;
+    let _ = wait_live_set_after(tb, now());
+    let again = rows(tb, &[j])?;
+    c.record(
+        "5 a resend after a plain restart changes nothing (idempotent)",
+        Check::eq(describe(&got), describe(&again)).jobs(&[j]),
+    );
+    check_usage_frozen(
+        c,
+        tb,
+        "5 bio's usage no longer grows (neither run charged as running)",
+        "bio",
+    )?;
+    tb.clear_jobs()?;
+    Ok(())
+}
+
+/// Section 5's ledger rows of job `j`: the lost first run charged within
+/// `[live_before, t_kill]`, the second its own row (Slurm's start and end), and the
+/// job charged what really ran.
+fn check_lost_run(
+    c: &mut Checks,
+    got: &[LedgerRow],
+    (j, submit): (JobId, i64),
+    (first_start, live_before, t_kill): (Option<i64>, Option<i64>, i64),
+    (second_start, second_end): (Option<i64>, Option<i64>),
+) {
+    let keyed: Vec<&LedgerRow> = got
+        .iter()
+        .filter(|r| r.job_id == j && r.run == 0 && r.submit == submit)
+        .collect();
+    let first = keyed.iter().find(|r| r.start == first_start);
+    let lo = live_before.unwrap_or(i64::MAX);
+    c.record(
+        "5 the lost run stays charged: closed at the last live set before the kill",
+        Check::that(first.is_some_and(|r| {
+            r.rerun == 0
+                && !r.open()
+                && r.end.is_some_and(|e| e >= lo && e <= t_kill)
+                && r.gpu_seconds(0) > 0
+        }))
+        .expected(format!(
+            "start {first_start:?}, ended in {live_before:?}..={t_kill}"
+        ))
+        .actual(describe(got))
+        .jobs(&[j]),
+    );
+    let second = keyed
+        .iter()
+        .find(|r| r.start.is_some() && r.start != first_start);
+    let near =
+        |a: Option<i64>, b: Option<i64>| a.zip(b).is_some_and(|(a, b)| (a - b).abs() <= DEVIATION);
+    c.record(
+        "5 the second run is a row of its own (same key), Slurm's start and end",
+        Check::that(
+            keyed.len() == 2
+                && second.is_some_and(|r| {
+                    r.rerun == 1
+                        && r.state == "ended"
+                        && near(r.start, second_start)
+                        && near(r.end, second_end)
+                }),
+        )
+        .expected(format!(
+            "2 rows of {j}:0@{submit}; the second (rerun 1) {second_start:?}..{second_end:?}"
+        ))
+        .actual(describe(got))
+        .jobs(&[j]),
+    );
+    let charged: i64 = got.iter().map(|r| r.gpu_seconds(now())).sum();
+    let ran_first = first_start.map_or(0, |s| 2 * (t_kill - s));
+    let ran_second = match (second_start, second_end) {
+        (Some(a), Some(b)) => 2 * (b - a),
+        _ => 0,
+    };
+    let from_live = first_start.zip(live_before).map_or(0, |(s, l)| 2 * (l - s));
+    c.record(
+        "5 the job is charged what ran: the second run exactly, the first up to the kill",
+        Check::that(
+            charged >= ran_second + from_live - 2 * 2 * DEVIATION
+                && charged <= ran_second + ran_first + 2 * 2 * DEVIATION,
+        )
+        .expected(format!(
+            "{} ..= {} GPU-s",
+            ran_second + from_live,
+            ran_second + ran_first
+        ))
+        .actual(format!("{charged} GPU-s; {}", describe(got)))
+        .jobs(&[j]),
+    );
 }
