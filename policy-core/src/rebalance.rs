@@ -1741,6 +1741,53 @@ mod tests {
         }
     }
 
+    /// Where a pending job of `who` (user `u<who>`) ranks under `policy`, with
+    /// `running` on a 16-GPU cluster.
+    fn ranked(
+        fs: &FairShare,
+        running: &[RunningJob<'_>],
+        policy: RebalancePolicy,
+        who: &str,
+    ) -> Option<(Tier, u32)> {
+        let st = PreemptState::compute(
+            Some(fs),
+            running.iter().copied(),
+            [],
+            [],
+            Some(16.0),
+            policy,
+            H,
+        );
+        st.priority_place(fs, who, &format!("u{who}"))
+    }
+
+    /// What the preemption rule says to a pending 4-GPU job of `b` taking
+    /// `victim` under `policy` (priority-only knobs must not change it).
+    fn b_takes(
+        fs: &FairShare,
+        running: &[RunningJob<'_>],
+        victim: &RunningJob<'_>,
+        policy: RebalancePolicy,
+    ) -> Result<Allowed, Denied> {
+        let st = PreemptState::compute(
+            Some(fs),
+            running.iter().copied(),
+            [pend(9, "b", "ub", 4)],
+            [],
+            Some(16.0),
+            policy,
+            H,
+        );
+        decide(
+            &st,
+            Some(fs),
+            &InFlight::default(),
+            &pend(9, "b", "ub", 4),
+            victim,
+            10 * H,
+        )
+    }
+
     const H: i64 = 3600;
 
     /// b holds 12 of a 16-GPU cluster (entitled 8 each); a holds 4 and wants 8 more.
@@ -2365,16 +2412,7 @@ mod tests {
             ..RebalancePolicy::default()
         };
         let place = |fs: &FairShare, running: &[RunningJob<'_>], b: Option<f64>, who: &str| {
-            let st = PreemptState::compute(
-                Some(fs),
-                running.iter().copied(),
-                [],
-                [],
-                Some(16.0),
-                band(b),
-                H,
-            );
-            st.priority_place(fs, who, &format!("u{who}"))
+            ranked(fs, running, band(b), who)
         };
         // b at r = 1.05, holding 4 of 8: inside a 0.1 band it ranks in the
         // budgeted tier, first (below its entitlement, as before).
@@ -2440,25 +2478,8 @@ mod tests {
         assert_eq!(st.priority_place(&fs, "b", "ub"), Some((Tier::Budgeted, 1)));
         // The preemption rule still reads the snapshot's tier: b's jobs do not
         // preempt as budgeted.
-        let st = PreemptState::compute(
-            Some(&fs),
-            running,
-            [pend(9, "b", "ub", 4)],
-            [],
-            Some(16.0),
-            band(Some(0.1)),
-            H,
-        );
-        let d = decide(
-            &st,
-            Some(&fs),
-            &InFlight::default(),
-            &pend(9, "b", "ub", 4),
-            &running[0],
-            10 * H,
-        );
         assert_eq!(
-            d,
+            b_takes(&fs, &running, &running[0], band(Some(0.1))),
             Err(Denied::PreemptorNotBudgeted {
                 tier: Tier::OverBudget
             })
@@ -2475,16 +2496,7 @@ mod tests {
             ..RebalancePolicy::default()
         };
         let place = |fs: &FairShare, running: &[RunningJob<'_>], a: Option<f64>, who: &str| {
-            let st = PreemptState::compute(
-                Some(fs),
-                running.iter().copied(),
-                [],
-                [],
-                Some(16.0),
-                proj(a),
-                H,
-            );
-            st.priority_place(fs, who, &format!("u{who}"))
+            ranked(fs, running, proj(a), who)
         };
         // b used 1.5 allocations of its window and now holds 2 of 8 GPUs:
         // projected 0.6 of a window ahead, 1.5 + 0.6 x (0.25 - 1.5) = 0.75.
@@ -2525,25 +2537,8 @@ mod tests {
             Some(Tier::Budgeted)
         );
         // The preemption rule reads the snapshot's tier: b does not preempt as budgeted.
-        let st = PreemptState::compute(
-            Some(&fs),
-            running,
-            [pend(9, "b", "ub", 4)],
-            [],
-            Some(16.0),
-            proj(Some(0.6)),
-            H,
-        );
-        let d = decide(
-            &st,
-            Some(&fs),
-            &InFlight::default(),
-            &pend(9, "b", "ub", 4),
-            &running[0],
-            10 * H,
-        );
         assert_eq!(
-            d,
+            b_takes(&fs, &running, &running[0], proj(Some(0.6))),
             Err(Denied::PreemptorNotBudgeted {
                 tier: Tier::OverBudget
             })
