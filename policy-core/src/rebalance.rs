@@ -150,12 +150,14 @@ pub struct RebalancePolicy {
     /// Priority only: the tier a pending job ranks in reads each budget-bearing
     /// node's ratio *projected* this fraction of a window ahead, as if the
     /// window's usage slid out evenly and the node kept the GPUs it holds now:
-    /// `r + a x (held / entitled - r)`. An account over budget that now holds
-    /// little is about to fall below 1, one catching up with far more GPUs
-    /// than its entitlement is about to pass it: the projection answers the
-    /// window's delay before the ratio does. `None`: the snapshot's ratio. The
-    /// preemption rule always reads the tier of the snapshot. Not a default:
-    /// measured in docs/simulator-results.md ("Choosing the ranking").
+    /// `r + a x (held x window / allocation - r)` (GPUs held against the
+    /// allocation's rate, the ratio's own unit). An account over budget that
+    /// now holds little is about to fall below 1, one catching up with far
+    /// more GPUs than its allocation is about to pass it: the projection
+    /// answers the window's delay before the ratio does. `None`: the
+    /// snapshot's ratio. The preemption rule always reads the tier of the
+    /// snapshot. Not a default: measured in docs/simulator-results.md ("The
+    /// projected tier").
     pub tier_projection: Option<f64>,
 }
 
@@ -985,9 +987,12 @@ impl PreemptState {
                 None => true,
             };
             let s = &self.nodes[i];
+            // The ratio's own unit: GPUs held against the allocation's rate, not
+            // against the entitlement (smaller where allocations exceed the cluster).
+            let rate = node.allocation / self.window.max(1) as f64;
             let ratio = match projection {
-                Some(a) if s.entitled > 0.0 && node.ratio.is_finite() => {
-                    node.ratio + a * (f64::from(s.held) / s.entitled - node.ratio)
+                Some(a) if rate > 0.0 && node.ratio.is_finite() => {
+                    node.ratio + a * (f64::from(s.held) / rate - node.ratio)
                 }
                 _ => node.ratio,
             };
@@ -2524,6 +2529,23 @@ mod tests {
         );
         assert_eq!(
             place(&fs, &running, Some(0.2), "a").map(|p| p.0),
+            Some(Tier::Budgeted)
+        );
+        // Allocations above the cluster (8 GPUs for two allocations of 8): each
+        // side is entitled to 4, but its ratio is against its allocation, and so
+        // is the projection. a at r = 0.5 holding 6 GPUs heads for
+        // 0.5 + 0.6 x (6/8 - 0.5) = 0.65: budgeted (against the entitlement it
+        // would read 6/4 and project 1.1).
+        let half = two(8.0, 0.5 * alloc, 0.5 * alloc);
+        let six = [run(1, "a", "ua", 6, 0, 48 * H)];
+        let st = PreemptState::compute(Some(&half), six, [], [], Some(8.0), proj(Some(0.6)), H);
+        assert_eq!(
+            st.side(&half, half.place("a", "ua").unwrap().node)
+                .map(|x| x.entitled),
+            Some(4.0)
+        );
+        assert_eq!(
+            st.priority_place(&half, "a", "ua").map(|p| p.0),
             Some(Tier::Budgeted)
         );
         // Off (the default): the snapshot's tiers.
