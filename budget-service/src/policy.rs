@@ -53,6 +53,13 @@ pub fn validate(p: &Policy) -> Result<(), String> {
             "tier_band must be a fraction between 0 and 1 (0: no band), got {b}"
         ));
     }
+    if let Some(a) = p.tier_projection
+        && !(a.is_finite() && (0.0..=1.0).contains(&a))
+    {
+        return Err(format!(
+            "tier_projection must be a fraction of a window between 0 and 1 (0: no projection), got {a}"
+        ));
+    }
     if !(1..=86_400).contains(&p.snapshot_max_age_secs) {
         return Err(format!(
             "snapshot_max_age_secs must be between 1 and 86400, got {}",
@@ -104,6 +111,25 @@ mod tests {
         for band in [0.0, 0.1, 1.0] {
             let ok = PolicyPatch {
                 tier_band: Some(Some(band)),
+                ..Default::default()
+            }
+            .apply(&p);
+            validate(&ok).unwrap();
+        }
+        for a in [f64::NAN, f64::NEG_INFINITY, -0.01, 1.5] {
+            let bad = PolicyPatch {
+                tier_projection: Some(Some(a)),
+                ..Default::default()
+            }
+            .apply(&p);
+            assert!(
+                validate(&bad).unwrap_err().contains("tier_projection"),
+                "{a}"
+            );
+        }
+        for a in [0.0, 0.6, 1.0] {
+            let ok = PolicyPatch {
+                tier_projection: Some(Some(a)),
                 ..Default::default()
             }
             .apply(&p);

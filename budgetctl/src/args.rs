@@ -224,7 +224,8 @@ pub enum PolicyCmd {
     /// require_min_runtime (true|false), hysteresis (number),
     /// site_max_preemptions (count|none), site_max_lost_gpu_hours
     /// (GPU-hours|none), max_requeues (count|default); the ranking of pending
-    /// jobs: tier_band (fraction 0-1|none|default; default 0.1), share_order
+    /// jobs: tier_projection (fraction of a window 0-1|none|default; default
+    /// 0.6), tier_band (fraction 0-1|none|default; default none), share_order
     /// (on|off|default; default on), entitled_first (on|off|default; default
     /// on).
     Set {

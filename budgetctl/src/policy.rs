@@ -3,7 +3,7 @@
 //! rebalancing preemptions per window: `site_max_preemptions`,
 //! `site_max_lost_gpu_hours`, `none` to clear; `max_requeues`, the requeues
 //! after which a job is no longer taken for rebalancing; and the ranking
-//! knobs of the cost-aware rule, `tier_band`, `share_order`,
+//! knobs of the cost-aware rule, `tier_projection`, `tier_band`, `share_order`,
 //! `entitled_first`). The rule's knobs take `default` to go back to the
 //! rule's default, which `show` marks "(default)".
 
@@ -17,8 +17,8 @@ use crate::output::{Out, num, render};
 
 const KEYS: &str = "window, default_min_runtime, max_min_runtime, require_min_runtime, \
                     hysteresis, snapshot_max_age, idle_threshold, site_max_preemptions, \
-                    site_max_lost_gpu_hours, max_requeues, tier_band, share_order, \
-                    entitled_first";
+                    site_max_lost_gpu_hours, max_requeues, tier_projection, tier_band, \
+                    share_order, entitled_first";
 
 /// `on|off|default` (and the usual true/false, yes/no, 1/0) of a ranking
 /// switch: `None` is back to the rule's default.
@@ -30,6 +30,25 @@ fn switch(k: &str, val: &str) -> Result<Option<bool>, UsageError> {
         _ => Err(UsageError(format!(
             "{k}: expected on, off or default, got {val:?}"
         ))),
+    }
+}
+
+/// `0..=1|none|off|default` of a fractional ranking knob: `None` is back to
+/// the rule's default, `none`/`off` is 0 (how the policy says "off").
+fn fraction(k: &str, val: &str) -> Result<Option<f64>, UsageError> {
+    match val.trim() {
+        "default" => Ok(None),
+        "none" | "off" => Ok(Some(0.0)),
+        v => v
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite() && (0.0..=1.0).contains(x))
+            .map(Some)
+            .ok_or_else(|| {
+                UsageError(format!(
+                    "{k}: expected a fraction between 0 and 1, none or default, got {val:?}"
+                ))
+            }),
     }
 }
 
@@ -96,23 +115,10 @@ fn patch(pairs: &[String]) -> anyhow::Result<PolicyPatch> {
                     ),
                 })
             }
-            // 0 is how the policy says "no band" (`Policy::tier_band`).
-            "tier_band" => {
-                p.tier_band = Some(match val.trim() {
-                    "default" => None,
-                    "none" | "off" => Some(0.0),
-                    v => Some(
-                        v.parse::<f64>()
-                            .ok()
-                            .filter(|x| x.is_finite() && (0.0..=1.0).contains(x))
-                            .ok_or_else(|| {
-                                UsageError(format!(
-                                    "{k}: expected a fraction between 0 and 1, none or default, got {val:?}"
-                                ))
-                            })?,
-                    ),
-                })
-            }
+            // 0 is how the policy says "no band" / "no projection"
+            // (`Policy::tier_band`, `Policy::tier_projection`).
+            "tier_band" => p.tier_band = Some(fraction(k, val)?),
+            "tier_projection" => p.tier_projection = Some(fraction(k, val)?),
             "share_order" => p.share_order = Some(switch(k, val)?),
             "entitled_first" => p.entitled_first = Some(switch(k, val)?),
             _ => bail!(UsageError(format!(
@@ -140,6 +146,7 @@ fn table(p: &Policy) -> String {
         tier_band,
         share_order,
         entitled_first,
+        tier_projection,
     } = p;
     let d = |secs: &i64| policy_core::format_duration(*secs);
     // The rule's knobs show the value in effect, the rule's default when unset.
@@ -177,6 +184,11 @@ fn table(p: &Policy) -> String {
         (
             "tier_band",
             rule.tier_band.map_or("none".into(), |b| num(b, 3)) + unset(tier_band.is_none()),
+        ),
+        (
+            "tier_projection",
+            rule.tier_projection.map_or("none".into(), |a| num(a, 3))
+                + unset(tier_projection.is_none()),
         ),
         ("window", d(window_secs)),
     ]
@@ -222,10 +234,11 @@ mod tests {
         assert!(line("hysteresis").ends_with(" 0.1"), "{t}");
         assert!(line("require_min_runtime").ends_with(" false"), "{t}");
         assert!(line("site_max_preemptions").ends_with(" none"), "{t}");
-        assert!(line("tier_band").ends_with(" 0.1 (default)"), "{t}");
+        assert!(line("tier_band ").ends_with(" none (default)"), "{t}");
+        assert!(line("tier_projection").ends_with(" 0.6 (default)"), "{t}");
         assert!(line("share_order").ends_with(" on (default)"), "{t}");
         assert!(line("entitled_first").ends_with(" on (default)"), "{t}");
-        assert_eq!(t.lines().count(), 14, "{t}");
+        assert_eq!(t.lines().count(), 15, "{t}");
         let p = patch(&[
             "site_max_preemptions=3".into(),
             "site_max_lost_gpu_hours=none".into(),
@@ -244,17 +257,37 @@ mod tests {
             "tier_band=0.2".into(),
             "share_order=off".into(),
             "entitled_first=on".into(),
+            "tier_projection=0.4".into(),
         ])
         .expect("knobs");
         assert_eq!(
-            (p.tier_band, p.share_order, p.entitled_first),
-            (Some(Some(0.2)), Some(Some(false)), Some(Some(true)))
+            (
+                p.tier_band,
+                p.share_order,
+                p.entitled_first,
+                p.tier_projection
+            ),
+            (
+                Some(Some(0.2)),
+                Some(Some(false)),
+                Some(Some(true)),
+                Some(Some(0.4))
+            )
         );
-        // `none`/`off` is no band (0 on the wire), `default` the rule's own.
+        // `none`/`off` is no band or no projection (0 on the wire), `default`
+        // the rule's own.
         for (v, want) in [("none", Some(0.0)), ("off", Some(0.0)), ("0", Some(0.0))] {
             let p = patch(&[format!("tier_band={v}")]).expect(v);
             assert_eq!(p.tier_band, Some(want), "{v}");
+            let p = patch(&[format!("tier_projection={v}")]).expect(v);
+            assert_eq!(p.tier_projection, Some(want), "{v}");
         }
+        assert_eq!(
+            patch(&["tier_projection=default".into()])
+                .expect("default")
+                .tier_projection,
+            Some(None)
+        );
         let p = patch(&[
             "tier_band=default".into(),
             "share_order=default".into(),
@@ -270,6 +303,9 @@ mod tests {
             "tier_band=-0.1",
             "tier_band=inf",
             "tier_band=NaN",
+            "tier_projection=1.5",
+            "tier_projection=-1",
+            "tier_projection=soon",
             "share_order=maybe",
             "entitled_first=",
         ] {
@@ -286,10 +322,12 @@ mod tests {
             tier_band: Some(0.0),
             share_order: Some(false),
             entitled_first: Some(true),
+            tier_projection: Some(0.0),
             ..Policy::default()
         });
         let line = |k: &str| t.lines().find(|l| l.starts_with(k)).unwrap_or_default();
-        assert!(line("tier_band").ends_with(" none"), "{t}");
+        assert!(line("tier_band ").ends_with(" none"), "{t}");
+        assert!(line("tier_projection").ends_with(" none"), "{t}");
         assert!(line("share_order").ends_with(" off"), "{t}");
         assert!(line("entitled_first").ends_with(" on"), "{t}");
     }

@@ -227,17 +227,25 @@ fn why_text(w: &Why) -> String {
             .unwrap_or_default(),
         if w.free_tier { ", free tier" } else { "" },
     );
-    // The rule's tier band: an account over budget by less than the band and below
-    // its entitled GPUs ranks with budgeted jobs (policy_core::rebalance, `tier_band`).
-    let banded = w.tier == Tier::Budgeted && w.path.iter().any(|st| st.tier == Tier::OverBudget);
+    // The rule's ranking tier (policy_core::rebalance, `tier_projection`, `tier_band`)
+    // can differ from the window's: an account over budget whose ratio, projected
+    // ahead at the GPUs it holds, falls below 1 (or over by less than a band and below
+    // its entitled GPUs) ranks with budgeted jobs; one within budget heading past 1
+    // ranks with over-budget jobs. Preemption reads the window's tier.
+    let over_in_window = w.path.iter().any(|st| st.tier == Tier::OverBudget);
+    let note = match (w.tier, over_in_window) {
+        (Tier::Budgeted, true) => {
+            " (over budget in the window, but heading below its allocation at the GPUs it holds, or within the tier band: ranks with budgeted jobs, preempts no one)"
+        }
+        (Tier::OverBudget, false) if !w.path.is_empty() && !w.free_tier => {
+            " (within budget in the window, but heading past its allocation at the GPUs it holds: ranks with over-budget jobs)"
+        }
+        _ => "",
+    };
     o.push_str(&format!(
         "tier:      {}{}\nrank:      {} of {} (fair-share factor {})\n",
         w.tier.as_str(),
-        if banded {
-            " (over budget by less than the tier band and below its entitled GPUs: ranks with budgeted jobs, preempts no one)"
-        } else {
-            ""
-        },
+        note,
         opt(w.rank),
         w.num_leaves,
         num(w.fair_share_factor, 3)

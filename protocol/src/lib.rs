@@ -76,7 +76,7 @@ pub struct Policy {
     pub max_requeues: Option<u32>,
     /// Priority only: the band on the over-budget tier boundary for pending
     /// jobs, a fraction in `[0, 1]` (`RebalancePolicy::tier_band`). `None`:
-    /// the rule's default (`RebalancePolicy::default().tier_band`, 0.1);
+    /// the rule's default (`RebalancePolicy::default().tier_band`: no band);
     /// `Some(0.0)`: no band (a band of width 0 promotes no job, so 0 is how
     /// the policy says "off", as `budgetctl policy set tier_band=none` sends).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -90,6 +90,14 @@ pub struct Policy {
     /// (`RebalancePolicy::entitled_first`; `None`: the rule's default, on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entitled_first: Option<bool>,
+    /// Priority only: the tier of a pending job reads each account's ratio
+    /// projected this fraction of a window ahead, a fraction in `[0, 1]`
+    /// (`RebalancePolicy::tier_projection`). `None`: the rule's default
+    /// (`RebalancePolicy::default().tier_projection`, 0.6); `Some(0.0)`: no
+    /// projection, the snapshot's tier (a look-ahead of 0 is the ratio
+    /// itself, as `budgetctl policy set tier_projection=none` sends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier_projection: Option<f64>,
 }
 
 impl Default for Policy {
@@ -108,6 +116,7 @@ impl Default for Policy {
             tier_band: None,
             share_order: None,
             entitled_first: None,
+            tier_projection: None,
         }
     }
 }
@@ -132,6 +141,12 @@ impl Policy {
             },
             share_order: self.share_order.unwrap_or(rule.share_order),
             entitled_first: self.entitled_first.unwrap_or(rule.entitled_first),
+            // 0 is "no projection": the rule's `None` ranks the same and skips the pass.
+            tier_projection: match self.tier_projection {
+                None => rule.tier_projection,
+                Some(a) if a > 0.0 => Some(a),
+                Some(_) => None,
+            },
             ..rule
         }
     }
@@ -419,8 +434,13 @@ mod tests {
         // A database or snapshot of the previous release reads as "the rule's defaults".
         let old: Policy = serde_json::from_str(OLD_POLICY).expect("old policy");
         assert_eq!(
-            (old.tier_band, old.share_order, old.entitled_first),
-            (None, None, None)
+            (
+                old.tier_band,
+                old.share_order,
+                old.entitled_first,
+                old.tier_projection
+            ),
+            (None, None, None, None)
         );
         assert_eq!(old.max_requeues, Some(2));
         // Unset knobs are not serialized: the previous release's plugins (whose
@@ -433,6 +453,7 @@ mod tests {
                 tier_band: Some(band),
                 share_order: Some(false),
                 entitled_first: Some(true),
+                tier_projection: Some(band),
                 ..old.clone()
             };
             let text = serde_json::to_string(&set).expect("json");
@@ -443,6 +464,7 @@ mod tests {
             assert_eq!(serde_json::from_str::<Policy>(&text).expect("back"), set);
         }
         assert!(serde_json::from_str::<Policy>(r#"{"tier_band":"off"}"#).is_err());
+        assert!(serde_json::from_str::<Policy>(r#"{"tier_projection":true}"#).is_err());
     }
 
     #[test]
@@ -450,10 +472,20 @@ mod tests {
         let rule = policy_core::rebalance::RebalancePolicy::default();
         let p = Policy::default().rebalance();
         assert_eq!(
-            (p.tier_band, p.share_order, p.entitled_first),
-            (rule.tier_band, rule.share_order, rule.entitled_first)
+            (
+                p.tier_band,
+                p.share_order,
+                p.entitled_first,
+                p.tier_projection
+            ),
+            (
+                rule.tier_band,
+                rule.share_order,
+                rule.entitled_first,
+                rule.tier_projection
+            )
         );
-        assert_eq!(rule.tier_band, Some(0.1));
+        assert_eq!((rule.tier_band, rule.tier_projection), (None, Some(0.6)));
         assert!(rule.share_order && rule.entitled_first);
         let set = Policy {
             tier_band: Some(0.25),
@@ -476,6 +508,22 @@ mod tests {
         expected.set("tier_band", "off").expect("off");
         assert_eq!(off.tier_band, expected.tier_band);
         assert_eq!(off.tier_band, None);
+        // The same for the projection: 0 is the snapshot's tier, a value is kept.
+        let none = Policy {
+            tier_projection: Some(0.0),
+            ..Policy::default()
+        }
+        .rebalance();
+        assert_eq!(none.tier_projection, None);
+        let mut expected = rule;
+        expected.set("tier_projection", "off").expect("off");
+        assert_eq!(none.tier_projection, expected.tier_projection);
+        let some = Policy {
+            tier_projection: Some(0.4),
+            ..Policy::default()
+        }
+        .rebalance();
+        assert_eq!(some.tier_projection, Some(0.4));
         // The other knobs are untouched by the ranking ones.
         assert_eq!(
             (set.max_requeues, set.lost_budget, set.reverse_lock),

@@ -152,6 +152,14 @@ pub struct PolicyPatch {
         skip_serializing_if = "Option::is_none"
     )]
     pub entitled_first: Option<Option<bool>>,
+    /// `null`: back to the rule's default; `0`: no projection (see
+    /// [`Policy::tier_projection`]).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tier_projection: Option<Option<f64>>,
 }
 
 /// A field that is present (`null` included) is `Some`: absent stays `None` by
@@ -191,6 +199,7 @@ impl PolicyPatch {
             tier_band: self.tier_band.unwrap_or(base.tier_band),
             share_order: self.share_order.unwrap_or(base.share_order),
             entitled_first: self.entitled_first.unwrap_or(base.entitled_first),
+            tier_projection: self.tier_projection.unwrap_or(base.tier_projection),
         }
     }
 

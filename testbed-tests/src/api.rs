@@ -57,9 +57,11 @@ pub struct PolicyPatch {
     pub site_max_preemptions: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_requeues: Option<u32>,
-    /// The ranking knobs (`budget_protocol::Policy`; 0: no band).
+    /// The ranking knobs (`budget_protocol::Policy`; 0: no band, no projection).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier_band: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier_projection: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub share_order: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -414,7 +414,12 @@ fn ranking_knobs_are_stored_audited_validated_and_in_the_snapshot() {
         assert_eq!(etag, format!("\"{version}\""), "the ETag is the version");
         (etag, body["policy"].clone())
     };
-    let knobs = ["tier_band", "share_order", "entitled_first"];
+    let knobs = [
+        "tier_band",
+        "share_order",
+        "entitled_first",
+        "tier_projection",
+    ];
     let (v0, p0) = snapshot();
     for k in knobs {
         assert!(p0.get(k).is_none(), "{k} in {p0}");
@@ -424,10 +429,12 @@ fn ranking_knobs_are_stored_audited_validated_and_in_the_snapshot() {
         &c,
         "PATCH",
         "/v1/policy",
-        Some(&json!({"tier_band": 0.2, "share_order": false, "entitled_first": true})),
+        Some(
+            &json!({"tier_band": 0.2, "share_order": false, "entitled_first": true, "tier_projection": 0.4}),
+        ),
     );
     assert_eq!(st, 200, "{b}");
-    let want = json!([0.2, false, true]);
+    let want = json!([0.2, false, true, 0.4]);
     let got = |p: &serde_json::Value| json!(knobs.map(|k| p[k].clone()));
     assert_eq!(got(&b), want, "{b}");
     let (_, p) = call(&c, "GET", "/v1/policy", None);
@@ -460,6 +467,12 @@ fn ranking_knobs_are_stored_audited_validated_and_in_the_snapshot() {
         (json!({"tier_band": "off"}), "invalid type"),
         (json!({"share_order": "maybe"}), "invalid type"),
         (json!({"entitled_first": 1}), "invalid type"),
+        (
+            json!({"tier_projection": 1.2}),
+            "tier_projection must be a fraction of a window between 0 and 1",
+        ),
+        (json!({"tier_projection": -0.5}), "tier_projection must be"),
+        (json!({"tier_projection": "on"}), "invalid type"),
         // One bad field refuses the whole patch.
         (
             json!({"share_order": true, "tier_band": 2}),
@@ -476,12 +489,23 @@ fn ranking_knobs_are_stored_audited_validated_and_in_the_snapshot() {
     let (v2, p2) = snapshot();
     assert_eq!(p2["tier_band"], json!(0.0), "{p2}");
     assert_ne!(v2, v1);
+    // 0 is no projection (the snapshot's tier), kept as 0 as well.
+    let (st, b) = call(
+        &c,
+        "PATCH",
+        "/v1/policy",
+        Some(&json!({"tier_projection": 0})),
+    );
+    assert_eq!((st, &b["tier_projection"]), (200, &json!(0.0)), "{b}");
+    assert_eq!(snapshot().1["tier_projection"], json!(0.0));
     // null: back to the rule's default, absent again everywhere.
     let (st, b) = call(
         &c,
         "PATCH",
         "/v1/policy",
-        Some(&json!({"tier_band": null, "share_order": null, "entitled_first": null})),
+        Some(
+            &json!({"tier_band": null, "share_order": null, "entitled_first": null, "tier_projection": null}),
+        ),
     );
     assert_eq!(st, 200, "{b}");
     let (_, p3) = snapshot();

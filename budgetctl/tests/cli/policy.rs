@@ -1,9 +1,10 @@
 //! The cost-aware rule's ranking knobs through the real budgetctl: `policy set
-//! tier_band=... share_order=... entitled_first=...` stores them (audited),
-//! `policy show` prints them with "(default)" where unset, bad values are
-//! refused before anything is sent, and `why` ranks with the site's values: a
-//! team over budget by 5% and holding none of its entitled GPUs ranks with
-//! budgeted jobs under the default band (0.1), over budget without one.
+//! tier_projection=... tier_band=... share_order=... entitled_first=...` stores
+//! them (audited), `policy show` prints them with "(default)" where unset, bad
+//! values are refused before anything is sent, and `why` ranks with the site's
+//! values: a team over budget by 5% and holding none of its entitled GPUs ranks
+//! with budgeted jobs under the default projected tier (0.6 of a window ahead:
+//! 1.05 x 0.4 = 0.42) or a band of 0.1, over budget with neither.
 
 use serde_json::{Value, json};
 
@@ -55,22 +56,38 @@ fn ranking_knobs_are_set_shown_refused_and_reach_why() {
     );
 
     let show = ctl_ok(sock, &["policy", "show"]);
-    assert_eq!(value(&show, "tier_band"), "0.1 (default)", "{show}");
+    assert_eq!(value(&show, "tier_projection"), "0.6 (default)", "{show}");
+    assert_eq!(value(&show, "tier_band"), "none (default)", "{show}");
     assert_eq!(value(&show, "share_order"), "on (default)", "{show}");
     assert_eq!(value(&show, "entitled_first"), "on (default)", "{show}");
     assert_eq!(why_tier(&d), "budgeted");
     let why = ctl_ok(sock, &["why", "2"]);
     assert!(
-        why.contains("over budget by less than the tier band"),
+        why.contains("over budget in the window, but heading below its allocation"),
         "{why}"
     );
 
-    // No band: the same job ranks over budget.
-    let out = ctl_ok(sock, &["policy", "set", "tier_band=none"]);
+    // No projection (and no band): the same job ranks over budget.
+    let out = ctl_ok(
+        sock,
+        &["policy", "set", "tier_projection=none", "tier_band=none"],
+    );
+    assert_eq!(value(&out, "tier_projection"), "none", "{out}");
     assert_eq!(value(&out, "tier_band"), "none", "{out}");
     let (_, p) = call(&c, "GET", "/v1/policy", None);
-    assert_eq!(p["tier_band"], json!(0.0), "{p}");
+    assert_eq!(
+        (&p["tier_band"], &p["tier_projection"]),
+        (&json!(0.0), &json!(0.0)),
+        "{p}"
+    );
     assert_eq!(why_tier(&d), "over_budget");
+    // A projection too short to bring 1.05 below 1 with nothing held:
+    // 1.05 x (1 - 0.04) = 1.008.
+    ctl_ok(sock, &["policy", "set", "tier_projection=0.04"]);
+    assert_eq!(why_tier(&d), "over_budget");
+    ctl_ok(sock, &["policy", "set", "tier_projection=0.1"]);
+    assert_eq!(why_tier(&d), "budgeted");
+    ctl_ok(sock, &["policy", "set", "tier_projection=off"]);
 
     let out = ctl_ok(
         sock,
@@ -110,6 +127,14 @@ fn ranking_knobs_are_set_shown_refused_and_reach_why() {
         ("tier_band=NaN", "tier_band: expected a fraction"),
         ("tier_band=off-ish", "tier_band: expected a fraction"),
         (
+            "tier_projection=2",
+            "tier_projection: expected a fraction between 0 and 1",
+        ),
+        (
+            "tier_projection=soon",
+            "tier_projection: expected a fraction",
+        ),
+        (
             "share_order=maybe",
             "share_order: expected on, off or default",
         ),
@@ -138,13 +163,20 @@ fn ranking_knobs_are_set_shown_refused_and_reach_why() {
             "tier_band=default",
             "share_order=default",
             "entitled_first=default",
+            "tier_projection=default",
         ],
     );
-    assert_eq!(value(&out, "tier_band"), "0.1 (default)", "{out}");
+    assert_eq!(value(&out, "tier_band"), "none (default)", "{out}");
+    assert_eq!(value(&out, "tier_projection"), "0.6 (default)", "{out}");
     assert_eq!(value(&out, "share_order"), "on (default)", "{out}");
     assert_eq!(value(&out, "entitled_first"), "on (default)", "{out}");
     let (_, p) = call(&c, "GET", "/v1/policy", None);
-    for k in ["tier_band", "share_order", "entitled_first"] {
+    for k in [
+        "tier_band",
+        "share_order",
+        "entitled_first",
+        "tier_projection",
+    ] {
         assert!(p.get(k).is_none(), "{k} in {p}");
     }
     assert_eq!(why_tier(&d), "budgeted");
@@ -158,9 +190,10 @@ fn ranking_knobs_are_set_shown_refused_and_reach_why() {
         .iter()
         .filter(|e| e["action"] == "policy.set")
         .collect();
-    assert_eq!(sets.len(), 4, "{audit}");
-    let last = sets[3];
+    assert_eq!(sets.len(), 7, "{audit}");
+    let last = sets[6];
     assert_eq!(last["old"]["tier_band"], json!(0.01), "{last}");
+    assert_eq!(last["old"]["tier_projection"], json!(0.0), "{last}");
     assert_eq!(last["old"]["share_order"], json!(false), "{last}");
     assert!(last["new"].get("tier_band").is_none(), "{last}");
 }

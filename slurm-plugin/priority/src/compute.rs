@@ -295,7 +295,10 @@ mod tests {
     fn an_account_below_its_entitlement_ranks_first_within_its_tier() {
         // teama's ratio is lower (Fair-Tree puts it first), but it holds more GPUs
         // than its entitlement (100 GPU-h a week = 0.6 GPUs) and teamb holds none.
-        let s = snapshot(&[("teama", "alice", 10.0), ("teamb", "bob", 50.0)]);
+        // The site's policy turns the projected tier off here, so that both rank in
+        // the snapshot's tier (budgeted) and only the order within it is seen.
+        let mut s = snapshot(&[("teama", "alice", 10.0), ("teamb", "bob", 50.0)]);
+        s.policy.tier_projection = Some(0.0);
         let fair_tree_a = decide(Some(&s), None, &key("teama", "alice", 0));
         let fair_tree_b = decide(Some(&s), None, &key("teamb", "bob", 0));
         assert!(fair_tree_a.rank < fair_tree_b.rank);
@@ -312,6 +315,18 @@ mod tests {
         later.fair_share.at += 1;
         let stale = decide(Some(&later), Some(&order), &key("teama", "alice", 0));
         assert_eq!(stale.rank, fair_tree_a.rank);
+        // With the rule's default projection, teama holding 4 GPUs on a 0.6 GPU
+        // allocation heads past it (0.1 + 0.6 x (6.7 - 0.1) = 4.1): its pending job
+        // ranks over budget, below teamb's.
+        s.policy.tier_projection = None;
+        let order = entitled_order(&s, [("teama", "alice", 4)], 1000);
+        let a = decide(Some(&s), Some(&order), &key("teama", "alice", 0));
+        let b = decide(Some(&s), Some(&order), &key("teamb", "bob", 0));
+        assert_eq!(
+            (a.parts.tier, b.parts.tier),
+            (Tier::OverBudget, Tier::Budgeted)
+        );
+        assert!(b.priority > a.priority, "{a:?} {b:?}");
         // Free-tier jobs stay free whatever the order says.
         let mut free = key("teamb", "bob", 0);
         free.free_tier = true;
@@ -340,8 +355,9 @@ mod tests {
         assert!(b < a, "{a} {b}");
 
         // teama over budget by 5% (ratio 1.05) and holding none of its entitled
-        // GPUs: budgeted under the rule's band (0.1), over budget with the
-        // site's band set to none (0) or narrower than 5%.
+        // GPUs: budgeted under the rule's projected tier (1.05 x 0.4 = 0.42); with
+        // the projection off, over budget without a band or with one narrower than
+        // 5%, budgeted within a band of 0.2.
         let mut s = snapshot(&[("teama", "alice", 105.0), ("teamb", "bob", 50.0)]);
         let tier = |s: &PluginSnapshot| {
             let order = entitled_order(s, [("teamb", "bob", 1)], 1000);
@@ -350,6 +366,8 @@ mod tests {
                 .tier
         };
         assert_eq!(tier(&s), Tier::Budgeted);
+        s.policy.tier_projection = Some(0.0);
+        assert_eq!(tier(&s), Tier::OverBudget);
         for (band, want) in [
             (0.0, Tier::OverBudget),
             (0.04, Tier::OverBudget),

@@ -125,7 +125,8 @@ fn scenario(c: &mut Checks, tb: &Testbed, sections: &[u32]) -> Result<()> {
         // The ranking knobs, set to the rule's defaults so every section ranks as
         // before: the snapshot carries them, and the plugins must read it (a
         // snapshot they refused would put them in safe mode within 30 s: no preemption).
-        tier_band: Some(0.1),
+        tier_band: Some(0.0),
+        tier_projection: Some(0.6),
         share_order: Some(true),
         entitled_first: Some(true),
         ..PolicyPatch::default()

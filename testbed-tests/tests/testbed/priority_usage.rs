@@ -232,14 +232,23 @@ fn section_3(c: &mut Checks, tb: &Testbed, j: &Jobs) -> Result<()> {
         "3 teamb overtakes teama as teama's running jobs use its budget",
         Check::that(w.ok).actual(w.describe()).jobs(&[j.ja, j.jb]),
     );
-    // budgetctl why ranks as the plugin does (entitlement first, then Fair-Tree, from
-    // the GPUs each account holds): teama holds 32 GPUs, above its entitlement.
+    // budgetctl why ranks as the plugin does (the projected tier, entitlement first,
+    // then Fair-Tree, from the GPUs each account holds): teama holds 32 GPUs, far
+    // above its entitlement, so teamb ranks first, by tier (teama's ratio projected
+    // 0.6 of a window ahead at 32 GPUs is past 1) or, in one tier, by rank.
     let (wa, wb) = (api.why(j.ja), api.why(j.jb));
     let (qa, qb) = (s.priority(j.ja)?, s.priority(j.jb)?);
+    let tier = |t: &str| {
+        ["budgeted", "over_budget", "free"]
+            .iter()
+            .position(|x| *x == t)
+    };
     c.record(
-        "3 budgetctl why orders the two pending jobs as squeue does (same tier, rank)",
+        "3 budgetctl why orders the two pending jobs as squeue does (tier, then rank)",
         Check::that(matches!((&wa, &wb), (Ok(a), Ok(b))
-            if a.tier == b.tier && b.rank < a.rank && b.priority > a.priority && qb > qa))
+            if (tier(&b.tier) < tier(&a.tier) || (a.tier == b.tier && b.rank < a.rank))
+                && tier(&b.tier).is_some()
+                && b.priority > a.priority && qb > qa))
         .actual(match (&wa, &wb) {
             (Ok(a), Ok(b)) => format!(
                 "why: teama job {:?} rank {:?} prio {}, teamb job {:?} rank {:?} prio {}; squeue {qa} vs {qb}",
