@@ -358,6 +358,7 @@ mod tests {
             fair_share: FairShare::compute(&tree, &usage, 0, W),
             drains,
             cluster_gpus: None,
+            cluster_weighted_gpus: None,
         })
     }
 

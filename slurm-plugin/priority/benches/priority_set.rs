@@ -66,6 +66,7 @@ fn snapshot() -> PluginSnapshot {
         fair_share,
         drains: vec![],
         cluster_gpus: None,
+        cluster_weighted_gpus: None,
     }
 }
 
