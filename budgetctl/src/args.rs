@@ -226,7 +226,7 @@ pub enum PolicyCmd {
     /// (GPU-hours|none), max_requeues (count|default); the ranking of pending
     /// jobs: tier_projection (fraction of a window 0-1|none|default; default
     /// 0.6), tier_band (fraction 0-1|none|default; default none), share_order
-    /// (on|off|default; default on), entitled_first (on|off|default; default
+    /// (on|off|default; default off), entitled_first (on|off|default; default
     /// on).
     Set {
         #[arg(required = true, value_name = "KEY=VALUE")]

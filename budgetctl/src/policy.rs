@@ -236,7 +236,7 @@ mod tests {
         assert!(line("site_max_preemptions").ends_with(" none"), "{t}");
         assert!(line("tier_band ").ends_with(" none (default)"), "{t}");
         assert!(line("tier_projection").ends_with(" 0.6 (default)"), "{t}");
-        assert!(line("share_order").ends_with(" on (default)"), "{t}");
+        assert!(line("share_order").ends_with(" off (default)"), "{t}");
         assert!(line("entitled_first").ends_with(" on (default)"), "{t}");
         assert_eq!(t.lines().count(), 15, "{t}");
         let p = patch(&[

@@ -83,7 +83,7 @@ pub struct Policy {
     pub tier_band: Option<f64>,
     /// Priority, with `entitled_first`: siblings below their entitled GPUs
     /// rank by the share of it they hold (`RebalancePolicy::share_order`;
-    /// `None`: the rule's default, on).
+    /// `None`: the rule's default, off: by ratio).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share_order: Option<bool>,
     /// Priority: within a tier, sides below their entitled GPUs rank first
@@ -500,17 +500,17 @@ mod tests {
             )
         );
         assert_eq!((rule.tier_band, rule.tier_projection), (None, Some(0.6)));
-        assert!(rule.share_order && rule.entitled_first);
+        assert!(!rule.share_order && rule.entitled_first);
         let set = Policy {
             tier_band: Some(0.25),
-            share_order: Some(false),
+            share_order: Some(true),
             entitled_first: Some(false),
             ..Policy::default()
         }
         .rebalance();
         assert_eq!(
             (set.tier_band, set.share_order, set.entitled_first),
-            (Some(0.25), false, false)
+            (Some(0.25), true, false)
         );
         // 0 is no band at all, as `RebalancePolicy::set("tier_band", "off")` says.
         let off = Policy {

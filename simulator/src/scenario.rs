@@ -15,6 +15,7 @@
 //! | `multiday` | 16 x 8 | a 64, b 64 | each ~102 for 28 days: 1.6x | 1-16 GPUs, 12 h-5 d |
 //! | `late-arrival` | 16 x 8 | m 64, l 64 | m ~154 (1.2x the cluster) days 0-28, multi-day; l ~96 from day 7 to 28 | m: 4-16 GPUs, 1-5 d; l: 1-16 GPUs, 1-48 h |
 //! | `fragmented` | 16 x 8 | w 64, n 64 | w ~77 in 2-4-node jobs, n ~128 in 1-2-GPU jobs, days 0-21: 1.6x | w: 16-32 GPUs, 4-48 h; n: 1-2 GPUs, 1-12 h |
+//! | `many-teams` | 16 x 8 | a 40, b 24, c 24, d 16, e 16, f 8 | a 60, b 48, c 36, d 32, f 24 days 0-21; e 48 days 7-21: 1.9x | c: 1-16 GPUs, 6 h-3 d; e: 1-16 GPUs, 1-24 h; the others 1-16 GPUs, 1-48 h |
 //!
 //! Sizes (GPUs, weight): overload and `l` 1:0.3, 2:0.2, 4:0.2, 8:0.2, 16:0.1;
 //! multiday 1:0.2, 2:0.2, 4:0.2, 8:0.25, 16:0.15; `m` 4:0.3, 8:0.4, 16:0.3;
@@ -26,6 +27,15 @@
 //! at a time on many nodes, so the wide team's entitlement depends on the
 //! backfill reservation holding nodes for it (`--backfill nodes`) and on
 //! whether the rule can free whole nodes by taking small jobs.
+//!
+//! `many-teams` (added with the projected tier, 2026-12-03) is adversarial too:
+//! six teams whose entitlements differ fivefold, each asking for 1.5-3 times
+//! its allocation, one of them arriving in the second week, with the same job
+//! sizes for all (team f, entitled to 8 GPUs, submits 16-GPU jobs). Jobs are
+//! lumpy against the small entitlements, so a ranking that serves whichever
+//! team is furthest below its entitlement by *share* lets the small teams
+//! overshoot and puts the difference on the large one: the scenarios with two
+//! or three teams could not show it.
 //! Lengths are log-uniform in the range given. Four users per team.
 
 use std::collections::BTreeMap;
@@ -44,6 +54,8 @@ pub enum ScenarioName {
     LateArrival,
     /// Whole-node jobs of one team against a flood of 1-2 GPU jobs of another.
     Fragmented,
+    /// Six teams of unequal size, each asking for 1.5-3x its allocation.
+    ManyTeams,
 }
 
 /// A generated workload with its cluster and allocations.
@@ -83,6 +95,7 @@ impl ScenarioName {
             ScenarioName::Multiday => "multiday",
             ScenarioName::LateArrival => "late-arrival",
             ScenarioName::Fragmented => "fragmented",
+            ScenarioName::ManyTeams => "many-teams",
         }
     }
 
@@ -153,6 +166,28 @@ impl ScenarioName {
                     hours: (1.0, 12.0),
                 },
             ],
+            // (team, allocation, offered busy GPUs, first day, sizes, hours)
+            ScenarioName::ManyTeams => [
+                ("a", 40.0, 60.0, 0.0, MIXED, (1.0, 48.0)),
+                ("b", 24.0, 48.0, 0.0, MIXED, (1.0, 48.0)),
+                ("c", 24.0, 36.0, 0.0, MULTIDAY, (6.0, 72.0)),
+                ("d", 16.0, 32.0, 0.0, MIXED, (1.0, 48.0)),
+                ("e", 16.0, 48.0, 7.0, MIXED, (1.0, 24.0)),
+                ("f", 8.0, 24.0, 0.0, MIXED, (1.0, 48.0)),
+            ]
+            .into_iter()
+            .map(
+                |(team, allocation, offered, from_day, sizes, hours)| TeamStream {
+                    team,
+                    allocation,
+                    offered,
+                    from_day,
+                    to_day: 21.0,
+                    sizes,
+                    hours,
+                },
+            )
+            .collect(),
         }
     }
 
@@ -231,6 +266,7 @@ mod tests {
             ScenarioName::Multiday,
             ScenarioName::LateArrival,
             ScenarioName::Fragmented,
+            ScenarioName::ManyTeams,
         ] {
             let a = name.generate(1);
             let b = name.generate(1);

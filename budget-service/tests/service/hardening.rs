@@ -599,8 +599,17 @@ fn the_snapshots_capacity_is_weighted_by_node_gpu_type_and_why_ranks_with_it() {
 
 /// teama and teamb allocated 8 GPUs each; teama (lower ratio) runs job 11 on 7
 /// GPUs, teamb (its ratio higher from an ended run) runs job 22 on 5 and waits
-/// with job 21: `why` of 11 and 21.
+/// with job 21: `why` of 11 and 21. The site orders sides below their
+/// entitlement by the share they hold (`share_order`, off by default), so that
+/// "below its entitlement" (unscaled) and "above it" (scaled) rank differently.
 fn overcommitted_whys(c: &budget_client::Client) -> (serde_json::Value, serde_json::Value) {
+    let (s, b) = call(
+        c,
+        "PATCH",
+        "/v1/policy",
+        Some(&json!({"share_order": true})),
+    );
+    assert_eq!(s, 200, "{b}");
     add_account(c, "teama", None, 8.0 * 168.0);
     add_account(c, "teamb", None, 8.0 * 168.0);
     add_member(c, "alice", "teama");

@@ -58,7 +58,7 @@ fn ranking_knobs_are_set_shown_refused_and_reach_why() {
     let show = ctl_ok(sock, &["policy", "show"]);
     assert_eq!(value(&show, "tier_projection"), "0.6 (default)", "{show}");
     assert_eq!(value(&show, "tier_band"), "none (default)", "{show}");
-    assert_eq!(value(&show, "share_order"), "on (default)", "{show}");
+    assert_eq!(value(&show, "share_order"), "off (default)", "{show}");
     assert_eq!(value(&show, "entitled_first"), "on (default)", "{show}");
     assert_eq!(why_tier(&d), "budgeted");
     let why = ctl_ok(sock, &["why", "2"]);
@@ -168,7 +168,7 @@ fn ranking_knobs_are_set_shown_refused_and_reach_why() {
     );
     assert_eq!(value(&out, "tier_band"), "none (default)", "{out}");
     assert_eq!(value(&out, "tier_projection"), "0.6 (default)", "{out}");
-    assert_eq!(value(&out, "share_order"), "on (default)", "{out}");
+    assert_eq!(value(&out, "share_order"), "off (default)", "{out}");
     assert_eq!(value(&out, "entitled_first"), "on (default)", "{out}");
     let (_, p) = call(&c, "GET", "/v1/policy", None);
     for k in [

@@ -48,7 +48,13 @@ fn assert_invariants(name: &str, r: &PolicyReport) {
 
 #[test]
 fn cost_aware_rule_keeps_the_invariants_under_sustained_overload() {
-    for scenario in ["overload", "multiday", "late-arrival", "fragmented"] {
+    for scenario in [
+        "overload",
+        "multiday",
+        "late-arrival",
+        "fragmented",
+        "many-teams",
+    ] {
         for seed in [1, 2] {
             let p = prepared(scenario, seed);
             let r = replay(&p, PolicyKind::Budget);

@@ -127,7 +127,7 @@ fn scenario(c: &mut Checks, tb: &Testbed, sections: &[u32]) -> Result<()> {
         // snapshot they refused would put them in safe mode within 30 s: no preemption).
         tier_band: Some(0.0),
         tier_projection: Some(0.6),
-        share_order: Some(true),
+        share_order: Some(false),
         entitled_first: Some(true),
         ..PolicyPatch::default()
     })?;
