@@ -201,6 +201,7 @@ fn main() -> anyhow::Result<()> {
             fair_share: store.fair_share(T),
             drains: Vec::new(),
             cluster_gpus: None,
+            cluster_weighted_gpus: None,
         };
         let body = serde_json::to_vec(&snapshot)?;
         times.push(t0.elapsed());

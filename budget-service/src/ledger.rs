@@ -23,9 +23,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use budget_protocol::{JobRun, RunState};
-use policy_core::Run;
 use policy_core::preempt::JobView;
 use policy_core::rebalance::{PendingJob, RunningJob};
+use policy_core::{GpuWeights, Run};
 use serde::{Deserialize, Serialize};
 
 /// One ledger row as stored and returned by the API.
@@ -172,14 +172,16 @@ impl RunRecord {
     }
 
     /// The run as the cost-aware rule sees a running job (requeues: its run
-    /// number; GraceTime unknown here: 0).
-    pub fn running_job(&self) -> RunningJob<'_> {
+    /// number; GraceTime unknown here: 0), its GPUs weighted by their type
+    /// under `weights`.
+    pub fn running_job(&self, weights: &GpuWeights) -> RunningJob<'_> {
         RunningJob {
             job_id: self.job_id,
             account: &self.account,
             user: &self.user,
             free_tier: self.free_tier,
             gpus: self.gpus,
+            weight: weights.weight(self.gpu_type.as_deref()),
             run_start: self.start.unwrap_or(0),
             time_limit: self.time_limit_secs,
             min_runtime: self.min_runtime_secs,
@@ -190,14 +192,16 @@ impl RunRecord {
         }
     }
 
-    /// The run as the cost-aware rule sees a pending job.
-    pub fn pending_job(&self) -> PendingJob<'_> {
+    /// The run as the cost-aware rule sees a pending job, its GPUs weighted
+    /// as [`RunRecord::running_job`]'s.
+    pub fn pending_job(&self, weights: &GpuWeights) -> PendingJob<'_> {
         PendingJob {
             job_id: self.job_id,
             account: &self.account,
             user: &self.user,
             free_tier: self.free_tier,
             gpus: self.gpus,
+            weight: weights.weight(self.gpu_type.as_deref()),
             leaf: None,
         }
     }

@@ -63,7 +63,7 @@ pub const DOCUMENT: &str = r##"{
       "ReportOutcome": { "type": "object", "required": ["node", "latest_replaced", "streaks_inserted", "streaks_extended", "streaks_unchanged", "streaks_broken"], "additionalProperties": false, "properties": { "node": { "type": "string" }, "latest_replaced": { "type": "boolean" }, "streaks_inserted": { "type": "integer" }, "streaks_extended": { "type": "integer" }, "streaks_unchanged": { "type": "integer" }, "streaks_broken": { "type": "integer" }, "streaks_pruned": { "type": "integer" } } },
       "PluginsState": { "type": "object", "required": ["applied_generation", "generation", "horizon_secs", "plugins"], "additionalProperties": false, "properties": { "applied_generation": { "type": "integer" }, "generation": { "type": "integer" }, "horizon_secs": { "type": "integer" },
         "plugins": { "type": "array", "items": { "type": "object", "required": ["fetched_at", "generation", "plugin"], "additionalProperties": false, "properties": { "fetched_at": { "type": "integer" }, "generation": { "type": "integer" }, "period_secs": { "type": "integer" }, "plugin": { "type": "string" } } } } } },
-      "PluginSnapshot": { "type": "object", "description": "budget_protocol::PluginSnapshot", "required": ["version", "generated_at", "policy", "weights", "fair_share"], "properties": { "version": { "type": "string" }, "generated_at": { "type": "integer" }, "policy": { "$ref": "#/components/schemas/Policy" }, "weights": { "$ref": "#/components/schemas/Weights" }, "fair_share": { "type": "object" }, "drains": { "type": "array" }, "cluster_gpus": { "type": "integer", "minimum": 1, "description": "GPUs of the nodes that can run jobs, from scontrol show node (absent: unknown); the cost-aware rule scales entitlements to it." } } },
+      "PluginSnapshot": { "type": "object", "description": "budget_protocol::PluginSnapshot", "required": ["version", "generated_at", "policy", "weights", "fair_share"], "properties": { "version": { "type": "string" }, "generated_at": { "type": "integer" }, "policy": { "$ref": "#/components/schemas/Policy" }, "weights": { "$ref": "#/components/schemas/Weights" }, "fair_share": { "type": "object" }, "drains": { "type": "array" }, "cluster_gpus": { "type": "integer", "minimum": 1, "description": "GPUs of the nodes that can run jobs, from scontrol show node (absent: unknown); raw, the capacity a previous release's budgetd published." }, "cluster_weighted_gpus": { "type": "number", "minimum": 0, "exclusiveMinimum": true, "description": "The same GPUs weighted: each node's GPUs x the billing weight of their Gres type under weights (untyped: the default weight), in the unit of the allocations (absent: unknown); the cost-aware rule scales entitlements to it." } } },
       "JobSync": { "type": "object", "description": "budget_protocol::JobSync", "required": ["collected_at", "runs"], "properties": { "collected_at": { "type": "integer" }, "runs": { "type": "array", "items": { "type": "object" } } } },
       "AgentReport": { "type": "object", "description": "budget_protocol::AgentReport", "required": ["node", "at", "nvml", "gpus"], "additionalProperties": false, "properties": { "node": { "type": "string" }, "at": { "type": "integer" }, "nvml": { "type": "boolean" },
         "gpus": { "type": "array", "items": { "type": "object", "required": ["index", "uuid", "name", "util_pct", "memory_used_mib", "memory_total_mib", "processes", "idle_secs"], "additionalProperties": false, "properties": { "index": { "type": "integer" }, "uuid": { "type": "string" }, "name": { "type": "string" }, "util_pct": { "type": "integer" }, "memory_used_mib": { "type": "integer" }, "memory_total_mib": { "type": "integer" }, "idle_secs": { "type": "integer" },
@@ -237,5 +237,48 @@ mod tests {
         let value = serde_json::to_value(full).expect("json");
         let fields: Vec<&String> = value.as_object().expect("object").keys().collect();
         assert_eq!(documented, fields);
+    }
+
+    /// The PluginSnapshot schema names every field a snapshot serializes
+    /// (every optional one set), the weighted capacity included.
+    #[test]
+    fn the_snapshot_schema_names_every_snapshot_field() {
+        let doc: serde_json::Value =
+            serde_json::from_str(super::DOCUMENT).expect("DOCUMENT is JSON");
+        let schema = &doc["components"]["schemas"]["PluginSnapshot"];
+        let mut documented: Vec<&String> = schema["properties"]
+            .as_object()
+            .expect("properties")
+            .keys()
+            .collect();
+        let tree = policy_core::TreeSpec {
+            root_allocation_gpu_hours: None,
+            accounts: vec![],
+            members: vec![],
+        };
+        let full = budget_protocol::PluginSnapshot {
+            version: "1".into(),
+            generated_at: 0,
+            policy: Default::default(),
+            weights: Default::default(),
+            fair_share: policy_core::FairShare::compute(
+                &tree,
+                &Default::default(),
+                0,
+                policy_core::DEFAULT_WINDOW_SECS,
+            ),
+            drains: vec![],
+            cluster_gpus: Some(12),
+            cluster_weighted_gpus: Some(16.0),
+        };
+        let value = serde_json::to_value(full).expect("json");
+        let mut fields: Vec<&String> = value.as_object().expect("object").keys().collect();
+        documented.sort();
+        fields.sort();
+        assert_eq!(documented, fields);
+        assert_eq!(
+            schema["properties"]["cluster_weighted_gpus"]["type"],
+            "number"
+        );
     }
 }

@@ -202,10 +202,21 @@ fn wire_reason(fs: &FairShare, a: &rebalance::Allowed, victim: &RunRecord) -> pr
                 preemptor_ratio: r.preemptor_ratio,
                 victim_side: rebalance::node_name(fs, r.victim_side),
                 victim_ratio: r.victim_ratio,
-                victim_side_gpus: r.victim_side_held,
+                // The wire's field is a whole number (budgetctl of the
+                // previous release reads it so): the weighted GPUs held, rounded.
+                victim_side_gpus: wire_gpus(r.victim_side_held),
                 victim_side_entitled_gpus: r.victim_side_entitled,
             },
         },
+    }
+}
+
+/// Weighted GPUs as the wire's whole number of GPUs (rounded, never negative).
+fn wire_gpus(x: f64) -> u32 {
+    if x.is_finite() {
+        x.round().clamp(0.0, f64::from(u32::MAX)) as u32
+    } else {
+        0
     }
 }
 
@@ -227,10 +238,13 @@ pub fn why(
     let running = store.ledger().in_state(RunState::Running);
     let pending = store.ledger().in_state(RunState::Pending);
     let history = rebalance_history(store, now);
+    // GPUs weighted by type with the snapshot's weights, as the plugins weigh
+    // them (its capacity is weighted with the same).
+    let w = &snap.weights;
     let state = PreemptState::compute(
         Some(fs),
-        running.iter().map(RunRecord::running_job),
-        pending.iter().map(RunRecord::pending_job),
+        running.iter().map(|r| r.running_job(w)),
+        pending.iter().map(|r| r.pending_job(w)),
         history.iter().map(|h| PastPreemption {
             at: h.at,
             preemptor_account: h.preemptor_account.as_deref().unwrap_or(""),
@@ -294,8 +308,8 @@ pub fn why(
     let mut wait = None;
     match job.state {
         RunState::Pending => {
-            let p = job.pending_job();
-            let views: Vec<_> = running.iter().map(RunRecord::running_job).collect();
+            let p = job.pending_job(w);
+            let views: Vec<_> = running.iter().map(|r| r.running_job(w)).collect();
             for (r, v) in running.iter().zip(&views).filter(|(r, _)| visible(r)) {
                 if let Ok(a) = rebalance::decide(&state, Some(fs), &none, &p, v, now) {
                     could_preempt.push(peer(r, wire_reason(fs, &a, r)));
@@ -305,9 +319,10 @@ pub fn why(
             wait = Some(rebalance::describe_wait(Some(fs), &w, now));
         }
         RunState::Running => {
-            let v = job.running_job();
+            let v = job.running_job(w);
             for p in pending.iter().filter(|p| visible(p)) {
-                if let Ok(a) = rebalance::decide(&state, Some(fs), &none, &p.pending_job(), &v, now)
+                if let Ok(a) =
+                    rebalance::decide(&state, Some(fs), &none, &p.pending_job(w), &v, now)
                 {
                     preemptable_by.push(peer(p, wire_reason(fs, &a, job)));
                 }

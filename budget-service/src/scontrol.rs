@@ -371,6 +371,9 @@ pub struct NodeInfo {
     /// GPUs the node offers (its `Gres=`, read by [`policy_core::tres::node_gpus`]);
     /// 0 when it names none.
     pub gpus: u32,
+    /// The same GPUs by type ([`policy_core::tres::node_gpus_by_type`]), for
+    /// the cluster's weighted capacity.
+    pub gpu_types: Vec<(Option<String>, u32)>,
 }
 
 impl NodeInfo {
@@ -404,13 +407,15 @@ pub fn parse_nodes(text: &str) -> BTreeMap<String, NodeInfo> {
         let kv = parse_kv_line(line);
         let get = |k: &str| kv.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone());
         if let Some(name) = get("NodeName") {
+            let gres = get("Gres").unwrap_or_default();
             m.insert(
                 name.clone(),
                 NodeInfo {
                     name,
                     state: get("State").unwrap_or_default(),
                     reason: get("Reason").filter(|r| !r.is_empty() && r != "(null)"),
-                    gpus: get("Gres").map_or(0, |g| policy_core::tres::node_gpus(&g)),
+                    gpus: policy_core::tres::node_gpus(&gres),
+                    gpu_types: policy_core::tres::node_gpus_by_type(&gres),
                 },
             );
         }

@@ -17,6 +17,7 @@ use budget_protocol::PluginSnapshot;
 use budget_protocol::service::PluginFetch;
 
 use crate::auth::Caller;
+use crate::capacity::ClusterGpus;
 use crate::config::Config;
 use crate::error::{AppError, AppResult};
 use crate::store::Store;
@@ -28,6 +29,8 @@ pub struct CachedSnapshot {
     pub body: Bytes,
     /// Store generation it was computed from.
     pub generation: u64,
+    /// The cluster's GPUs it was computed with.
+    pub capacity: Option<ClusterGpus>,
 }
 
 /// Counters for `/metrics`.
@@ -120,13 +123,11 @@ pub struct Inner {
     /// by `budgetctl undrain` drained again 0.1 s later). A tokio mutex: it is held
     /// across `scontrol`/`squeue` awaits.
     pub drain_ops: tokio::sync::Mutex<()>,
-    /// The cluster's GPUs as [`crate::capacity`] last read them from Slurm
-    /// ([`NO_GPUS_KNOWN`]: unknown), published as the snapshot's `cluster_gpus`.
-    cluster_gpus: AtomicU64,
+    /// The cluster's GPUs by type as [`crate::capacity`] last read them from
+    /// Slurm (`None`: unknown), published as the snapshot's `cluster_gpus` and,
+    /// weighted with the store's weights, `cluster_weighted_gpus`.
+    capacity: Mutex<Option<ClusterGpus>>,
 }
-
-/// [`Inner`]'s `cluster_gpus` before Slurm was read.
-const NO_GPUS_KNOWN: u64 = u64::MAX;
 
 /// Cheap-to-clone handle given to every handler.
 #[derive(Debug, Clone)]
@@ -167,20 +168,27 @@ impl AppState {
             started_at: crate::clock::now(),
             plugin_fetches: Mutex::new(BTreeMap::new()),
             drain_ops: tokio::sync::Mutex::new(()),
-            cluster_gpus: AtomicU64::new(NO_GPUS_KNOWN),
+            capacity: Mutex::new(None),
         }))
     }
 
-    /// The cluster's GPUs as last read from Slurm (`None`: unknown).
+    /// The cluster's GPUs by type as last read from Slurm (`None`: unknown).
+    pub fn capacity(&self) -> Option<ClusterGpus> {
+        self.capacity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The cluster's raw GPUs as last read from Slurm (`None`: unknown).
     pub fn cluster_gpus(&self) -> Option<u32> {
-        u32::try_from(self.cluster_gpus.load(Ordering::SeqCst)).ok()
+        self.capacity().map(|c| c.total())
     }
 
     /// Sets the cluster's GPUs; the next snapshot carries them (a cached
-    /// snapshot with another count is no longer served).
-    pub fn set_cluster_gpus(&self, gpus: Option<u32>) {
-        self.cluster_gpus
-            .store(gpus.map_or(NO_GPUS_KNOWN, u64::from), Ordering::SeqCst);
+    /// snapshot computed with others is no longer served).
+    pub fn set_capacity(&self, gpus: Option<ClusterGpus>) {
+        *self.capacity.lock().unwrap_or_else(|p| p.into_inner()) = gpus;
     }
 
     /// Runs `f` with the store on the blocking pool, after any controller
@@ -304,20 +312,29 @@ impl AppState {
                 && now >= c.snapshot.generated_at;
             if fresh
                 && c.generation == self.generation.load(Ordering::SeqCst)
-                && c.snapshot.cluster_gpus == self.cluster_gpus()
+                && c.capacity == self.capacity()
             {
                 return Ok(c.clone());
             }
         }
-        let cluster_gpus = self.cluster_gpus();
+        let capacity = self.capacity();
         let computed = self
             .with_store_controller(move |s| {
                 let generation = s.generation();
-                // The count is in the version: a count read again within the
-                // same second and generation still changes the ETag.
-                let version = match cluster_gpus {
-                    Some(n) => format!("{generation}-{now}-{n}"),
-                    None => format!("{generation}-{now}"),
+                let cluster_gpus = capacity.as_ref().map(ClusterGpus::total);
+                // Weighted with the weights this snapshot carries (a weight
+                // change bumps the generation, so it is applied at once).
+                let weighted = capacity.as_ref().map(|c| c.weighted(s.weights()));
+                // The counts are in the version: counts read again within the
+                // same second and generation still change the ETag (the
+                // weighted one only where it differs from the raw one, so a
+                // uniform site's versions read as before).
+                let version = match (cluster_gpus, weighted) {
+                    (Some(n), Some(w)) if w != f64::from(n) => {
+                        format!("{generation}-{now}-{n}-{w}")
+                    }
+                    (Some(n), _) => format!("{generation}-{now}-{n}"),
+                    (None, _) => format!("{generation}-{now}"),
                 };
                 let snapshot = PluginSnapshot {
                     version,
@@ -327,12 +344,14 @@ impl AppState {
                     fair_share: s.fair_share(now),
                     drains: crate::drains::snapshot_drains(s),
                     cluster_gpus,
+                    cluster_weighted_gpus: weighted,
                 };
                 let body = Bytes::from(serde_json::to_vec(&snapshot)?);
                 Ok(CachedSnapshot {
                     snapshot,
                     body,
                     generation,
+                    capacity,
                 })
             })
             .await?;

@@ -73,7 +73,11 @@ pub enum Allowed {
         preemptor_ratio: f64,
         victim_side: String,
         victim_ratio: f64,
+        /// GPUs the victim's side holds: raw in this (old) rule; where
+        /// `budgetctl why` reports the cost-aware rule, its weighted GPUs
+        /// rounded to a whole number (the field stays an integer on the wire).
         victim_side_gpus: u32,
+        /// Its entitled GPUs (weighted under the cost-aware rule).
         victim_side_entitled_gpus: f64,
     },
 }

@@ -16,11 +16,12 @@
 //! once per period by the plugin's background thread into a [`PreemptState`]
 //! ([`PreemptState::compute`]), from:
 //! - the fair-share snapshot ([`FairShare`]): tree, allocations, window ratios, tiers;
-//! - every running job ([`RunningJob`]: size, run start, **time limit**, requeue
-//!   count, declared min_runtime and checkpoint interval, partition GraceTime) and
-//!   every pending job ([`PendingJob`]: size), never a job's true duration;
+//! - every running job ([`RunningJob`]: size and the billing weight of its GPU
+//!   type, run start, **time limit**, requeue count, declared min_runtime and
+//!   checkpoint interval, partition GraceTime) and every pending job
+//!   ([`PendingJob`]: size and weight), never a job's true duration;
 //! - the recent preemptions ([`PastPreemption`], from the preemption record);
-//! - the cluster's GPU count and the time.
+//! - the cluster's weighted GPU capacity and the time.
 //!
 //! The callback ([`decide`]) reads that state, a small [`InFlight`] list of
 //! preemptors already granted victims and not yet running, and the two jobs.
@@ -55,10 +56,26 @@
 //!   `--rule`); a site sets some of them with `budgetctl policy set`
 //!   (`protocol::Policy::rebalance` maps them), the others are constants.
 //!
+//! # Weighted GPUs
+//! Allocations are weighted GPU-hours (docs/design.md §2.3: a B300 hour may
+//! cost 2.2 H100 hours), so a side's entitlement is in *weighted* GPUs, and so
+//! is every amount compared with it: holdings and demand ([`SideState`]), the
+//! victim's size, the deficit, grants and victims in flight ([`InFlight`]),
+//! the forecast's releases, the share order (`held / entitled`) and the
+//! projected tier (`held x window / allocation`). A job counts as its GPUs x
+//! the billing weight of its GPU type ([`weighted_gpus`], the one formula),
+//! and the cluster's capacity as each node's GPUs x their type's weight. Raw
+//! GPU counts stay what Slurm places; with every weight 1 (a uniform site, the
+//! simulator) the amounts are the raw counts and nothing changes. Lost work
+//! ([`expected_lost_gpu_secs`], the preemption record's GPU-hours, the site
+//! cap) stays in raw GPU-seconds; the lost-work budget is still a fraction of
+//! the (weighted) entitled GPU-seconds.
+//!
 //! # The rule
-//! Entitled GPUs of a tree node: its allocation as a GPU rate (allocation per
-//! window / window length), scaled down when siblings' allocations exceed their
-//! parent's (or the top level exceeds the cluster). A running job R may be
+//! Entitled GPUs of a tree node: its allocation as a weighted GPU rate
+//! (allocation per window / window length), scaled down when siblings'
+//! allocations exceed their parent's (or the top level exceeds the cluster's
+//! weighted capacity). A running job R may be
 //! preempted by a pending job P when R is past its protected window and either
 //! R is free tier and P is not (unchanged, immediate), or, with P budgeted and
 //! their paths splitting below node `parent` into sides `ps` (P's) and `vs` (R's):
@@ -69,7 +86,7 @@
 //! 1. **Rank agreement**: `ratio(ps) < ratio(vs) - hysteresis` (the priority
 //!    order agrees that P's side comes first; as in the old rule).
 //! 2. **Victim side above its entitlement**: R's side still holds at least its
-//!    entitled GPUs without R (`held(vs) - gpus(R) >= entitled(vs)`), or R's path
+//!    entitled GPUs without R (`held(vs) - weighted(R) >= entitled(vs)`), or R's path
 //!    below the split is over budget by more than a band
 //!    (`ratio >= 1 + over_budget_band`: the over-budget clause, with hysteresis).
 //! 3. **Turnover will not deliver in time**: P's side is short of
@@ -279,7 +296,12 @@ pub struct RunningJob<'a> {
     pub account: &'a str,
     pub user: &'a str,
     pub free_tier: bool,
+    /// GPUs as Slurm places them (raw count).
     pub gpus: u32,
+    /// Billing weight of one of its GPUs (`GpuWeights::weight` of its GPU
+    /// type; 1.0 for untyped GPUs on a uniform site). The rule counts the job
+    /// as [`RunningJob::weighted_gpus`].
+    pub weight: f64,
     /// Start of the current run.
     pub run_start: i64,
     /// Time limit of the run in seconds; `None`: unlimited.
@@ -299,6 +321,11 @@ pub struct RunningJob<'a> {
 }
 
 impl RunningJob<'_> {
+    /// Its size for the rule, in weighted GPUs ([`weighted_gpus`]).
+    pub fn weighted_gpus(&self) -> f64 {
+        weighted_gpus(self.gpus, self.weight)
+    }
+
     /// When the run must end at the latest (its time limit); `i64::MAX` if unlimited.
     pub fn limit_end(&self) -> i64 {
         match self.time_limit {
@@ -315,9 +342,62 @@ pub struct PendingJob<'a> {
     pub account: &'a str,
     pub user: &'a str,
     pub free_tier: bool,
+    /// GPUs it asks for (raw count).
     pub gpus: u32,
+    /// As [`RunningJob::weight`].
+    pub weight: f64,
     /// As [`RunningJob::leaf`].
     pub leaf: Option<usize>,
+}
+
+impl PendingJob<'_> {
+    /// Its size for the rule, in weighted GPUs ([`weighted_gpus`]).
+    pub fn weighted_gpus(&self) -> f64 {
+        weighted_gpus(self.gpus, self.weight)
+    }
+}
+
+/// `gpus` GPUs of billing weight `weight` in weighted GPUs, the unit of
+/// entitlements (allocations are weighted GPU-hours, docs/design.md §2.3):
+/// the one formula every holding, demand, victim size and in-flight amount of
+/// this module is counted with. A weight that is not a finite number above 0
+/// (never a validated `GpuWeights` one) counts as 1.
+pub fn weighted_gpus(gpus: u32, weight: f64) -> f64 {
+    let w = if weight.is_finite() && weight > 0.0 {
+        weight
+    } else {
+        1.0
+    };
+    f64::from(gpus) * w
+}
+
+/// A sum or difference of weighted GPUs rounded to 1e-9 GPU, so that float
+/// error never decides `held >= entitled` (ten GPUs of weight 2.2 hold 22,
+/// not 22.000000000000004) and the result does not depend on the order of
+/// the jobs. Whole numbers (every amount on a uniform site) are kept as they
+/// are.
+fn tidy(x: f64) -> f64 {
+    if x.fract() == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let r = (x * 1e9).round() / 1e9;
+    if r.is_finite() { r } else { x }
+}
+
+/// Weighted GPUs in words: a whole number without decimals, else up to two.
+pub fn gpus_text(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        format!("{x:.0}")
+    } else {
+        let s = format!("{x:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+/// The unit of amounts in messages: "GPUs", or "weighted GPUs" when some
+/// job's GPUs weigh other than 1.
+fn unit(weighted: bool) -> &'static str {
+    if weighted { "weighted GPUs" } else { "GPUs" }
 }
 
 /// A rebalancing preemption that happened (from the preemption record).
@@ -350,16 +430,18 @@ pub struct Release {
     /// The instant the GPUs are free at the latest.
     pub at: i64,
     pub job_id: u32,
+    /// Weighted GPUs (the part of the job's that covers the deficit).
     pub gpus: f64,
 }
 
 /// Per tree node, what the period state knows (indices are [`FairShare::nodes`]').
+/// Every amount is in weighted GPUs ([`weighted_gpus`]), the unit of `entitled`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SideState {
-    /// GPUs held by running non-free jobs beneath.
-    pub held: u32,
-    /// GPUs of running and pending non-free jobs beneath.
-    pub demand: u32,
+    /// Weighted GPUs held by running non-free jobs beneath.
+    pub held: f64,
+    /// Weighted GPUs of running and pending non-free jobs beneath.
+    pub demand: f64,
     /// Entitled GPUs (allocation as a rate, scaled to what the parent has).
     pub entitled: f64,
     /// `min(entitled, demand) - held`, floored at 0.
@@ -386,8 +468,8 @@ pub struct PreemptState {
     fair_share_at: Option<i64>,
     window: i64,
     nodes: Vec<SideState>,
-    /// Running non-free jobs: (end at time limit, job, GPUs, index into `paths`).
-    runs: Vec<(i64, u32, u32, usize)>,
+    /// Running non-free jobs: (end at time limit, job, weighted GPUs, index into `paths`).
+    runs: Vec<(i64, u32, f64, usize)>,
     /// Root-first paths of the leaves seen, and which path each node has.
     paths: Vec<Vec<usize>>,
     path_of: Vec<Option<usize>>,
@@ -403,6 +485,8 @@ pub struct PreemptState {
     /// Per node: the tier jobs placed there rank in, with the tier band
     /// applied (empty without a band: the snapshot's tier).
     band_tier: Vec<Tier>,
+    /// Some non-free job's GPUs weigh other than 1: messages say "weighted GPUs".
+    weighted: bool,
 }
 
 /// What the turnover forecast found, per node.
@@ -427,11 +511,13 @@ struct Forecast {
 /// check seeing the side above its entitlement by one job (issue 11, item 13),
 /// and several preemptions of one pass could each pass the site cap. The
 /// simulator takes none (its holdings are live).
+/// Amounts are weighted GPUs, as the state's holdings.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InFlight {
-    grants: Vec<(u32, Vec<usize>, u32)>,
-    /// (victim job, its leaf path, GPUs, work it loses in GPU-seconds).
-    victims: Vec<(u32, Vec<usize>, u32, f64)>,
+    /// (preemptor job, its leaf path, weighted GPUs).
+    grants: Vec<(u32, Vec<usize>, f64)>,
+    /// (victim job, its leaf path, weighted GPUs, work it loses in GPU-seconds).
+    victims: Vec<(u32, Vec<usize>, f64, f64)>,
 }
 
 impl InFlight {
@@ -441,17 +527,20 @@ impl InFlight {
             return;
         }
         if let Some(place) = fs.place(p.account, p.user) {
-            self.grants.push((p.job_id, fs.path(place.node), p.gpus));
+            self.grants
+                .push((p.job_id, fs.path(place.node), p.weighted_gpus()));
         }
     }
 
-    /// GPUs granted to preemptors under `side`, other than `except`.
-    pub fn gpus_under(&self, side: usize, except: u32) -> u32 {
-        self.grants
-            .iter()
-            .filter(|g| g.0 != except && g.1.contains(&side))
-            .map(|g| g.2)
-            .sum()
+    /// Weighted GPUs granted to preemptors under `side`, other than `except`.
+    pub fn gpus_under(&self, side: usize, except: u32) -> f64 {
+        tidy(
+            self.grants
+                .iter()
+                .filter(|g| g.0 != except && g.1.contains(&side))
+                .map(|g| g.2)
+                .sum(),
+        )
     }
 
     pub fn is_empty(&self) -> bool {
@@ -471,18 +560,24 @@ impl InFlight {
             _ => fs.place(v.account, v.user).map(|p| p.node),
         };
         if let Some(n) = node {
-            self.victims
-                .push((v.job_id, fs.path(n), v.gpus, lost_gpu_secs.max(0.0)));
+            self.victims.push((
+                v.job_id,
+                fs.path(n),
+                v.weighted_gpus(),
+                lost_gpu_secs.max(0.0),
+            ));
         }
     }
 
-    /// GPUs of victims under `side` already allowed, other than `except`.
-    pub fn victim_gpus_under(&self, side: usize, except: u32) -> u32 {
-        self.victims
-            .iter()
-            .filter(|x| x.0 != except && x.1.contains(&side))
-            .map(|x| x.2)
-            .sum()
+    /// Weighted GPUs of victims under `side` already allowed, other than `except`.
+    pub fn victim_gpus_under(&self, side: usize, except: u32) -> f64 {
+        tidy(
+            self.victims
+                .iter()
+                .filter(|x| x.0 != except && x.1.contains(&side))
+                .map(|x| x.2)
+                .sum(),
+        )
     }
 
     /// Victims allowed and their lost work (GPU-seconds), other than `except`.
@@ -531,16 +626,20 @@ pub struct Rebalance {
     pub victim_side: usize,
     pub preemptor_ratio: f64,
     pub victim_ratio: f64,
-    /// GPUs the preemptor's side is short of `min(entitled, demand)`.
+    /// Weighted GPUs the preemptor's side is short of `min(entitled, demand)`.
     pub deficit: f64,
-    /// GPUs of that deficit turnover will not cover in time.
+    /// Weighted GPUs of that deficit turnover will not cover in time.
     pub uncovered: f64,
-    /// GPUs already granted to other preemptors of the side in this period.
-    pub in_flight: u32,
-    pub victim_side_held: u32,
+    /// Weighted GPUs already granted to other preemptors of the side in this period.
+    pub in_flight: f64,
+    /// Weighted GPUs the victim's side holds.
+    pub victim_side_held: f64,
     pub victim_side_entitled: f64,
     /// Work the victim loses (GPU-seconds).
     pub victim_lost_gpu_secs: f64,
+    /// Some job's GPUs weigh other than 1 ([`describe`] says "weighted GPUs").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub weighted: bool,
 }
 
 /// Why a preemption is allowed.
@@ -581,20 +680,26 @@ pub enum Denied {
         hysteresis: f64,
     },
     /// The victim's side does not hold more than its entitlement (by the
-    /// victim's GPUs) and is not over budget by the band.
+    /// victim's GPUs) and is not over budget by the band. Weighted GPUs.
     VictimSideWithinEntitlement {
-        held: u32,
+        held: f64,
         entitled: f64,
-        victim_gpus: u32,
+        victim_gpus: f64,
+        /// Some job's GPUs weigh other than 1.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        weighted: bool,
     },
     /// The preemptor's side gets what it is short of from turnover soon enough
-    /// (or other preemptors of the side were already granted it).
+    /// (or other preemptors of the side were already granted it). Weighted GPUs.
     TurnoverSuffices {
         deficit: f64,
         uncovered: f64,
-        in_flight: u32,
+        in_flight: f64,
         /// The first GPUs expected free for the side, if any.
         next_release: Option<i64>,
+        /// Some job's GPUs weigh other than 1.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        weighted: bool,
     },
     /// The victim's side took from the preemptor's side within the last window.
     RecentReverse { at: i64 },
@@ -693,9 +798,12 @@ fn split_at(a: &[usize], b: &[usize]) -> Option<usize> {
 }
 
 impl PreemptState {
-    /// Computes the period state. `capacity_gpus`: the cluster's GPUs (the
-    /// top level's entitlement), `None` to take the top-level allocations as
-    /// they are. Without a snapshot the state is safe mode.
+    /// Computes the period state. `capacity_gpus`: the cluster's weighted
+    /// GPUs (each node's GPUs x their type's billing weight: the top level's
+    /// entitlement, in the unit of the allocations), `None` to take the
+    /// top-level allocations as they are. Jobs count as their
+    /// [`RunningJob::weighted_gpus`] / [`PendingJob::weighted_gpus`]. Without
+    /// a snapshot the state is safe mode.
     pub fn compute<'a>(
         fs: Option<&FairShare>,
         running: impl IntoIterator<Item = RunningJob<'a>>,
@@ -720,6 +828,7 @@ impl PreemptState {
             site_lost_gpu_secs: 0.0,
             order_rank: Vec::new(),
             band_tier: Vec::new(),
+            weighted: false,
         };
         let Some(fs) = fs else { return st };
         let window = fs.window_secs.max(1);
@@ -728,24 +837,33 @@ impl PreemptState {
         let n = fs.nodes.len();
         st.nodes = vec![SideState::default(); n];
         let mut placer = Placer::new(fs);
-        // Holdings, demand, and each running job's path (for the forecast).
-        let mut runs: Vec<(i64, u32, u32, usize)> = Vec::new();
+        // Holdings, demand, and each running job's path (for the forecast),
+        // in weighted GPUs.
+        let mut runs: Vec<(i64, u32, f64, usize)> = Vec::new();
         for r in running.into_iter().filter(|r| !r.free_tier) {
             let Some(path) = placer.place_hinted(r.leaf, r.account, r.user) else {
                 continue;
             };
+            let g = r.weighted_gpus();
+            st.weighted |= g != f64::from(r.gpus);
             for &i in &placer.paths[path] {
-                st.nodes[i].held = st.nodes[i].held.saturating_add(r.gpus);
-                st.nodes[i].demand = st.nodes[i].demand.saturating_add(r.gpus);
+                st.nodes[i].held += g;
+                st.nodes[i].demand += g;
             }
-            runs.push((r.limit_end().max(now), r.job_id, r.gpus, path));
+            runs.push((r.limit_end().max(now), r.job_id, g, path));
         }
         for p in pending.into_iter().filter(|p| !p.free_tier) {
             if let Some(path) = placer.place_hinted(p.leaf, p.account, p.user) {
+                let g = p.weighted_gpus();
+                st.weighted |= g != f64::from(p.gpus);
                 for &i in &placer.paths[path] {
-                    st.nodes[i].demand = st.nodes[i].demand.saturating_add(p.gpus);
+                    st.nodes[i].demand += g;
                 }
             }
+        }
+        for s in &mut st.nodes {
+            s.held = tidy(s.held);
+            s.demand = tidy(s.demand);
         }
         // Entitlements, top-down.
         if let Some(root) = fs.nodes.iter().position(|x| x.parent.is_none()) {
@@ -773,7 +891,7 @@ impl PreemptState {
             }
         }
         for s in &mut st.nodes {
-            s.deficit = (s.entitled.min(f64::from(s.demand)) - f64::from(s.held)).max(0.0);
+            s.deficit = (s.entitled.min(s.demand) - s.held).max(0.0);
             s.lost_budget = match policy.lost_budget {
                 Some(b) => b * s.entitled * window as f64,
                 None => f64::INFINITY,
@@ -849,18 +967,15 @@ impl PreemptState {
                 let path = &paths[*path];
                 if path.len() > d && path[d - 1] == parent {
                     let side = path[d];
-                    if f64::from(self.nodes[side].held) > self.nodes[side].entitled {
-                        by_side
-                            .entry(side)
-                            .or_default()
-                            .push((*end, *job, f64::from(*gpus)));
+                    if self.nodes[side].held > self.nodes[side].entitled {
+                        by_side.entry(side).or_default().push((*end, *job, *gpus));
                     }
                 }
             }
             let mut merged: Vec<(i64, u32, f64)> = Vec::new();
             for (side, mut rel) in by_side {
                 rel.sort_by_key(|r| (r.0, r.1));
-                let mut left = f64::from(self.nodes[side].held) - self.nodes[side].entitled;
+                let mut left = self.nodes[side].held - self.nodes[side].entitled;
                 for (t, j, g) in rel {
                     if left <= 0.0 {
                         break;
@@ -932,7 +1047,7 @@ impl PreemptState {
         let Some(root) = fs.nodes.iter().position(|x| x.parent.is_none()) else {
             return;
         };
-        let under = |i: usize| f64::from(self.nodes[i].held) < self.nodes[i].entitled;
+        let under = |i: usize| self.nodes[i].held < self.nodes[i].entitled;
         // Share of its entitlement a side below it holds, in millionths (0 for the
         // others, and without `share_order`, the default): serving the side
         // furthest below its entitlement first spreads what placement cannot give
@@ -942,7 +1057,7 @@ impl PreemptState {
         let share = |i: usize| -> u64 {
             let s = &self.nodes[i];
             if share_order && under(i) && s.entitled > 0.0 {
-                (f64::from(s.held) / s.entitled * 1e6) as u64
+                (s.held / s.entitled * 1e6) as u64
             } else {
                 0
             }
@@ -1000,13 +1115,12 @@ impl PreemptState {
             let rate = node.allocation / self.window.max(1) as f64;
             let ratio = match projection {
                 Some(a) if rate > 0.0 && node.ratio.is_finite() => {
-                    node.ratio + a * (f64::from(s.held) / rate - node.ratio)
+                    node.ratio + a * (s.held / rate - node.ratio)
                 }
                 _ => node.ratio,
             };
-            let own_ok = !node.budget_bearing
-                || ratio < 1.0
-                || (ratio < 1.0 + band && f64::from(s.held) < s.entitled);
+            let own_ok =
+                !node.budget_bearing || ratio < 1.0 || (ratio < 1.0 + band && s.held < s.entitled);
             within[i] = parent_ok && own_ok;
             self.band_tier[i] = if within[i] {
                 Tier::Budgeted
@@ -1165,11 +1279,12 @@ pub struct SideVerdict {
     v_ratio: f64,
     /// The over-budget clause holds for the victim's path.
     over_budget: bool,
-    in_flight: u32,
+    /// Weighted GPUs granted to other preemptors of the side.
+    in_flight: f64,
     deficit: f64,
     uncovered: f64,
-    /// GPUs of the victim's side already allowed to other preemptions.
-    victims_in_flight: u32,
+    /// Weighted GPUs of the victim's side already allowed to other preemptions.
+    victims_in_flight: f64,
     /// Victims allowed and not yet in the record, with their lost GPU-seconds.
     site_in_flight: (u32, f64),
 }
@@ -1254,11 +1369,12 @@ pub fn judge_sides(
     });
     let vside = &state.nodes[vs];
     let taken = in_flight.victim_gpus_under(vs, v.job_id);
-    if !over_budget && f64::from(vside.held.saturating_sub(taken)) <= vside.entitled {
+    if !over_budget && tidy(vside.held - taken).max(0.0) <= vside.entitled {
         return Err(Denied::VictimSideWithinEntitlement {
             held: vside.held,
             entitled: vside.entitled,
-            victim_gpus: 0,
+            victim_gpus: 0.0,
+            weighted: state.weighted,
         });
     }
     let pside = &state.nodes[ps];
@@ -1268,12 +1384,13 @@ pub fn judge_sides(
     } else {
         0.0
     };
-    if uncovered <= 0.0 || f64::from(granted) >= uncovered {
+    if uncovered <= 0.0 || granted >= uncovered {
         return Err(Denied::TurnoverSuffices {
             deficit: pside.deficit,
             uncovered,
             in_flight: granted,
             next_release: state.releases(fs, ps).first().map(|r| r.at),
+            weighted: state.weighted,
         });
     }
     Ok(SideVerdict {
@@ -1313,13 +1430,17 @@ pub fn judge_victim(
         });
     }
     let vside = &state.nodes[sides.vs];
-    let held = vside.held.saturating_sub(sides.victims_in_flight);
-    let keeps_entitlement = f64::from(held) - f64::from(v.gpus) >= vside.entitled && held >= v.gpus;
+    // Weighted GPUs: the side's holdings less the victims already leaving it,
+    // less this victim's size, against its entitlement.
+    let held = tidy(vside.held - sides.victims_in_flight).max(0.0);
+    let size = v.weighted_gpus();
+    let keeps_entitlement = tidy(held - size) >= vside.entitled && held >= size;
     if !sides.over_budget && !keeps_entitlement {
         return Err(Denied::VictimSideWithinEntitlement {
             held: vside.held,
             entitled: vside.entitled,
-            victim_gpus: v.gpus,
+            victim_gpus: size,
+            weighted: state.weighted,
         });
     }
     let lost = expected_lost_gpu_secs(v, now);
@@ -1356,6 +1477,7 @@ pub fn judge_victim(
         victim_side_held: vside.held,
         victim_side_entitled: vside.entitled,
         victim_lost_gpu_secs: lost,
+        weighted: state.weighted,
     }))
 }
 
@@ -1407,10 +1529,11 @@ pub fn victim_priority(fs: Option<&FairShare>, v: &RunningJob<'_>, now: i64) -> 
     (1 << 30) | (lost_part << 15) | (FIELD - over)
 }
 
-/// Node names of an allowed rebalancing, for logs and `budgetctl why`.
+/// Node names of an allowed rebalancing, for logs and `budgetctl why`
+/// (amounts in weighted GPUs, named so when some job's GPUs weigh other than 1).
 pub fn describe(fs: &FairShare, r: &Rebalance) -> String {
     format!(
-        "{} below {}: {} short of {:.1} GPUs ({:.1} not covered by turnover), {} holds {} of {:.1} entitled; victim loses {:.1} GPU-h",
+        "{} below {}: {} short of {:.1} {} ({:.1} not covered by turnover), {} holds {} of {:.1} entitled; victim loses {:.1} GPU-h",
         match r.clause {
             Clause::Entitlement => "rebalance",
             Clause::OverBudget => "over budget",
@@ -1418,9 +1541,10 @@ pub fn describe(fs: &FairShare, r: &Rebalance) -> String {
         node_name(fs, r.parent),
         node_name(fs, r.preemptor_side),
         r.deficit,
+        unit(r.weighted),
         r.uncovered,
         node_name(fs, r.victim_side),
-        r.victim_side_held,
+        gpus_text(r.victim_side_held),
         r.victim_side_entitled,
         r.victim_lost_gpu_secs / crate::HOUR as f64,
     )
@@ -1445,8 +1569,13 @@ pub enum Wait {
         side: usize,
         at: Option<i64>,
         jobs: Vec<u32>,
+        /// Weighted GPUs.
         deficit: f64,
-        in_flight: u32,
+        /// Weighted GPUs already being freed for the side.
+        in_flight: f64,
+        /// Some job's GPUs weigh other than 1.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        weighted: bool,
     },
     /// No preemption, for the reason the rule gave about the running job
     /// Slurm would have asked about first (`None` when nothing runs).
@@ -1511,6 +1640,7 @@ pub fn explain_wait(
                         jobs: rel.iter().map(|r| r.job_id).collect(),
                         deficit: s.deficit,
                         in_flight: in_flight.gpus_under(side, p.job_id),
+                        weighted: state.weighted,
                     };
                 }
             }
@@ -1582,6 +1712,7 @@ pub fn describe_wait(fs: Option<&FairShare>, w: &Wait, now: i64) -> String {
             jobs: j,
             deficit,
             in_flight,
+            weighted,
         } => {
             let name = fs.map(|fs| node_name(fs, *side)).unwrap_or_default();
             let when = match at {
@@ -1592,12 +1723,16 @@ pub fn describe_wait(fs: Option<&FairShare>, w: &Wait, now: i64) -> String {
                 ),
                 None => "soon".into(),
             };
+            let u = unit(*weighted);
             let mut o = format!(
-                "GPUs expected free {when} from jobs {}; no preemption needed ({name} short of {deficit:.1} GPUs, covered by their time limits",
+                "GPUs expected free {when} from jobs {}; no preemption needed ({name} short of {deficit:.1} {u}, covered by their time limits",
                 jobs(j)
             );
-            if *in_flight > 0 {
-                o.push_str(&format!(", {in_flight} GPUs already being freed for it"));
+            if *in_flight > 0.0 {
+                o.push_str(&format!(
+                    ", {} {u} already being freed for it",
+                    gpus_text(*in_flight)
+                ));
             }
             o.push(')');
             o
@@ -1651,12 +1786,22 @@ pub fn denied_words(_fs: Option<&FairShare>, d: &Denied, now: i64) -> String {
         } => format!(
             "cannot be taken: usage ratios {preemptor_ratio:.3} vs {victim_ratio:.3} differ by less than the hysteresis {hysteresis}"
         ),
-        Denied::VictimSideWithinEntitlement { held, entitled, .. } => {
-            format!("cannot be taken: its side holds {held} GPUs of {entitled:.1} entitled")
-        }
-        Denied::TurnoverSuffices { deficit, .. } => {
-            format!("need not be taken: turnover covers the {deficit:.1} GPUs short")
-        }
+        Denied::VictimSideWithinEntitlement {
+            held,
+            entitled,
+            weighted,
+            ..
+        } => format!(
+            "cannot be taken: its side holds {} {} of {entitled:.1} entitled",
+            gpus_text(*held),
+            unit(*weighted)
+        ),
+        Denied::TurnoverSuffices {
+            deficit, weighted, ..
+        } => format!(
+            "need not be taken: turnover covers the {deficit:.1} {} short",
+            unit(*weighted)
+        ),
         Denied::RecentReverse { at } => format!(
             "cannot be taken: its side was preempted by this side at {} (no back-and-forth within a window)",
             utc(*at)
@@ -1737,6 +1882,7 @@ mod tests {
             user,
             free_tier: false,
             gpus,
+            weight: 1.0,
             run_start: start,
             time_limit: Some(limit),
             min_runtime: 3600,
@@ -1754,6 +1900,7 @@ mod tests {
             user,
             free_tier: false,
             gpus,
+            weight: 1.0,
             leaf: None,
         }
     }
@@ -1834,7 +1981,7 @@ mod tests {
         let a = fs.account("a").unwrap();
         let b = fs.account("b").unwrap();
         let sa = st.side(&fs, a).unwrap();
-        assert_eq!((sa.held, sa.demand), (4, 12));
+        assert_eq!((sa.held, sa.demand), (4.0, 12.0));
         assert!((sa.entitled - 8.0).abs() < 1e-9);
         assert!((sa.deficit - 4.0).abs() < 1e-9);
         // b is 4 above its 8: its releases at 48 h cover a's 4 only after 46 h:
@@ -1974,7 +2121,7 @@ mod tests {
         let Ok(Allowed::Rebalance(r)) = ok else {
             panic!("{ok:?}")
         };
-        assert_eq!(r.victim_side_held, 12);
+        assert_eq!(r.victim_side_held, 12.0);
         assert!((r.victim_lost_gpu_secs - 4.0 * 2.0 * 3600.0).abs() < 1e-9);
         assert!(describe(&fs, &r).contains("a short of 4.0 GPUs"));
         // Protected victim.
@@ -1989,7 +2136,10 @@ mod tests {
         let big = run(5, "b", "ub", 8, 0, 48 * H);
         assert!(matches!(
             decide(&st, Some(&fs), &none, &p, &big, now),
-            Err(Denied::VictimSideWithinEntitlement { victim_gpus: 8, .. })
+            Err(Denied::VictimSideWithinEntitlement {
+                victim_gpus: 8.0,
+                ..
+            })
         ));
         // Requeued once already.
         let again = RunningJob {
@@ -2008,14 +2158,14 @@ mod tests {
         inflight.grant(&pend(11, "a", "ua", 4), &fs);
         assert!(matches!(
             decide(&st, Some(&fs), &inflight, &p, &running[1], now),
-            Err(Denied::TurnoverSuffices { in_flight: 4, .. })
+            Err(Denied::TurnoverSuffices { in_flight: 4.0, .. })
         ));
         // ... but its own grant does not count against itself.
         inflight.grant(&p, &fs);
-        assert_eq!(inflight.gpus_under(fs.account("a").unwrap(), 11), 4);
+        assert_eq!(inflight.gpus_under(fs.account("a").unwrap(), 11), 4.0);
         // Once preemptor 11 runs, its GPUs are holdings, no longer a grant.
         inflight.retain(|job| job != 11);
-        assert_eq!(inflight.gpus_under(fs.account("a").unwrap(), 9), 0);
+        assert_eq!(inflight.gpus_under(fs.account("a").unwrap(), 9), 0.0);
         assert!(decide(&st, Some(&fs), &inflight, &p, &running[1], now).is_ok());
         // Safe mode.
         assert_eq!(
@@ -2254,7 +2404,7 @@ mod tests {
         assert!(fs.nodes[u2.node].ratio < fs.nodes[u1.node].ratio - 0.1);
         let side = st.side(&fs, u2.node).unwrap();
         assert!(side.deficit > 0.0 && side.uncovered > 0.0, "{side:?}");
-        assert!(st.side(&fs, u1.node).unwrap().held > 4);
+        assert!(st.side(&fs, u1.node).unwrap().held > 4.0);
         for v in &running {
             assert_eq!(
                 decide(&st, Some(&fs), &InFlight::default(), &p, v, now),
@@ -2695,6 +2845,247 @@ mod tests {
         assert_eq!(tier(&fs, ("p", "up")), Some(Tier::OverBudget));
     }
 
+    // --- Weighted GPUs (docs/design.md §2.3) ------------------------------
+
+    /// `j` on GPUs of billing weight `w`.
+    fn on(j: RunningJob<'_>, w: f64) -> RunningJob<'_> {
+        RunningJob { weight: w, ..j }
+    }
+
+    /// `n` running jobs of team `t` with `gpus` GPUs of weight `w` each,
+    /// started at 0 with a 100 h limit, ids from `first`.
+    fn jobs_of(
+        t: &'static str,
+        u: &'static str,
+        first: u32,
+        n: u32,
+        gpus: u32,
+        w: f64,
+    ) -> Vec<RunningJob<'static>> {
+        (0..n)
+            .map(|i| on(run(first + i, t, u, gpus, 0, 100 * H), w))
+            .collect()
+    }
+
+    /// Teams a and b entitled to 64 weighted GPUs each on a cluster of 128.
+    fn sixty_four(a_ratio: f64, b_ratio: f64) -> FairShare {
+        let alloc = 64.0 * 168.0;
+        two(64.0, a_ratio * alloc, b_ratio * alloc)
+    }
+
+    fn state(
+        fs: &FairShare,
+        running: &[RunningJob<'_>],
+        pending: &[PendingJob<'_>],
+        now: i64,
+    ) -> PreemptState {
+        PreemptState::compute(
+            Some(fs),
+            running.iter().copied(),
+            pending.iter().copied(),
+            [],
+            Some(128.0),
+            RebalancePolicy::default(),
+            now,
+        )
+    }
+
+    #[test]
+    fn a_team_on_heavy_gpus_is_at_its_entitlement_and_ranks_after_one_below_its_own() {
+        // a (the lower ratio: Fair-Tree's first) holds 32 GPUs of weight 2 = 64
+        // weighted GPUs, its whole entitlement; b holds 40 GPUs of weight 1.
+        let fs = sixty_four(0.01, 0.2);
+        let b = jobs_of("b", "ub", 100, 10, 4, 1.0);
+        let running = [jobs_of("a", "ua", 1, 8, 4, 2.0), b.clone()].concat();
+        let st = state(&fs, &running, &[], H);
+        let a_side = st.side(&fs, fs.account("a").unwrap()).unwrap();
+        assert_eq!(
+            (a_side.held, a_side.entitled, a_side.deficit),
+            (64.0, 64.0, 0.0)
+        );
+        assert_eq!(st.side(&fs, fs.account("b").unwrap()).unwrap().held, 40.0);
+        let (pa, pb) = (
+            st.priority_place(&fs, "a", "ua").unwrap(),
+            st.priority_place(&fs, "b", "ub").unwrap(),
+        );
+        assert_eq!((pa.0, pb.0), (Tier::Budgeted, Tier::Budgeted));
+        assert!(pb.1 < pa.1, "a {pa:?} b {pb:?}");
+        // Counted in raw GPUs (what the rule did before weights), a's 32 would
+        // be half its entitlement and rank first, ahead of b's 40 of 64.
+        let raw = [jobs_of("a", "ua", 1, 8, 4, 1.0), b].concat();
+        let st = state(&fs, &raw, &[], H);
+        assert!(
+            st.priority_place(&fs, "a", "ua").unwrap().1
+                < st.priority_place(&fs, "b", "ub").unwrap().1
+        );
+    }
+
+    #[test]
+    fn a_team_at_its_weighted_entitlement_may_not_preempt_for_more() {
+        // a holds 32 GPUs of weight 2 (64 of 64) and asks for 16 more; b holds
+        // 80 GPUs of weight 1 (16 above its 64) in 100 h runs, and a's ratio is
+        // far below b's: only a's entitlement stops it.
+        let fs = sixty_four(0.01, 0.5);
+        let b = jobs_of("b", "ub", 100, 20, 4, 1.0);
+        let running = [jobs_of("a", "ua", 1, 8, 4, 2.0), b.clone()].concat();
+        let p = PendingJob {
+            weight: 2.0,
+            ..pend(9, "a", "ua", 16)
+        };
+        let now = 2 * H;
+        let st = state(&fs, &running, &[p], now);
+        let d = decide(&st, Some(&fs), &InFlight::default(), &p, &b[0], now);
+        assert!(
+            matches!(d, Err(Denied::TurnoverSuffices { deficit, uncovered, weighted: true, .. }) if deficit == 0.0 && uncovered == 0.0),
+            "{d:?}"
+        );
+        assert_eq!(
+            denied_words(Some(&fs), d.as_ref().unwrap_err(), now),
+            "need not be taken: turnover covers the 0.0 weighted GPUs short"
+        );
+        // Counted raw, a would be 32 short of its entitlement and take b's job.
+        let raw = [jobs_of("a", "ua", 1, 8, 4, 1.0), b.clone()].concat();
+        let p_raw = pend(9, "a", "ua", 16);
+        let st = state(&fs, &raw, &[p_raw], now);
+        assert!(matches!(
+            decide(&st, Some(&fs), &InFlight::default(), &p_raw, &b[0], now),
+            Ok(Allowed::Rebalance(_))
+        ));
+    }
+
+    #[test]
+    fn a_team_on_heavy_gpus_may_be_preempted_down_to_its_weighted_entitlement_not_below() {
+        // a holds 36 GPUs of weight 2 (72 weighted, 8 above its 64) in 2-GPU
+        // runs of 4 weighted GPUs each; b (far lower ratio) holds 40 of its 64
+        // and asks for 24 more.
+        let fs = sixty_four(0.8, 0.01);
+        let a = jobs_of("a", "ua", 1, 18, 2, 2.0);
+        let running = [a.clone(), jobs_of("b", "ub", 100, 10, 4, 1.0)].concat();
+        let p = pend(9, "b", "ub", 24);
+        let now = 2 * H;
+        let st = state(&fs, &running, &[p], now);
+        let b_side = st.side(&fs, fs.account("b").unwrap()).unwrap();
+        assert_eq!((b_side.held, b_side.deficit), (40.0, 24.0));
+        // Two victims take a down to 64 (32 such GPUs); a third would leave 60.
+        let mut flight = InFlight::default();
+        for v in &a[..2] {
+            let d = decide(&st, Some(&fs), &flight, &p, v, now);
+            let Ok(Allowed::Rebalance(r)) = d else {
+                panic!("{d:?}")
+            };
+            assert_eq!(
+                (r.clause, r.victim_side_held, r.weighted),
+                (Clause::Entitlement, 72.0, true)
+            );
+            flight.grant(&p, &fs);
+            flight.take(v, &fs, r.victim_lost_gpu_secs);
+        }
+        assert_eq!(flight.victim_gpus_under(fs.account("a").unwrap(), 0), 8.0);
+        let d = decide(&st, Some(&fs), &flight, &p, &a[2], now);
+        assert!(
+            matches!(d, Err(Denied::VictimSideWithinEntitlement { held, .. }) if held == 72.0),
+            "{d:?}"
+        );
+        // Holding exactly 32 such GPUs, none of a's runs can be taken, and
+        // why says so in weighted GPUs.
+        let at = [a[..16].to_vec(), jobs_of("b", "ub", 100, 10, 4, 1.0)].concat();
+        let st = state(&fs, &at, &[p], now);
+        let d = decide(&st, Some(&fs), &InFlight::default(), &p, &a[0], now);
+        assert_eq!(
+            d,
+            Err(Denied::VictimSideWithinEntitlement {
+                held: 64.0,
+                entitled: 64.0,
+                victim_gpus: 0.0,
+                weighted: true
+            })
+        );
+        assert_eq!(
+            denied_words(Some(&fs), d.as_ref().unwrap_err(), now),
+            "cannot be taken: its side holds 64 weighted GPUs of 64.0 entitled"
+        );
+        // Counted raw, a's 36 GPUs look far below its 64: never taken.
+        let raw = [
+            jobs_of("a", "ua", 1, 18, 2, 1.0),
+            jobs_of("b", "ub", 100, 10, 4, 1.0),
+        ]
+        .concat();
+        let st = state(&fs, &raw, &[p], now);
+        assert!(decide(&st, Some(&fs), &InFlight::default(), &p, &raw[0], now).is_err());
+    }
+
+    #[test]
+    fn the_share_order_and_the_projected_tier_read_weighted_holdings() {
+        // Share order (a site knob, off by default): both below 64; a holds 20
+        // GPUs of weight 2 (40, 62% of it), b 30 of weight 1 (47%): b, further
+        // below, first. Raw, a's 20 would be 31% and come first.
+        let fs = sixty_four(0.1, 0.2);
+        let b = jobs_of("b", "ub", 100, 10, 3, 1.0);
+        let by_share = |running: &[RunningJob<'_>]| {
+            PreemptState::compute(
+                Some(&fs),
+                running.iter().copied(),
+                [],
+                [],
+                Some(128.0),
+                RebalancePolicy {
+                    share_order: true,
+                    ..RebalancePolicy::default()
+                },
+                H,
+            )
+        };
+        let st = by_share(&[jobs_of("a", "ua", 1, 5, 4, 2.0), b.clone()].concat());
+        assert_eq!(st.priority_place(&fs, "b", "ub").map(|p| p.1), Some(0));
+        let st = by_share(&[jobs_of("a", "ua", 1, 5, 4, 1.0), b].concat());
+        assert_eq!(st.priority_place(&fs, "a", "ua").map(|p| p.1), Some(0));
+        // Projected tier: a at r = 0.8 holding 40 GPUs of weight 2 (80 weighted
+        // GPUs against an allocation rate of 64) heads for
+        // 0.8 + 0.6 x (1.25 - 0.8) = 1.07: over budget. Raw, 40 / 64 would
+        // project 0.8 + 0.6 x (0.625 - 0.8) = 0.695: budgeted.
+        let fs = sixty_four(0.8, 0.2);
+        let st = state(&fs, &jobs_of("a", "ua", 1, 10, 4, 2.0), &[], H);
+        assert_eq!(fs.place("a", "ua").unwrap().tier, Tier::Budgeted);
+        assert_eq!(
+            st.priority_place(&fs, "a", "ua").map(|p| p.0),
+            Some(Tier::OverBudget)
+        );
+        let st = state(&fs, &jobs_of("a", "ua", 1, 10, 4, 1.0), &[], H);
+        assert_eq!(
+            st.priority_place(&fs, "a", "ua").map(|p| p.0),
+            Some(Tier::Budgeted)
+        );
+    }
+
+    #[test]
+    fn weighted_amounts_are_exact_and_read_as_numbers() {
+        // Ten GPUs of weight 2.2 are 22 weighted GPUs, not 22.000000000000004:
+        // a side entitled to 22 holding them is at its entitlement, not above.
+        let fs = two(22.0, 0.0, 0.0);
+        let running = jobs_of("a", "ua", 1, 10, 1, 2.2);
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [],
+            [],
+            None,
+            RebalancePolicy::default(),
+            H,
+        );
+        let side = st.side(&fs, fs.account("a").unwrap()).unwrap();
+        assert_eq!((side.held, side.entitled), (22.0, 22.0));
+        assert_eq!(weighted_gpus(3, 2.2), 3.0 * 2.2);
+        // A weight that is not a positive number counts as 1.
+        for w in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(weighted_gpus(4, w), 4.0);
+        }
+        assert_eq!(gpus_text(22.0), "22");
+        assert_eq!(gpus_text(24.2), "24.2");
+        assert_eq!(gpus_text(1.0 / 3.0), "0.33");
+        // A uniform site's messages keep saying "GPUs".
+        assert_eq!(unit(false), "GPUs");
+    }
+
     #[test]
     fn shortfall_integrates_steps() {
         let rel = [
@@ -2720,8 +3111,12 @@ mod tests {
 
     /// (allocation GPU-h, usage GPU-h) per account.
     type AccountGen = (u32, u32);
-    /// (account, user, free, run start, min runtime, GPUs, limit, requeues, running)
-    type JobGen = (usize, usize, bool, i64, i64, u32, i64, u32, bool);
+    /// (account, user, free, run start, min runtime, GPUs, limit, requeues,
+    /// running, index into [`WEIGHTS`])
+    type JobGen = (usize, usize, bool, i64, i64, u32, i64, u32, bool, usize);
+
+    /// Billing weights the jobs' GPUs are drawn from (a uniform site's 1 among them).
+    const WEIGHTS: [f64; 5] = [1.0, 2.0, 2.2, 1.6, 0.5];
 
     fn arb_state() -> impl Strategy<Value = (Vec<AccountGen>, Vec<JobGen>, i64, f64, Option<f64>)> {
         (
@@ -2737,6 +3132,7 @@ mod tests {
                     1i64..200_000,
                     0u32..3,
                     any::<bool>(),
+                    0usize..WEIGHTS.len(),
                 ),
                 2..14,
             ),
@@ -2766,13 +3162,13 @@ mod tests {
             let as_running = |i: usize| {
                 let j = jobs[i];
                 RunningJob { job_id: i as u32, account: &names[i].0, user: &names[i].1, free_tier: j.2, gpus: j.5,
-                    run_start: j.3, time_limit: Some(j.6), min_runtime: j.4, checkpoint: None, grace: 0, requeues: j.7,
+                    weight: WEIGHTS[j.9], run_start: j.3, time_limit: Some(j.6), min_runtime: j.4, checkpoint: None, grace: 0, requeues: j.7,
                     // Half the jobs come placed by the caller: the same state either way.
                     leaf: i.is_multiple_of(2).then(|| fs.place(&names[i].0, &names[i].1).map(|p| p.node)).flatten() }
             };
             let as_pending = |i: usize| {
                 let j = jobs[i];
-                PendingJob { job_id: i as u32, account: &names[i].0, user: &names[i].1, free_tier: j.2, gpus: j.5, leaf: None }
+                PendingJob { job_id: i as u32, account: &names[i].0, user: &names[i].1, free_tier: j.2, gpus: j.5, weight: WEIGHTS[j.9], leaf: None }
             };
             // No projection: the band's promotions are checked against the snapshot's
             // tiers below (the rule itself never reads the projected tier).
@@ -2793,6 +3189,18 @@ mod tests {
                 .map(|(i, _)| st.order_rank[i]).collect();
             ranks.sort_unstable();
             prop_assert_eq!(ranks, (0..fs.num_leaves).collect::<Vec<_>>());
+            // Every node holds the weighted GPUs of the running non-free jobs beneath.
+            let mut want_held = vec![0.0f64; fs.nodes.len()];
+            for i in (0..jobs.len()).filter(|&i| jobs[i].8 && !jobs[i].2) {
+                if let Some(place) = fs.place(&names[i].0, &names[i].1) {
+                    for n in fs.path(place.node) {
+                        want_held[n] += f64::from(jobs[i].5) * WEIGHTS[jobs[i].9];
+                    }
+                }
+            }
+            for (n, want) in want_held.iter().enumerate() {
+                prop_assert!((st.nodes[n].held - want).abs() < 1e-6, "node {}: {} vs {}", n, st.nodes[n].held, want);
+            }
             // The tier band promotes exactly the over-budget leaves whose every
             // over-budget node is inside the band and below its entitlement;
             // the rank is the same walk's.
@@ -2816,7 +3224,7 @@ mod tests {
                 prop_assert_eq!(r0, r1);
                 let inside = fs.path(place.node).iter().all(|&i| {
                     let (n, s) = (&fs.nodes[i], &banded.nodes[i]);
-                    !n.budget_bearing || n.ratio < 1.0 || (n.ratio < 1.0 + tol && f64::from(s.held) < s.entitled)
+                    !n.budget_bearing || n.ratio < 1.0 || (n.ratio < 1.0 + tol && s.held < s.entitled)
                 });
                 let want = if inside { Tier::Budgeted } else { place.tier };
                 prop_assert_eq!(t1, want);
@@ -2834,6 +3242,15 @@ mod tests {
                         prop_assert!(matches!(fs.nodes[r.preemptor_side].kind, NodeKind::Account));
                         prop_assert!(matches!(fs.nodes[r.victim_side].kind, NodeKind::Account));
                         prop_assert_ne!(&names[a].0, &names[b].0);
+                        // In weighted GPUs: the preemptor's side is below its
+                        // entitlement, and the entitlement clause leaves the
+                        // victim's side at least its own without the victim.
+                        let ps = &st.nodes[r.preemptor_side];
+                        prop_assert!(ps.held < ps.entitled, "{:?}", ps);
+                        if r.clause == Clause::Entitlement {
+                            let left = r.victim_side_held - as_running(b).weighted_gpus();
+                            prop_assert!(left >= r.victim_side_entitled - 1e-9, "{:?}", r);
+                        }
                     }
                     if names[a].0 == names[b].0 {
                         prop_assert!(!matches!(ab, Ok(Allowed::Rebalance(_))), "{:?}", ab);

@@ -26,7 +26,20 @@ pub struct GpuRequest<'a> {
 /// the field after `gpu` when it is not the count.
 pub fn gpus(s: &str) -> Option<GpuRequest<'_>> {
     let mut found: Option<GpuRequest<'_>> = None;
-    for item in s.split(',') {
+    for item in gpu_items(s) {
+        let g = found.get_or_insert_with(GpuRequest::default);
+        g.count = g.count.saturating_add(item.count);
+        if g.gpu_type.is_none() {
+            g.gpu_type = item.gpu_type;
+        }
+    }
+    found
+}
+
+/// The items of a TRES string that name GPUs, each with its own count and
+/// type, as [`gpus`] reads them.
+fn gpu_items(s: &str) -> impl Iterator<Item = GpuRequest<'_>> {
+    s.split(',').filter_map(|item| {
         let item = item.trim();
         let item = item
             .strip_prefix("gres:")
@@ -34,28 +47,23 @@ pub fn gpus(s: &str) -> Option<GpuRequest<'_>> {
             .unwrap_or(item);
         let mut fields = item.split([':', '=']);
         if fields.next() != Some("gpu") {
-            continue;
+            return None;
         }
         let second = fields.next();
         let last = fields.next_back().or(second);
         let count = last.and_then(|c| c.parse::<u32>().ok());
         // `gpu:2`: the second field is the count; `gpu:h100` / `gpu:h100:2`: the type.
         let gpu_type = second.filter(|t| !t.is_empty() && t.parse::<u32>().is_err());
-        let g = found.get_or_insert_with(GpuRequest::default);
-        g.count = g.count.saturating_add(count.unwrap_or(1));
-        if g.gpu_type.is_none() {
-            g.gpu_type = gpu_type;
-        }
-    }
-    found
+        Some(GpuRequest {
+            count: count.unwrap_or(1),
+            gpu_type,
+        })
+    })
 }
 
-/// GPUs a node offers, from its `Gres=` as `scontrol show node` prints it:
-/// `gpu:4`, `gpu:a100:4(S:0-1)`, `gpu:a100:2(S:0),gpu:v100:2(S:1)`, `gpu:h100:8,shard:16`,
-/// `(null)`. The parenthesized socket or index lists (whose commas are not item
-/// separators) are dropped, then the items are read as [`gpus`] reads a request.
-/// 0 when it names no GPU (`(null)`, empty, only other GRES, unreadable text).
-pub fn node_gpus(gres: &str) -> u32 {
+/// A node's `Gres=` without its parenthesized socket or index lists (whose
+/// commas are not item separators).
+fn without_lists(gres: &str) -> String {
     let mut plain = String::with_capacity(gres.len());
     let mut depth = 0usize;
     for c in gres.chars() {
@@ -66,7 +74,33 @@ pub fn node_gpus(gres: &str) -> u32 {
             _ => {}
         }
     }
-    gpus(&plain).map_or(0, |g| g.count)
+    plain
+}
+
+/// GPUs a node offers, from its `Gres=` as `scontrol show node` prints it:
+/// `gpu:4`, `gpu:a100:4(S:0-1)`, `gpu:a100:2(S:0),gpu:v100:2(S:1)`, `gpu:h100:8,shard:16`,
+/// `(null)`. The parenthesized socket or index lists (whose commas are not item
+/// separators) are dropped, then the items are read as [`gpus`] reads a request.
+/// 0 when it names no GPU (`(null)`, empty, only other GRES, unreadable text).
+pub fn node_gpus(gres: &str) -> u32 {
+    gpus(&without_lists(gres)).map_or(0, |g| g.count)
+}
+
+/// A node's GPUs by type (lower-cased; `None`: untyped), read as [`node_gpus`]
+/// reads the total (which they add up to): `gpu:a100:2(S:0),gpu:v100:2(S:1)`
+/// is 2 `a100` and 2 `v100`, `gpu:4` is 4 untyped. For the cluster's weighted
+/// capacity (each type x its billing weight). Types with no GPU are left out.
+pub fn node_gpus_by_type(gres: &str) -> Vec<(Option<String>, u32)> {
+    let mut out: Vec<(Option<String>, u32)> = Vec::new();
+    for item in gpu_items(&without_lists(gres)) {
+        let t = item.gpu_type.map(str::to_ascii_lowercase);
+        match out.iter_mut().find(|(k, _)| *k == t) {
+            Some((_, n)) => *n = n.saturating_add(item.count),
+            None => out.push((t, item.count)),
+        }
+    }
+    out.retain(|(_, n)| *n > 0);
+    out
 }
 
 /// GPUs of a job from its per-job request, else its per-node request times `nodes`
@@ -118,6 +152,24 @@ mod tests {
     }
 
     #[test]
+    fn node_gres_by_type() {
+        let own = |v: &[(Option<&str>, u32)]| -> Vec<(Option<String>, u32)> {
+            v.iter().map(|(t, n)| (t.map(str::to_string), *n)).collect()
+        };
+        assert_eq!(node_gpus_by_type("gpu:4"), own(&[(None, 4)]));
+        assert_eq!(
+            node_gpus_by_type("gpu:a100:2(S:0,1),gpu:V100:2(S:1)"),
+            own(&[(Some("a100"), 2), (Some("v100"), 2)])
+        );
+        assert_eq!(
+            node_gpus_by_type("gpu:b300:4(S:0),gpu:b300:4(S:1),shard:b300:32"),
+            own(&[(Some("b300"), 8)])
+        );
+        assert_eq!(node_gpus_by_type("gpu:0"), own(&[]));
+        assert_eq!(node_gpus_by_type("(null)"), own(&[]));
+    }
+
+    #[test]
     fn every_spelling_slurm_writes() {
         assert_eq!(gpus("gres:gpu:2"), g(2, None));
         assert_eq!(gpus("gres:gpu:h100:4"), g(4, Some("h100")));
@@ -162,10 +214,12 @@ mod tests {
             prop_assert_eq!(gpus(&items.join(",")).map(|g| g.count), Some(total));
         }
 
-        /// Any `Gres=` text reads as a count (no panic).
+        /// Any `Gres=` text reads as a count (no panic), and its GPUs by type
+        /// add up to it.
         #[test]
         fn node_gres_any_text(s in "\\PC*") {
-            let _ = node_gpus(&s);
+            let by_type: u64 = node_gpus_by_type(&s).iter().map(|(_, n)| u64::from(*n)).sum();
+            prop_assert_eq!(by_type.min(u64::from(u32::MAX)), u64::from(node_gpus(&s)));
         }
     }
 }

@@ -174,19 +174,33 @@ pub struct PluginSnapshot {
     pub drains: Vec<DrainSpec>,
     /// GPUs of the nodes that can run jobs, as budgetd last read them from
     /// Slurm (`scontrol show node`); `None`: unknown (budgetd has not read
-    /// them yet, or found none). The cost-aware rule's cluster capacity: a
-    /// site whose top-level allocations exceed it has every entitlement scaled
-    /// down to fit, as the simulator computes them.
+    /// them yet, or found none). Raw GPUs: the capacity of a release that did
+    /// not publish [`PluginSnapshot::cluster_weighted_gpus`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_gpus: Option<u32>,
+    /// The same GPUs weighted: each node's GPUs x the billing weight of their
+    /// `Gres=` type under [`PluginSnapshot::weights`] (untyped ones: the
+    /// default weight), the unit of the allocations (weighted GPU-hours). The
+    /// cost-aware rule's cluster capacity: a site whose top-level allocations
+    /// exceed it has every entitlement scaled down to fit, as the simulator
+    /// computes them. `None`: unknown, or a budgetd of the previous release;
+    /// left out of the JSON then (the snapshot never denied unknown fields,
+    /// so plugins of the previous release read it and keep `cluster_gpus`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_weighted_gpus: Option<f64>,
 }
 
 impl PluginSnapshot {
     /// The cluster capacity the cost-aware rule takes
-    /// (`PreemptState::compute`'s `capacity_gpus`): [`PluginSnapshot::cluster_gpus`],
-    /// `None` when unknown or 0 (then the top-level allocations stand as they are).
+    /// (`PreemptState::compute`'s `capacity_gpus`, weighted GPUs):
+    /// [`PluginSnapshot::cluster_weighted_gpus`], else (a budgetd of the
+    /// previous release) [`PluginSnapshot::cluster_gpus`]; `None` when
+    /// unknown or not above 0 (then the top-level allocations stand as they are).
     pub fn capacity_gpus(&self) -> Option<f64> {
-        self.cluster_gpus.filter(|&n| n > 0).map(f64::from)
+        match self.cluster_weighted_gpus {
+            Some(w) if w.is_finite() && w > 0.0 => Some(w),
+            _ => self.cluster_gpus.filter(|&n| n > 0).map(f64::from),
+        }
     }
 }
 
@@ -560,6 +574,81 @@ mod tests {
         for k in ["tier_band", "share_order", "max_requeues"] {
             assert!(sent.get(k).is_none(), "{k} in {sent}");
         }
+    }
+
+    fn small_snapshot() -> PluginSnapshot {
+        let tree = policy_core::TreeSpec {
+            root_allocation_gpu_hours: None,
+            accounts: vec![policy_core::AccountSpec {
+                name: "teama".into(),
+                parent: None,
+                allocation_gpu_hours: 168.0,
+                overcommit: false,
+            }],
+            members: vec![],
+        };
+        let fs = FairShare::compute(
+            &tree,
+            &Default::default(),
+            10,
+            policy_core::DEFAULT_WINDOW_SECS,
+        );
+        let mut weights = GpuWeights::default();
+        weights.set("b300", 2.2).expect("weight");
+        PluginSnapshot {
+            version: "1-10".into(),
+            generated_at: 10,
+            policy: Policy::default(),
+            weights,
+            fair_share: fs,
+            drains: vec![],
+            cluster_gpus: None,
+            cluster_weighted_gpus: None,
+        }
+    }
+
+    #[test]
+    fn the_weighted_capacity_round_trips_is_left_out_when_unknown_and_preferred() {
+        let mut snap = small_snapshot();
+        // Unknown: neither count is in the JSON, as the previous release wrote it.
+        let text = serde_json::to_string(&snap).expect("json");
+        assert!(!text.contains("cluster_"), "{text}");
+        assert_eq!(snap.capacity_gpus(), None);
+        // 8 H100 (weight 1) and 8 B300 (2.2): 16 GPUs, 25.6 weighted.
+        snap.cluster_gpus = Some(16);
+        snap.cluster_weighted_gpus = Some(25.6);
+        let text = serde_json::to_string(&snap).expect("json");
+        assert!(text.contains("\"cluster_weighted_gpus\":25.6"), "{text}");
+        let back: PluginSnapshot = serde_json::from_str(&text).expect("back");
+        assert_eq!(back, snap);
+        assert_eq!(back.capacity_gpus(), Some(25.6));
+        // A snapshot of the previous release's budgetd (no weighted count):
+        // the raw count, as before.
+        let mut old: serde_json::Value = serde_json::from_str(&text).expect("value");
+        old.as_object_mut()
+            .expect("object")
+            .remove("cluster_weighted_gpus");
+        let old: PluginSnapshot = serde_json::from_value(old).expect("old snapshot");
+        assert_eq!(
+            (old.cluster_weighted_gpus, old.capacity_gpus()),
+            (None, Some(16.0))
+        );
+        // The snapshot accepts fields it does not know: the previous release's
+        // plugins (the same struct less this field) read this one, and this
+        // release reads the next one's.
+        let mut newer: serde_json::Value = serde_json::from_str(&text).expect("value");
+        newer["some_later_field"] = serde_json::json!({"x": 1});
+        assert_eq!(
+            serde_json::from_value::<PluginSnapshot>(newer).expect("newer"),
+            snap
+        );
+        // A weighted count that is not a positive number is not a capacity.
+        for w in [0.0, -3.0] {
+            snap.cluster_weighted_gpus = Some(w);
+            assert_eq!(snap.capacity_gpus(), Some(16.0));
+        }
+        snap.cluster_gpus = None;
+        assert_eq!(snap.capacity_gpus(), None);
     }
 
     #[test]

@@ -487,6 +487,116 @@ fn the_snapshot_carries_the_gpus_of_the_nodes_that_can_run_jobs() {
     );
 }
 
+#[test]
+fn the_snapshots_capacity_is_weighted_by_node_gpu_type_and_why_ranks_with_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let slurm = dir.path().join("slurm");
+    std::fs::create_dir(&slurm).expect("slurm dir");
+    // 8 H100 and 4 B300: 12 GPUs.
+    std::fs::write(
+        slurm.join("nodes"),
+        "h1 gpu:h100:8(S:0-1) IDLE\nb1 gpu:B300:4(S:0-1) MIXED\n",
+    )
+    .expect("nodes");
+    let d = Daemon::start_fake_slurm(
+        &dir.path().join("budget.db"),
+        &dir.path().join("budgetd.sock"),
+        &slurm,
+        &dir.path().join("budgetd.log"),
+    );
+    let c = d.client();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let snap = loop {
+        let (s, b) = call(&c, "GET", "/v1/snapshot", None);
+        assert_eq!(s, 200, "{b}");
+        if !b["cluster_gpus"].is_null() {
+            break b;
+        }
+        assert!(Instant::now() < deadline, "no cluster_gpus: {b}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Uniform weights: the weighted count is the raw one, the version as before.
+    assert_eq!(
+        (
+            snap["cluster_gpus"].clone(),
+            snap["cluster_weighted_gpus"].clone()
+        ),
+        (json!(12), json!(12.0)),
+        "{snap}"
+    );
+    assert!(
+        snap["version"].as_str().expect("version").ends_with("-12"),
+        "{snap}"
+    );
+    // B300 weighs 2: 8 + 4 x 2 = 16 weighted GPUs, at once (no new read of Slurm).
+    let (s, b) = call(
+        &c,
+        "PATCH",
+        "/v1/weights",
+        Some(&json!({"set": {"b300": 2.0}})),
+    );
+    assert_eq!(s, 200, "{b}");
+    let (_, snap) = call(&c, "GET", "/v1/snapshot", None);
+    assert_eq!(
+        (
+            snap["cluster_gpus"].clone(),
+            snap["cluster_weighted_gpus"].clone()
+        ),
+        (json!(12), json!(16.0)),
+        "{snap}"
+    );
+    assert!(
+        snap["version"]
+            .as_str()
+            .expect("version")
+            .ends_with("-12-16"),
+        "{snap}"
+    );
+
+    // teama and teamb are allocated 8 weighted GPUs each: 16 on a cluster of 16
+    // weighted GPUs, 8 each (the raw 12 would scale them to 6). teama (the
+    // lower ratio) runs 4 B300 = 8 weighted GPUs, its whole entitlement;
+    // teamb runs 7 H100, below its 8: teamb's pending job ranks first.
+    add_account(&c, "teama", None, 8.0 * 168.0);
+    add_account(&c, "teamb", None, 8.0 * 168.0);
+    add_member(&c, "alice", "teama");
+    add_member(&c, "bob", "teamb");
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    let runs = json!([
+        {"job_id": 11, "run": 0, "account": "teama", "user": "alice", "gpus": 4, "gpu_type": "b300", "state": "running", "start": t - 60},
+        {"job_id": 12, "run": 0, "account": "teama", "user": "alice", "gpus": 1, "gpu_type": "b300", "state": "pending"},
+        {"job_id": 22, "run": 0, "account": "teamb", "user": "bob", "gpus": 7, "gpu_type": "h100", "state": "running", "start": t - 60},
+        {"job_id": 20, "run": 0, "account": "teamb", "user": "bob", "gpus": 4, "gpu_type": "h100", "state": "ended", "start": t - 3 * 3600, "end": t - 2 * 3600},
+        {"job_id": 21, "run": 0, "account": "teamb", "user": "bob", "gpus": 1, "gpu_type": "h100", "state": "pending"},
+    ]);
+    let (s, b) = call(
+        &c,
+        "POST",
+        "/v1/sync/jobs",
+        Some(&json!({"collected_at": t, "runs": runs})),
+    );
+    assert_eq!(s, 200, "{b}");
+    let (s, a) = call(&c, "GET", "/v1/jobs/12/why", None);
+    assert_eq!(s, 200, "{a}");
+    let (s, b) = call(&c, "GET", "/v1/jobs/21/why", None);
+    assert_eq!(s, 200, "{b}");
+    // Fair-Tree alone puts teama first (its ratio is lower) ...
+    assert_eq!(
+        (a["path"][1]["rank"].clone(), b["path"][1]["rank"].clone()),
+        (json!(1), json!(2)),
+        "{a}\n{b}"
+    );
+    // ... entitlement first, in weighted GPUs, teamb.
+    assert_eq!(
+        (b["rank"].clone(), a["rank"].clone()),
+        (json!(1), json!(2)),
+        "{a}\n{b}"
+    );
+}
+
 /// teama and teamb allocated 8 GPUs each; teama (lower ratio) runs job 11 on 7
 /// GPUs, teamb (its ratio higher from an ended run) runs job 22 on 5 and waits
 /// with job 21: `why` of 11 and 21. The site orders sides below their

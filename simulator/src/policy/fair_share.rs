@@ -20,7 +20,9 @@
 //! - `budget-v1` ([`policy_core::preempt::may_preempt`], `victim_order`): the
 //!   old rule on live holdings, unchanged, so its figures reproduce.
 //!
-//! Holdings count non-free running jobs.
+//! Holdings count non-free running jobs. Traces and scenarios name no GPU
+//! type, so every job's GPUs weigh 1 (`RunningJob::weight`): weighted GPUs
+//! are raw GPUs here and the figures are those of the rule before weights.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -181,6 +183,8 @@ impl FairSharePolicy {
             user,
             free_tier: job.free,
             gpus: job.gpus,
+            // Traces and scenarios name no GPU type: every GPU weighs 1.
+            weight: 1.0,
             run_start: job.run_start,
             time_limit: Some(job.limit_end - job.run_start),
             min_runtime: job.min_runtime,
@@ -245,6 +249,7 @@ impl FairSharePolicy {
                 user: &leaves[leaf].1,
                 free_tier: false,
                 gpus: u32::try_from(g).unwrap_or(u32::MAX),
+                weight: 1.0,
                 leaf: self.leaf_place.get(leaf).copied().flatten().map(|p| p.node),
             });
         let history = self
@@ -297,6 +302,7 @@ impl FairSharePolicy {
             user: pu,
             free_tier: pj.free,
             gpus: pj.gpus,
+            weight: 1.0,
             leaf: self
                 .leaf_place
                 .get(pj.leaf as usize)

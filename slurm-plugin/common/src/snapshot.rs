@@ -416,6 +416,7 @@ mod tests {
             fair_share: fs,
             drains: vec![],
             cluster_gpus: None,
+            cluster_weighted_gpus: None,
         }
     }
 

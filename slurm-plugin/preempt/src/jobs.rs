@@ -4,15 +4,18 @@
 //! `slurm_plugin_common::cstr`; nothing panics on Slurm data. Callers hold the job lock
 //! (Slurm calls every preempt hook under it). The formats inside the strings (the
 //! stored contract, TRES, hostlists) are `policy-core`'s; the GPU count and the
-//! uid -> name cache are `slurm-plugin-common`'s, as in `priority/budget`.
+//! uid -> name cache are `slurm-plugin-common`'s, as in `priority/budget`. The
+//! GPU type is kept so that the rule's views count the job's GPUs weighted by
+//! the snapshot's billing weights ([`JobFacts::weight`]).
 
+use policy_core::GpuWeights;
 use policy_core::comment::parse_comment;
 use policy_core::contract::{Contract, effective_contract, is_free_name};
 use policy_core::rebalance::{PendingJob, RunningJob};
 use slurm_ffi::job_state;
 use slurm_ffi::sys::job_record_t;
 use slurm_plugin_common::cstr::opt_string;
-use slurm_plugin_common::gpus::job_gpus;
+use slurm_plugin_common::gpus::{Gpus, job_gpus};
 use slurm_plugin_common::users::UserCache;
 
 /// What the rule needs to know about one job, owned (so it can be cached per pass).
@@ -26,6 +29,8 @@ pub struct JobFacts {
     /// Start of the current run (0 if not running).
     pub run_start: i64,
     pub gpus: u32,
+    /// The GPUs' type as the job names it (`job_gpus`), if any.
+    pub gpu_type: Option<String>,
     pub running: bool,
     /// Allocated nodes (hostlist expression), if any.
     pub nodes: Option<String>,
@@ -53,14 +58,22 @@ impl JobFacts {
         }
     }
 
-    /// The cost-aware rule's view of this job as a running job.
-    pub fn running_job(&self) -> RunningJob<'_> {
+    /// Billing weight of one of its GPUs under `weights` (the snapshot's;
+    /// `None`, safe mode: 1, every GPU alike).
+    pub fn weight(&self, weights: Option<&GpuWeights>) -> f64 {
+        weights.map_or(1.0, |w| w.weight(self.gpu_type.as_deref()))
+    }
+
+    /// The cost-aware rule's view of this job as a running job, its GPUs
+    /// weighted under `weights` ([`JobFacts::weight`]).
+    pub fn running_job(&self, weights: Option<&GpuWeights>) -> RunningJob<'_> {
         RunningJob {
             job_id: self.job_id,
             account: &self.account,
             user: &self.user,
             free_tier: self.contract.free_tier,
             gpus: self.gpus,
+            weight: self.weight(weights),
             run_start: self.run_start,
             time_limit: self.time_limit,
             min_runtime: self.contract.min_runtime,
@@ -71,14 +84,16 @@ impl JobFacts {
         }
     }
 
-    /// The cost-aware rule's view of this job as a pending job.
-    pub fn pending_job(&self) -> PendingJob<'_> {
+    /// The cost-aware rule's view of this job as a pending job, weighted as
+    /// [`JobFacts::running_job`].
+    pub fn pending_job(&self, weights: Option<&GpuWeights>) -> PendingJob<'_> {
         PendingJob {
             job_id: self.job_id,
             account: &self.account,
             user: &self.user,
             free_tier: self.contract.free_tier,
             gpus: self.gpus,
+            weight: self.weight(weights),
             leaf: None,
         }
     }
@@ -102,7 +117,7 @@ pub fn is_running(job: &job_record_t) -> bool {
 /// QOS record and its GRES list are read.
 pub unsafe fn facts(job: &job_record_t, users: &UserCache, default_min_runtime: i64) -> JobFacts {
     // SAFETY: forwarded contract.
-    unsafe { facts_with_gpus(job, users, default_min_runtime, job_gpus(job).count) }
+    unsafe { facts_with_gpus(job, users, default_min_runtime, job_gpus(job)) }
 }
 
 /// [`facts`] with the job's GPUs already read (the GRES list walk needs a live Slurm).
@@ -113,7 +128,7 @@ pub unsafe fn facts_with_gpus(
     job: &job_record_t,
     users: &UserCache,
     default_min_runtime: i64,
-    gpus: u32,
+    gpus: Gpus,
 ) -> JobFacts {
     // SAFETY (every read below): string fields of a valid record are NULL or
     // NUL-terminated while the lock is held; qos_ptr is NULL or a valid QOS record.
@@ -155,7 +170,8 @@ pub unsafe fn facts_with_gpus(
         user,
         contract,
         run_start: if running { job.start_time } else { 0 },
-        gpus,
+        gpus: gpus.count,
+        gpu_type: gpus.gpu_type,
         running,
         // SAFETY: as above.
         nodes: unsafe { opt_string(job.nodes) },
@@ -191,11 +207,17 @@ mod tests {
         job.restart_cnt = 2;
         let users = UserCache::default();
         // SAFETY: a valid record with literal strings, read by this thread only.
-        let read = |job: &job_record_t| unsafe {
-            facts_with_gpus(job, &users, 600, requested_gpus(job).count)
-        };
+        let read =
+            |job: &job_record_t| unsafe { facts_with_gpus(job, &users, 600, requested_gpus(job)) };
         let f = read(&job);
         assert_eq!((f.job_id, f.account.as_str(), f.gpus), (9, "teama", 8));
+        // Its GPUs' type, weighted by the snapshot's weights (safe mode: 1).
+        assert_eq!(f.gpu_type.as_deref(), Some("h100"));
+        let mut w = GpuWeights::default();
+        w.set("H100", 1.5).expect("weight");
+        assert_eq!((f.weight(Some(&w)), f.weight(None)), (1.5, 1.0));
+        assert_eq!(f.running_job(Some(&w)).weighted_gpus(), 12.0);
+        assert_eq!(f.pending_job(Some(&w)).weighted_gpus(), 12.0);
         assert_eq!((f.run_start, f.running), (1000, true));
         assert_eq!(f.nodes.as_deref(), Some("gpu[1-2]"));
         assert_eq!(

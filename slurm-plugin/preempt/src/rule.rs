@@ -10,6 +10,12 @@
 //! preemptor's need never takes victims twice over, two preemptors of a side
 //! never both take the same excess, and the site cap counts preemptions not
 //! yet confirmed.
+//!
+//! Every job's GPUs count weighted by their type under the snapshot's
+//! billing weights (`JobFacts::running_job`), and the capacity is the
+//! snapshot's weighted one (`PluginSnapshot::capacity_gpus`): the rule's
+//! holdings are in the unit of the entitlements (weighted GPU-hours per
+//! window as a rate). Without a snapshot (safe mode) every GPU weighs 1.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -62,12 +68,15 @@ impl Period {
             .as_ref()
             .map(|s| s.policy.rebalance())
             .unwrap_or_default();
+        let weights = snapshot.as_ref().map(|s| &s.weights);
         let state = PreemptState::compute(
             snapshot.as_ref().map(|s| &s.fair_share),
-            jobs.iter().filter(|j| j.running).map(JobFacts::running_job),
+            jobs.iter()
+                .filter(|j| j.running)
+                .map(|j| j.running_job(weights)),
             jobs.iter()
                 .filter(|j| !j.running && j.gpus > 0)
-                .map(JobFacts::pending_job),
+                .map(|j| j.pending_job(weights)),
             history.iter().map(|h| PastPreemption {
                 at: h.at,
                 preemptor_account: &h.preemptor_account,
@@ -76,9 +85,10 @@ impl Period {
                 victim_user: &h.victim_user,
                 lost_gpu_secs: h.lost_gpu_secs,
             }),
-            // The cluster's GPUs as budgetd read them from Slurm: a site whose
-            // top-level allocations exceed them has its entitlements scaled
-            // down, as the simulator computes them (unknown: the allocations).
+            // The cluster's weighted GPUs as budgetd read them from Slurm: a
+            // site whose top-level allocations exceed them has its
+            // entitlements scaled down, as the simulator computes them
+            // (unknown: the allocations).
             snapshot.as_ref().and_then(|s| s.capacity_gpus()),
             policy,
             now,
@@ -170,15 +180,16 @@ impl Grants {
     /// Records an allowed rebalancing of `victim` by `preemptor`.
     fn grant(
         &mut self,
-        fs: &policy_core::FairShare,
+        snapshot: &PluginSnapshot,
         p: &JobFacts,
         v: &JobFacts,
         lost: f64,
         now: i64,
     ) {
+        let (fs, w) = (&snapshot.fair_share, Some(&snapshot.weights));
         let until = now + v.grace.max(0) + GRANT_SLACK_SECS;
-        self.in_flight.grant(&p.pending_job(), fs);
-        self.in_flight.take(&v.running_job(), fs, lost);
+        self.in_flight.grant(&p.pending_job(w), fs);
+        self.in_flight.take(&v.running_job(w), fs, lost);
         let e = self.preemptors.entry(p.job_id).or_insert(until);
         *e = (*e).max(until);
         self.victims.insert(
@@ -261,16 +272,17 @@ pub fn decide(
         return Err(Denied::Protected { until: i64::MAX });
     }
     let safe = PreemptState::compute(None, [], [], [], None, Default::default(), now);
-    let (state, fs) = match period.and_then(|p| p.snapshot.as_ref().map(|s| (p, s))) {
-        Some((p, s)) => (&p.state, Some(&s.fair_share)),
+    let (state, snap) = match period.and_then(|p| p.snapshot.as_ref().map(|s| (p, s))) {
+        Some((p, s)) => (&p.state, Some(s.as_ref())),
         None => (&safe, None),
     };
-    let (pv, vv) = (preemptor.pending_job(), victim.running_job());
+    let (fs, w) = (snap.map(|s| &s.fair_share), snap.map(|s| &s.weights));
+    let (pv, vv) = (preemptor.pending_job(w), victim.running_job(w));
     let d = rebalance::decide(state, fs, &grants.in_flight, &pv, &vv, now);
     match d {
         Ok(a) => {
-            if let (Allowed::Rebalance(r), Some(fs)) = (&a, fs) {
-                grants.grant(fs, preemptor, victim, r.victim_lost_gpu_secs, now);
+            if let (Allowed::Rebalance(r), Some(s)) = (&a, snap) {
+                grants.grant(s, preemptor, victim, r.victim_lost_gpu_secs, now);
             }
             Ok(Some(a))
         }
@@ -290,12 +302,16 @@ pub fn decide(
 /// Slurm's victim order ([`rebalance::victim_priority`]): free tier first,
 /// then least work lost.
 pub fn victim_priority(snapshot: Option<&PluginSnapshot>, v: &JobFacts, now: i64) -> u32 {
-    rebalance::victim_priority(snapshot.map(|s| &s.fair_share), &v.running_job(), now)
+    rebalance::victim_priority(
+        snapshot.map(|s| &s.fair_share),
+        &v.running_job(snapshot.map(|s| &s.weights)),
+        now,
+    )
 }
 
-/// The work a victim would lose now (GPU-seconds).
+/// The work a victim would lose now (raw GPU-seconds, as the record states it).
 pub fn lost_now(v: &JobFacts, now: i64) -> f64 {
-    expected_lost_gpu_secs(&v.running_job(), now)
+    expected_lost_gpu_secs(&v.running_job(None), now)
 }
 
 /// The snapshot's policy, or the default in safe mode.
@@ -358,6 +374,7 @@ mod tests {
             fair_share: FairShare::compute(&tree, &usage, 0, W),
             drains,
             cluster_gpus: None,
+            cluster_weighted_gpus: None,
         })
     }
 
@@ -372,6 +389,7 @@ mod tests {
             },
             run_start: start,
             gpus: 4,
+            gpu_type: None,
             running,
             nodes: Some("gpu[1-2]".into()),
             time_limit: Some(48 * 3600),
@@ -415,7 +433,7 @@ mod tests {
         // A second preemptor of teama: the deficit is already granted to p1.
         assert!(matches!(
             decide(Some(&h), &mut g, p2, v1, 2000),
-            Err(Denied::TurnoverSuffices { in_flight: 4, .. })
+            Err(Denied::TurnoverSuffices { in_flight: 4.0, .. })
         ));
         // Without the grants (a fresh pass) both would have been allowed.
         let mut fresh = Grants::default();
@@ -573,7 +591,7 @@ mod tests {
         };
         // Without the count (budgetd that has not read Slurm, older budgetd):
         // the allocations as they are; teamb is within its 4.
-        assert_eq!(entitled(&unknown), (4.0, 4));
+        assert_eq!(entitled(&unknown), (4.0, 4.0));
         let h = Period::compute(7, Some(Arc::clone(&unknown)), &jobs, &[], 2000);
         assert!(matches!(
             decide(Some(&h), &mut Grants::default(), &jobs[2], &jobs[0], 2000),
@@ -581,13 +599,67 @@ mod tests {
         ));
         // With it: 2 each, as the simulator computes them; teamb's excess of 2
         // may be taken for teama.
-        assert_eq!(entitled(&known), (2.0, 4));
+        assert_eq!(entitled(&known), (2.0, 4.0));
         let h = Period::compute(7, Some(Arc::clone(&known)), &jobs, &[], 2000);
         let a = decide(Some(&h), &mut Grants::default(), &jobs[2], &jobs[0], 2000);
         assert!(matches!(a, Ok(Some(Allowed::Rebalance(_)))), "{a:?}");
         // A count of 0 is no count (never entitles nobody).
         let mut zero = (*unknown).clone();
         zero.cluster_gpus = Some(0);
-        assert_eq!(entitled(&Arc::new(zero)), (4.0, 4));
+        assert_eq!(entitled(&Arc::new(zero)), (4.0, 4.0));
+    }
+
+    #[test]
+    fn typed_gpus_count_with_the_snapshots_weights_and_the_weighted_capacity() {
+        // teamb runs three 1-GPU jobs on B300 (weight 2 in the snapshot): 6
+        // weighted GPUs against its entitlement of 4; teama waits with 2.
+        let mut jobs = vec![
+            job(1, "teamb", "bob", 1000, true),
+            job(2, "teamb", "bob", 1000, true),
+            job(3, "teamb", "bob", 1000, true),
+            job(11, "teama", "alice", 0, false),
+        ];
+        for j in &mut jobs {
+            j.gpus = if j.running { 1 } else { 2 };
+            j.gpu_type = j.running.then(|| "B300".to_string());
+        }
+        let uniform = snapshot(10.0, 500.0, vec![], Policy::default());
+        let mut weighted = (*uniform).clone();
+        weighted.weights.set("b300", 2.0).expect("weight");
+        let weighted = Arc::new(weighted);
+        let teamb = uniform.fair_share.account("teamb").expect("teamb");
+        let side = |s: &Arc<PluginSnapshot>| {
+            let h = Period::compute(7, Some(Arc::clone(s)), &jobs, &[], 2000);
+            let side = h.state.side(&s.fair_share, teamb).expect("side");
+            (side.entitled, side.held)
+        };
+        assert_eq!(side(&weighted), (4.0, 6.0));
+        // One 1-GPU job (2 weighted) may go: teamb keeps its 4.
+        let h = Period::compute(7, Some(Arc::clone(&weighted)), &jobs, &[], 2000);
+        let mut g = Grants::default();
+        let a = decide(Some(&h), &mut g, &jobs[3], &jobs[0], 2000);
+        assert!(
+            matches!(&a, Ok(Some(Allowed::Rebalance(r))) if r.victim_side_held == 6.0 && r.weighted),
+            "{a:?}"
+        );
+        // The grant counts it weighted: a second would leave teamb at 2.
+        assert!(matches!(
+            decide(Some(&h), &mut g, &jobs[3], &jobs[1], 2000),
+            Err(Denied::VictimSideWithinEntitlement { .. })
+        ));
+        // Counted raw (uniform weights) teamb's 3 GPUs are within its 4.
+        assert_eq!(side(&uniform), (4.0, 3.0));
+        let h = Period::compute(7, Some(Arc::clone(&uniform)), &jobs, &[], 2000);
+        assert!(matches!(
+            decide(Some(&h), &mut Grants::default(), &jobs[3], &jobs[0], 2000),
+            Err(Denied::VictimSideWithinEntitlement { .. })
+        ));
+        // The weighted capacity wins over the raw count: 4 GPUs weighing 8
+        // entitle both teams to their 4 (the raw 4 would scale them to 2).
+        let mut both = (*weighted).clone();
+        both.cluster_gpus = Some(4);
+        assert_eq!(side(&Arc::new(both.clone())).0, 2.0);
+        both.cluster_weighted_gpus = Some(8.0);
+        assert_eq!(side(&Arc::new(both)).0, 4.0);
     }
 }

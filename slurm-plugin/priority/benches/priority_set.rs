@@ -66,6 +66,7 @@ fn snapshot() -> PluginSnapshot {
         fair_share,
         drains: vec![],
         cluster_gpus: None,
+        cluster_weighted_gpus: None,
     }
 }
 
@@ -112,7 +113,10 @@ fn main() {
             policy_core::fairshare::NodeKind::Account => None,
         })
         .collect();
-    let held = || keys.iter().map(|(a, u, g)| (a.as_str(), u.as_str(), *g));
+    let held = || {
+        keys.iter()
+            .map(|(a, u, g)| (a.as_str(), u.as_str(), *g, 1.0))
+    };
     let order = compute::entitled_order(&snap, held(), 1_000_000);
     report(
         &format!("compute::entitled_order ({} keys holding GPUs)", keys.len()),

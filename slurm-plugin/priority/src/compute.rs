@@ -9,7 +9,10 @@
 //! entitlement come first, then Fair-Tree's ratio order. That needs the GPUs each
 //! account holds, so the background pass computes an [`EntitledOrder`] from the
 //! snapshot and the running jobs it saw ([`entitled_order`]); without one (before the
-//! first pass, or for another snapshot) the rank is Fair-Tree's alone.
+//! first pass, or for another snapshot) the rank is Fair-Tree's alone. Holdings are
+//! weighted GPUs, as the entitlements: each job's GPUs x the billing weight of
+//! their type in the snapshot ([`gpu_weight`]), against the snapshot's weighted
+//! capacity, as `preempt/budget` counts them.
 //!
 //! Without any snapshot (budgetd never reached since the plugin loaded) every
 //! non-free job is treated as budgeted with equal rank: the queue degrades to FIFO by
@@ -19,39 +22,71 @@
 use budget_protocol::PluginSnapshot;
 use policy_core::Tier;
 use policy_core::priority::{self, PriorityParts};
-use policy_core::rebalance::{PreemptState, RunningJob};
+use policy_core::rebalance::{PreemptState, RunningJob, weighted_gpus};
 
 /// The entitlement-first order of one snapshot: the rule's period state computed
 /// from the GPUs each (account, user) holds (only holdings matter for the order).
 pub type EntitledOrder = PreemptState;
 
+/// Billing weight of one GPU of `gpu_type` in `snapshot` (`None`: no
+/// snapshot yet, every GPU weighs 1).
+pub fn gpu_weight(snapshot: Option<&PluginSnapshot>, gpu_type: Option<&str>) -> f64 {
+    snapshot.map_or(1.0, |s| s.weights.weight(gpu_type))
+}
+
+/// The GPUs one key holds, raw and weighted (each job's GPUs x its weight,
+/// `policy_core::rebalance::weighted_gpus`), as the pass adds them up.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Held {
+    pub gpus: u32,
+    pub weighted: f64,
+}
+
+impl Held {
+    /// Adds a job's `gpus` GPUs of billing weight `weight`.
+    pub fn add(&mut self, gpus: u32, weight: f64) {
+        self.gpus = self.gpus.saturating_add(gpus);
+        self.weighted += weighted_gpus(gpus, weight);
+    }
+
+    /// The mean billing weight of its GPUs (1 when it holds none): what
+    /// [`entitled_order`] takes beside the count.
+    pub fn weight(&self) -> f64 {
+        if self.gpus > 0 {
+            self.weighted / f64::from(self.gpus)
+        } else {
+            1.0
+        }
+    }
+}
+
 /// The order for `snapshot` with `held`: `(account, user, GPUs held by its running
-/// non-free jobs)`, one entry per key or several (they add up).
+/// non-free jobs, their billing weight)` ([`gpu_weight`]; a key holding GPUs of
+/// several types passes their mean weight, or one entry per type: entries add up).
 pub fn entitled_order<'a>(
     snapshot: &PluginSnapshot,
-    held: impl IntoIterator<Item = (&'a str, &'a str, u32)>,
+    held: impl IntoIterator<Item = (&'a str, &'a str, u32, f64)>,
     now: i64,
 ) -> EntitledOrder {
-    let running =
-        held.into_iter()
-            .filter(|h| h.2 > 0)
-            .enumerate()
-            .map(|(i, (account, user, gpus))| RunningJob {
-                job_id: u32::try_from(i).unwrap_or(u32::MAX),
-                account,
-                user,
-                free_tier: false,
-                gpus,
-                run_start: now,
-                time_limit: None,
-                min_runtime: 0,
-                checkpoint: None,
-                grace: 0,
-                requeues: 0,
-                leaf: None,
-            });
-    // The snapshot's cluster capacity, as preempt/budget computes its state:
-    // the two plugins must agree on who is below its entitlement.
+    let running = held.into_iter().filter(|h| h.2 > 0).enumerate().map(
+        |(i, (account, user, gpus, weight))| RunningJob {
+            job_id: u32::try_from(i).unwrap_or(u32::MAX),
+            account,
+            user,
+            free_tier: false,
+            gpus,
+            weight,
+            run_start: now,
+            time_limit: None,
+            min_runtime: 0,
+            checkpoint: None,
+            grace: 0,
+            requeues: 0,
+            leaf: None,
+        },
+    );
+    // The snapshot's (weighted) cluster capacity, as preempt/budget computes
+    // its state: the two plugins must agree on who is below its entitlement.
     PreemptState::compute(
         Some(&snapshot.fair_share),
         running,
@@ -220,19 +255,24 @@ mod tests {
     }
 
     fn snapshot(usage: &[(&str, &str, f64)]) -> PluginSnapshot {
+        snapshot_with(100.0, usage)
+    }
+
+    /// teama (alice) and teamb (bob) allocated `alloc` GPU-hours a week each.
+    fn snapshot_with(alloc: f64, usage: &[(&str, &str, f64)]) -> PluginSnapshot {
         let tree: TreeSpec = TreeSpec {
             root_allocation_gpu_hours: None,
             accounts: vec![
                 AccountSpec {
                     name: "teama".into(),
                     parent: None,
-                    allocation_gpu_hours: 100.0,
+                    allocation_gpu_hours: alloc,
                     overcommit: false,
                 },
                 AccountSpec {
                     name: "teamb".into(),
                     parent: None,
-                    allocation_gpu_hours: 100.0,
+                    allocation_gpu_hours: alloc,
                     overcommit: false,
                 },
             ],
@@ -262,6 +302,7 @@ mod tests {
             fair_share: fs,
             drains: vec![],
             cluster_gpus: None,
+            cluster_weighted_gpus: None,
         }
     }
 
@@ -302,7 +343,7 @@ mod tests {
         let fair_tree_a = decide(Some(&s), None, &key("teama", "alice", 0));
         let fair_tree_b = decide(Some(&s), None, &key("teamb", "bob", 0));
         assert!(fair_tree_a.rank < fair_tree_b.rank);
-        let order = entitled_order(&s, [("teama", "alice", 4)], 1000);
+        let order = entitled_order(&s, [("teama", "alice", 4, 1.0)], 1000);
         let a = decide(Some(&s), Some(&order), &key("teama", "alice", 0));
         let b = decide(Some(&s), Some(&order), &key("teamb", "bob", 0));
         assert_eq!(
@@ -319,7 +360,7 @@ mod tests {
         // allocation heads past it (0.1 + 0.6 x (6.7 - 0.1) = 4.1): its pending job
         // ranks over budget, below teamb's.
         s.policy.tier_projection = None;
-        let order = entitled_order(&s, [("teama", "alice", 4)], 1000);
+        let order = entitled_order(&s, [("teama", "alice", 4, 1.0)], 1000);
         let a = decide(Some(&s), Some(&order), &key("teama", "alice", 0));
         let b = decide(Some(&s), Some(&order), &key("teamb", "bob", 0));
         assert_eq!(
@@ -339,7 +380,7 @@ mod tests {
         // with entitlement first, the rule's default.
         let mut s = snapshot(&[("teama", "alice", 10.0), ("teamb", "bob", 50.0)]);
         let ranks = |s: &PluginSnapshot| {
-            let order = entitled_order(s, [("teama", "alice", 4)], 1000);
+            let order = entitled_order(s, [("teama", "alice", 4, 1.0)], 1000);
             let a = decide(Some(s), Some(&order), &key("teama", "alice", 0));
             let b = decide(Some(s), Some(&order), &key("teamb", "bob", 0));
             (a.rank, b.rank)
@@ -360,7 +401,7 @@ mod tests {
         // 5%, budgeted within a band of 0.2.
         let mut s = snapshot(&[("teama", "alice", 105.0), ("teamb", "bob", 50.0)]);
         let tier = |s: &PluginSnapshot| {
-            let order = entitled_order(s, [("teamb", "bob", 1)], 1000);
+            let order = entitled_order(s, [("teamb", "bob", 1, 1.0)], 1000);
             decide(Some(s), Some(&order), &key("teama", "alice", 0))
                 .parts
                 .tier
@@ -385,7 +426,7 @@ mod tests {
         let mut s = snapshot(&[("teama", "alice", 10.0), ("teamb", "bob", 50.0)]);
         let a = s.fair_share.account("teama").expect("teama");
         let entitled = |s: &PluginSnapshot| {
-            entitled_order(s, [("teama", "alice", 1)], 1000)
+            entitled_order(s, [("teama", "alice", 1, 1.0)], 1000)
                 .side(&s.fair_share, a)
                 .expect("side")
                 .entitled
@@ -397,6 +438,89 @@ mod tests {
         // A cluster larger than the allocations raises nobody's entitlement.
         s.cluster_gpus = Some(64);
         assert!((entitled(&s) - own).abs() < 1e-9, "{}", entitled(&s));
+    }
+
+    #[test]
+    fn holdings_on_typed_gpus_count_with_the_snapshots_weights() {
+        // Both teams are entitled to 64 weighted GPUs on a cluster of 64 H100
+        // and 32 B300 at weight 2 (128 weighted). teama (the lower ratio) holds
+        // 32 B300, its whole entitlement; teamb holds 40 untyped GPUs.
+        let week = 168.0;
+        let mut s = snapshot_with(
+            64.0 * week,
+            &[
+                ("teama", "alice", 0.01 * 64.0 * week),
+                ("teamb", "bob", 0.2 * 64.0 * week),
+            ],
+        );
+        s.weights.set("b300", 2.0).expect("weight");
+        s.cluster_gpus = Some(96);
+        s.cluster_weighted_gpus = Some(128.0);
+        let b300 = gpu_weight(Some(&s), Some("B300"));
+        assert_eq!(
+            (
+                b300,
+                gpu_weight(Some(&s), None),
+                gpu_weight(None, Some("b300"))
+            ),
+            (2.0, 1.0, 1.0)
+        );
+        // The pass adds a key's jobs up: 32 B300 in two jobs.
+        let mut a = Held::default();
+        a.add(16, b300);
+        a.add(16, b300);
+        assert_eq!((a.gpus, a.weighted, a.weight()), (32, 64.0, 2.0));
+        let mut b = Held::default();
+        b.add(40, gpu_weight(Some(&s), None));
+        let order = entitled_order(
+            &s,
+            [
+                ("teama", "alice", a.gpus, a.weight()),
+                ("teamb", "bob", b.gpus, b.weight()),
+            ],
+            1000,
+        );
+        let side = |o: &EntitledOrder, team: &str| {
+            let n = s.fair_share.account(team).expect("team");
+            let x = o.side(&s.fair_share, n).expect("side");
+            (x.held, x.entitled)
+        };
+        assert_eq!(side(&order, "teama"), (64.0, 64.0));
+        assert_eq!(side(&order, "teamb"), (40.0, 64.0));
+        // teama is at its entitlement: teamb, below its own, ranks first.
+        let (da, db) = (
+            decide(Some(&s), Some(&order), &key("teama", "alice", 0)),
+            decide(Some(&s), Some(&order), &key("teamb", "bob", 0)),
+        );
+        assert_eq!(
+            (da.parts.tier, db.parts.tier),
+            (Tier::Budgeted, Tier::Budgeted)
+        );
+        assert!(
+            db.rank < da.rank && db.priority > da.priority,
+            "{da:?} {db:?}"
+        );
+        // Without the weights (every GPU 1, the raw capacity) teama's 32 would be
+        // half its entitlement and rank first.
+        s.weights = GpuWeights::default();
+        s.cluster_weighted_gpus = None;
+        let raw = entitled_order(
+            &s,
+            [("teama", "alice", 32, 1.0), ("teamb", "bob", 40, 1.0)],
+            1000,
+        );
+        assert_eq!(side(&raw, "teama"), (32.0, 48.0));
+        let (ra, rb) = (
+            decide(Some(&s), Some(&raw), &key("teama", "alice", 0)),
+            decide(Some(&s), Some(&raw), &key("teamb", "bob", 0)),
+        );
+        assert!(ra.rank < rb.rank, "{ra:?} {rb:?}");
+        // A key on two types passes their mean weight: 2 H100 + 2 B300 at 2.
+        let mut mixed = Held::default();
+        mixed.add(2, 1.0);
+        mixed.add(2, 2.0);
+        assert_eq!((mixed.gpus, mixed.weighted, mixed.weight()), (4, 6.0, 1.5));
+        assert_eq!(Held::default().weight(), 1.0);
     }
 
     #[test]

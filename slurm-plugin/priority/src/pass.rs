@@ -3,7 +3,8 @@
 //!    (`slurm_plugin_common::snapshot`; hard timeouts, no Slurm lock held),
 //! 2. resolve user names recorded as unknown (NSS, no lock held),
 //! 3. under the job write lock: recompute the priority of every pending job (ranked
-//!    entitlement first, from the GPUs the previous pass saw held: `compute`) and
+//!    entitlement first, from the GPUs the previous pass saw held, weighted by their
+//!    type with the snapshot's billing weights: `compute`) and
 //!    collect the runs of pending, running and recently ended jobs whose reported
 //!    state changed since budgetd last acknowledged it ([`PassMemo`]),
 //! 4. after unlocking: send those runs to budgetd.
@@ -23,7 +24,7 @@ use slurm_plugin_common::log;
 use slurm_plugin_common::snapshot::{SnapshotFetcher, unix_now};
 use slurm_plugin_common::users::lookup_uid;
 
-use crate::compute::{self, EntitledOrder};
+use crate::compute::{self, EntitledOrder, Held};
 use crate::job;
 use crate::state::State;
 use crate::sync::{SyncAck, Syncer};
@@ -77,9 +78,15 @@ struct Memo {
     seen: u64,
     /// GPUs it holds while running (read when its state changes).
     gpus: u32,
+    /// Their type, as an index into [`PassMemo::gpu_types`] (read with them).
+    gpu_type: u32,
 }
 
 const NO_KEY: u32 = u32::MAX;
+
+/// Most distinct GPU types remembered; later ones weigh as untyped (the
+/// default weight, as an unknown type does).
+const MAX_GPU_TYPES: usize = 256;
 
 /// Per-job memory of the background pass (owned by the worker thread, never read by
 /// callbacks). The pass is memory-bound: a job record spans 17 cache lines, and reading
@@ -100,10 +107,15 @@ pub struct PassMemo {
     key_ids: HashMap<(String, String, bool), u32>,
     keys: Vec<(String, String, bool)>,
     placements: Vec<compute::Placement>,
-    /// GPUs held per key by running jobs at the last pass, and the holdings the
-    /// current `order` was computed from.
-    held: Vec<u32>,
-    order_held: Vec<u32>,
+    /// GPUs held per key by running jobs at the last pass (raw and weighted),
+    /// and the holdings the current `order` was computed from.
+    held: Vec<Held>,
+    order_held: Vec<Held>,
+    /// Lower-cased GPU types seen (index 0: untyped), and the weight of each in
+    /// the current snapshot: a job's GPUs are weighted in the walk by a lookup,
+    /// so a new snapshot's weights apply at the next pass without re-reading jobs.
+    gpu_types: Vec<Option<String>>,
+    type_weights: Vec<f64>,
     /// The entitlement-first order `placements` follow.
     order: Option<Arc<EntitledOrder>>,
     pass: u64,
@@ -144,11 +156,22 @@ impl PassMemo {
             (None, None) => self.pass > 1,
             _ => false,
         };
+        if !same || self.gpu_types.is_empty() {
+            if self.gpu_types.is_empty() {
+                self.gpu_types.push(None);
+            }
+            let snap = snapshot.as_deref();
+            self.type_weights = self
+                .gpu_types
+                .iter()
+                .map(|t| compute::gpu_weight(snap, t.as_deref()))
+                .collect();
+        }
         // Holdings move every pass, so the order is recomputed when they or the
         // snapshot changed: O(distinct keys), not O(jobs). `held` has one entry per
         // key (keys interned since the last pass hold nothing yet; after the
         // interner started over it is cut back with them).
-        self.held.resize(self.keys.len(), 0);
+        self.held.resize(self.keys.len(), Held::default());
         if !same || self.held != self.order_held {
             self.snap.clone_from(snapshot);
             let snap = snapshot.as_deref();
@@ -158,7 +181,7 @@ impl PassMemo {
                     .iter()
                     .zip(&self.held)
                     .filter(|((_, _, free), _)| !free)
-                    .map(|((a, u, _), &g)| (a.as_str(), u.as_str(), g));
+                    .map(|((a, u, _), g)| (a.as_str(), u.as_str(), g.gpus, g.weight()));
                 Arc::new(compute::entitled_order(s, held, now))
             });
             self.order_held.clone_from(&self.held);
@@ -192,6 +215,25 @@ impl PassMemo {
         self.keys.push(k.clone());
         self.key_ids.insert(k, i);
         i
+    }
+
+    /// Index of a GPU type in [`PassMemo::gpu_types`] (0: untyped, or past
+    /// [`MAX_GPU_TYPES`]), weighted with the current snapshot's weights.
+    fn intern_type(&mut self, gpu_type: Option<&str>) -> u32 {
+        let Some(t) = gpu_type.filter(|t| !t.is_empty()) else {
+            return 0;
+        };
+        let t = t.to_ascii_lowercase();
+        if let Some(i) = self.gpu_types.iter().position(|x| x.as_deref() == Some(&t)) {
+            return i as u32;
+        }
+        if self.gpu_types.len() >= MAX_GPU_TYPES {
+            return 0;
+        }
+        self.type_weights
+            .push(compute::gpu_weight(self.snap.as_deref(), Some(&t)));
+        self.gpu_types.push(Some(t));
+        (self.gpu_types.len() - 1) as u32
     }
 
     /// After a sync: remember what budgetd now has; when a chunk failed, resend
@@ -271,7 +313,7 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
     state.set_order(memo.order.clone());
     // This pass's holdings, per key, for the next pass's order (grown as keys
     // are interned during the walk).
-    let mut held = vec![0u32; memo.keys.len()];
+    let mut held = vec![Held::default(); memo.keys.len()];
     let mut stats = PassStats::default();
     let mut runs: Vec<JobRun> = Vec::new();
     let collect = cfg.sync_jobs;
@@ -304,6 +346,7 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
                 synced_fp: 0,
                 seen: 0,
                 gpus: 0,
+                gpu_type: 0,
             });
             let state_changed = m.last_state != st;
             let check = full || !pending || state_changed || m.key == NO_KEY || dirty.contains(&id);
@@ -323,12 +366,19 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
             if job_state::is_running(st) {
                 if full || state_changed {
                     // SAFETY: valid record, job write lock held by `guard`.
-                    m.gpus = unsafe { slurm_plugin_common::gpus::job_gpus(job) }.count;
+                    let g = unsafe { slurm_plugin_common::gpus::job_gpus(job) };
+                    m.gpus = g.count;
+                    m.gpu_type = memo.intern_type(g.gpu_type.as_deref());
                 }
                 let k = m.key as usize;
                 if memo.keys.get(k).is_some_and(|key| !key.2) {
-                    held.resize(held.len().max(k + 1), 0);
-                    held[k] = held[k].saturating_add(m.gpus);
+                    held.resize(held.len().max(k + 1), Held::default());
+                    let w = memo
+                        .type_weights
+                        .get(m.gpu_type as usize)
+                        .copied()
+                        .unwrap_or(1.0);
+                    held[k].add(m.gpus, w);
                 }
             }
             if pending && job.priority != 0 && job.direct_set_prio == 0 {
