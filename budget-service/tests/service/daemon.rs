@@ -94,9 +94,15 @@ impl Daemon {
 /// `budgetd.log`) against the fake Slurm in `dir/slurm` with nodes n1-n3;
 /// returns the fake Slurm's folder too.
 pub fn fake_slurm_budgetd(dir: &Path) -> (Daemon, PathBuf) {
+    fake_slurm_budgetd_with_nodes(dir, "n1\nn2\nn3\n")
+}
+
+/// As [`fake_slurm_budgetd`], with the fake `scontrol show node`'s `nodes` file
+/// (one `NAME [GRES STATE]` line per node).
+pub fn fake_slurm_budgetd_with_nodes(dir: &Path, nodes: &str) -> (Daemon, PathBuf) {
     let slurm = dir.join("slurm");
     std::fs::create_dir(&slurm).expect("slurm dir");
-    std::fs::write(slurm.join("nodes"), "n1\nn2\nn3\n").expect("nodes");
+    std::fs::write(slurm.join("nodes"), nodes).expect("nodes");
     let d = Daemon::start_fake_slurm(
         &dir.join("budget.db"),
         &dir.join("budgetd.sock"),

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::common::*;
-use crate::daemon::{BUDGETD, Daemon, fake_slurm_budgetd};
+use crate::daemon::{BUDGETD, Daemon, fake_slurm_budgetd, fake_slurm_budgetd_with_nodes};
 
 /// Sends `head` (a request head, no body) and returns the status line answered
 /// within `wait`, or `None` if the server said nothing (it waits for the body).
@@ -431,27 +431,13 @@ fn one_job_that_cannot_be_requeued_does_not_stop_the_drain_pass() {
     );
 }
 
-#[test]
-fn the_snapshot_carries_the_gpus_of_the_nodes_that_can_run_jobs() {
+/// budgetd over the fake Slurm whose `scontrol show node` lists `nodes`, and its
+/// first snapshot that carries a cluster count (budgetd reads Slurm at start, then
+/// once a minute: the first snapshots may come before the first read).
+fn budgetd_over_nodes(nodes: &str) -> (tempfile::TempDir, Daemon, serde_json::Value) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let slurm = dir.path().join("slurm");
-    std::fs::create_dir(&slurm).expect("slurm dir");
-    // 4 + 4 GPUs up; n3's 8 are down, n4 has none.
-    std::fs::write(
-        slurm.join("nodes"),
-        "n1 gpu:4 IDLE\nn2 gpu:a100:2(S:0),gpu:v100:2(S:1) ALLOCATED\n\
-         n3 gpu:8 DOWN+NOT_RESPONDING\nn4 (null) IDLE\n",
-    )
-    .expect("nodes");
-    let d = Daemon::start_fake_slurm(
-        &dir.path().join("budget.db"),
-        &dir.path().join("budgetd.sock"),
-        &slurm,
-        &dir.path().join("budgetd.log"),
-    );
+    let (d, _) = fake_slurm_budgetd_with_nodes(dir.path(), nodes);
     let c = d.client();
-    // budgetd reads Slurm at start, then once a minute: the first snapshots
-    // may come before the first read (no count: the old behaviour).
     let deadline = Instant::now() + Duration::from_secs(20);
     let snap = loop {
         let (s, b) = call(&c, "GET", "/v1/snapshot", None);
@@ -465,6 +451,17 @@ fn the_snapshot_carries_the_gpus_of_the_nodes_that_can_run_jobs() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
+    (dir, d, snap)
+}
+
+#[test]
+fn the_snapshot_carries_the_gpus_of_the_nodes_that_can_run_jobs() {
+    // 4 + 4 GPUs up; n3's 8 are down, n4 has none.
+    let (dir, d, snap) = budgetd_over_nodes(
+        "n1 gpu:4 IDLE\nn2 gpu:a100:2(S:0),gpu:v100:2(S:1) ALLOCATED\n\
+         n3 gpu:8 DOWN+NOT_RESPONDING\nn4 (null) IDLE\n",
+    );
+    let c = d.client();
     assert_eq!(snap["cluster_gpus"], 8, "{snap}");
     let version = snap["version"].as_str().expect("version");
     assert!(version.ends_with("-8"), "{version}");
@@ -489,32 +486,10 @@ fn the_snapshot_carries_the_gpus_of_the_nodes_that_can_run_jobs() {
 
 #[test]
 fn the_snapshots_capacity_is_weighted_by_node_gpu_type_and_why_ranks_with_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let slurm = dir.path().join("slurm");
-    std::fs::create_dir(&slurm).expect("slurm dir");
     // 8 H100 and 4 B300: 12 GPUs.
-    std::fs::write(
-        slurm.join("nodes"),
-        "h1 gpu:h100:8(S:0-1) IDLE\nb1 gpu:B300:4(S:0-1) MIXED\n",
-    )
-    .expect("nodes");
-    let d = Daemon::start_fake_slurm(
-        &dir.path().join("budget.db"),
-        &dir.path().join("budgetd.sock"),
-        &slurm,
-        &dir.path().join("budgetd.log"),
-    );
+    let (_dir, d, snap) =
+        budgetd_over_nodes("h1 gpu:h100:8(S:0-1) IDLE\nb1 gpu:B300:4(S:0-1) MIXED\n");
     let c = d.client();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let snap = loop {
-        let (s, b) = call(&c, "GET", "/v1/snapshot", None);
-        assert_eq!(s, 200, "{b}");
-        if !b["cluster_gpus"].is_null() {
-            break b;
-        }
-        assert!(Instant::now() < deadline, "no cluster_gpus: {b}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
     // Uniform weights: the weighted count is the raw one, the version as before.
     assert_eq!(
         (
