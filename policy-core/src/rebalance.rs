@@ -182,7 +182,7 @@ pub struct RebalancePolicy {
     /// snapshot's ratio. The preemption rule always reads the tier of the
     /// snapshot. Default 0.6 without a band: chosen among 0.4-0.7 on seeds 1-10
     /// of the generated scenarios, checked on 11-20 (docs/simulator-results.md,
-    /// "The projected tier").
+    /// "The projected tier and the ratio order").
     pub tier_projection: Option<f64>,
 }
 
