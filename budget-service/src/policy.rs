@@ -46,19 +46,23 @@ pub fn validate(p: &Policy) -> Result<(), String> {
             "site_max_lost_gpu_hours must be a number of GPU-hours >= 0, got {h}"
         ));
     }
-    if let Some(b) = p.tier_band
-        && !(b.is_finite() && (0.0..=1.0).contains(&b))
-    {
-        return Err(format!(
-            "tier_band must be a fraction between 0 and 1 (0: no band), got {b}"
-        ));
-    }
-    if let Some(a) = p.tier_projection
-        && !(a.is_finite() && (0.0..=1.0).contains(&a))
-    {
-        return Err(format!(
-            "tier_projection must be a fraction of a window between 0 and 1 (0: no projection), got {a}"
-        ));
+    for (name, value, what) in [
+        (
+            "tier_band",
+            p.tier_band,
+            "a fraction between 0 and 1 (0: no band)",
+        ),
+        (
+            "tier_projection",
+            p.tier_projection,
+            "a fraction of a window between 0 and 1 (0: no projection)",
+        ),
+    ] {
+        if let Some(x) = value
+            && !(x.is_finite() && (0.0..=1.0).contains(&x))
+        {
+            return Err(format!("{name} must be {what}, got {x}"));
+        }
     }
     if !(1..=86_400).contains(&p.snapshot_max_age_secs) {
         return Err(format!(

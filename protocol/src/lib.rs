@@ -133,22 +133,23 @@ impl Policy {
             site_max_preemptions: self.site_max_preemptions,
             site_max_lost_gpu_hours: self.site_max_lost_gpu_hours,
             max_requeues: self.max_requeues.or(rule.max_requeues),
-            // 0 is "no band": the rule's `None` ranks the same and skips the pass.
-            tier_band: match self.tier_band {
-                None => rule.tier_band,
-                Some(b) if b > 0.0 => Some(b),
-                Some(_) => None,
-            },
+            tier_band: fraction_knob(self.tier_band, rule.tier_band),
             share_order: self.share_order.unwrap_or(rule.share_order),
             entitled_first: self.entitled_first.unwrap_or(rule.entitled_first),
-            // 0 is "no projection": the rule's `None` ranks the same and skips the pass.
-            tier_projection: match self.tier_projection {
-                None => rule.tier_projection,
-                Some(a) if a > 0.0 => Some(a),
-                Some(_) => None,
-            },
+            tier_projection: fraction_knob(self.tier_projection, rule.tier_projection),
             ..rule
         }
+    }
+}
+
+/// A fractional ranking knob of the policy (`tier_band`, `tier_projection`) as
+/// the rule takes it: unset is the rule's default, 0 is off (the rule's `None`
+/// ranks the same and skips the pass), anything else is the value.
+fn fraction_knob(set: Option<f64>, rule_default: Option<f64>) -> Option<f64> {
+    match set {
+        None => rule_default,
+        Some(x) if x > 0.0 => Some(x),
+        Some(_) => None,
     }
 }
 
