@@ -223,7 +223,7 @@ pub enum PolicyCmd {
     /// snapshot_max_age, idle_threshold (durations: 90m, 4h, 7d, HH:MM:SS),
     /// require_min_runtime (true|false), hysteresis (number),
     /// site_max_preemptions (count|none), site_max_lost_gpu_hours
-    /// (GPU-hours|none), max_requeues (count|default); the ranking of pending
+    /// (GPU-hours|none), max_requeues (count|none|default); the ranking of pending
     /// jobs: tier_projection (fraction of a window 0-1|none|default; default
     /// 0.6), tier_band (fraction 0-1|none|default; default none), share_order
     /// (on|off|default; default off), entitled_first (on|off|default; default

@@ -2,7 +2,7 @@
 //! defaults, hysteresis, snapshot age, idle threshold, and the site caps on
 //! rebalancing preemptions per window: `site_max_preemptions`,
 //! `site_max_lost_gpu_hours`, `none` to clear; `max_requeues`, the requeues
-//! after which a job is no longer taken for rebalancing; and the ranking
+//! after which a job is no longer taken for rebalancing, `none` for no cap; and the ranking
 //! knobs of the cost-aware rule, `tier_projection`, `tier_band`, `share_order`,
 //! `entitled_first`). The rule's knobs take `default` to go back to the
 //! rule's default, which `show` marks "(default)".
@@ -83,13 +83,20 @@ fn patch(pairs: &[String]) -> anyhow::Result<PolicyPatch> {
                 )
             }
             "max_requeues" => {
+                // `none` is no cap, as the simulator's `--rule max_requeues=none`.
                 p.max_requeues = Some(match val.trim() {
-                    "default" | "none" => None,
-                    v => Some(v.parse::<u32>().map_err(|_| {
-                        UsageError(format!(
-                            "{k}: expected a whole number or default, got {val:?}"
-                        ))
-                    })?),
+                    "default" => None,
+                    "none" | "off" => Some(Policy::NO_REQUEUE_CAP),
+                    v => Some(
+                        v.parse::<u32>()
+                            .ok()
+                            .filter(|n| *n != Policy::NO_REQUEUE_CAP)
+                            .ok_or_else(|| {
+                                UsageError(format!(
+                                    "{k}: expected a whole number, none (no cap) or default, got {val:?}"
+                                ))
+                            })?,
+                    ),
                 })
             }
             "site_max_preemptions" => {
@@ -248,6 +255,37 @@ mod tests {
         assert_eq!(p.site_max_lost_gpu_hours, Some(None));
         for bad in ["site_max_preemptions=-1", "site_max_lost_gpu_hours=NaN"] {
             assert!(patch(&[bad.into()]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn max_requeues_none_is_no_cap_as_in_the_simulator() {
+        let set = |v: &str| patch(&[format!("max_requeues={v}")]);
+        assert_eq!(set("2").expect("2").max_requeues, Some(Some(2)));
+        assert_eq!(set("default").expect("default").max_requeues, Some(None));
+        for v in ["none", "off"] {
+            let p = set(v).expect(v);
+            assert_eq!(p.max_requeues, Some(Some(Policy::NO_REQUEUE_CAP)), "{v}");
+            // The rule sees no cap, as `--rule max_requeues=none` does.
+            let policy = Policy {
+                max_requeues: Some(Policy::NO_REQUEUE_CAP),
+                ..Policy::default()
+            };
+            assert_eq!(policy.rebalance().max_requeues, None);
+            let t = table(&policy);
+            let line = t.lines().find(|l| l.starts_with("max_requeues"));
+            assert!(line.is_some_and(|l| l.ends_with(" none")), "{t}");
+        }
+        let t = table(&Policy::default());
+        let line = t.lines().find(|l| l.starts_with("max_requeues"));
+        assert!(line.is_some_and(|l| l.ends_with(" 1 (default)")), "{t}");
+        for bad in ["-1", "many", "4294967295"] {
+            let e = set(bad).unwrap_err();
+            assert!(
+                e.downcast_ref::<UsageError>()
+                    .is_some_and(|u| u.to_string().contains("none (no cap)")),
+                "{bad}: {e}"
+            );
         }
     }
 

@@ -71,7 +71,10 @@ pub struct Policy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub site_max_lost_gpu_hours: Option<f64>,
     /// A job requeued this many times is no longer taken for rebalancing
-    /// (`None`: the rule's default, `RebalancePolicy::default().max_requeues`).
+    /// (`None`: the rule's default, `RebalancePolicy::default().max_requeues`;
+    /// [`Policy::NO_REQUEUE_CAP`]: no cap, the rule's `None`, what
+    /// `budgetctl policy set max_requeues=none` and the simulator's
+    /// `--rule max_requeues=none` say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_requeues: Option<u32>,
     /// Priority only: the band on the over-budget tier boundary for pending
@@ -122,6 +125,11 @@ impl Default for Policy {
 }
 
 impl Policy {
+    /// `max_requeues` meaning "no requeue cap": `None` already means the rule's
+    /// default on the wire (older plugins read it so), and no job is requeued
+    /// this often.
+    pub const NO_REQUEUE_CAP: u32 = u32::MAX;
+
     /// The cost-aware rule's knobs under this policy: the rule's defaults with
     /// the site's hysteresis, site caps, requeue cap and ranking knobs, each
     /// unset one the rule's default (`preempt/budget`, `priority/budget` and
@@ -132,7 +140,11 @@ impl Policy {
             hysteresis: self.hysteresis,
             site_max_preemptions: self.site_max_preemptions,
             site_max_lost_gpu_hours: self.site_max_lost_gpu_hours,
-            max_requeues: self.max_requeues.or(rule.max_requeues),
+            max_requeues: match self.max_requeues {
+                None => rule.max_requeues,
+                Some(Self::NO_REQUEUE_CAP) => None,
+                Some(n) => Some(n),
+            },
             tier_band: fraction_knob(self.tier_band, rule.tier_band),
             share_order: self.share_order.unwrap_or(rule.share_order),
             entitled_first: self.entitled_first.unwrap_or(rule.entitled_first),

@@ -28,7 +28,10 @@
 //! `job_list` (Slurm calls `preemptable` from inside a `list_for_each` over it). The
 //! period state (holdings, demand, time-limit forecast per tree node) is computed by a
 //! background thread under the job read lock whenever `last_job_update` or the snapshot
-//! changes, at most once a second; the same thread settles the grants.
+//! changes, at most once a second; the same thread settles the grants, and once per
+//! load seeds their history of rebalancing preemptions from budgetd's record, so that
+//! a restarted `slurmctld` keeps the window's site cap, lost-work budgets and reverse
+//! locks (`seed_history`).
 
 pub mod jobs;
 pub mod report;
@@ -40,7 +43,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use budget_protocol::preemption::{self, PreemptionReason, RecordOutcome};
+use budget_protocol::preemption::{self, PreemptionReason, PreemptionReport, RecordOutcome};
 use slurm_ffi::api::preempt as api;
 use slurm_ffi::sys::{self, job_queue_rec_t, job_record_t};
 use slurm_plugin_common::settings::{LazyClient, Settings};
@@ -85,7 +88,22 @@ struct Plugin {
     workers: Mutex<Vec<Worker>>,
     /// Allowed preemptions awaiting confirmation (see `report`).
     pending: report::Pending,
+    /// Whether the history was seeded from budgetd's record (`seed_history`).
+    seed: Mutex<HistorySeed>,
 }
+
+/// Seeding the rebalancing history once per load (`seed_history`).
+#[derive(Debug, Default)]
+struct HistorySeed {
+    /// When this load started (`init`): records before it are seeded.
+    loaded_at: i64,
+    done: bool,
+    /// Last attempt, so that an unreachable budgetd is asked every
+    /// `SEED_RETRY_SECS`, not every second.
+    tried_at: i64,
+}
+
+const SEED_RETRY_SECS: i64 = 30;
 
 fn plugin() -> &'static Plugin {
     static P: OnceLock<Plugin> = OnceLock::new();
@@ -97,6 +115,7 @@ fn plugin() -> &'static Plugin {
         cap_logged: Mutex::new(0),
         workers: Mutex::new(Vec::new()),
         pending: report::Pending::default(),
+        seed: Mutex::new(HistorySeed::default()),
     })
 }
 
@@ -111,6 +130,12 @@ pub extern "C" fn init() -> i32 {
             return sys::SLURM_ERROR;
         };
         if workers.is_empty() {
+            if let Ok(mut seed) = p.seed.lock() {
+                *seed = HistorySeed {
+                    loaded_at: unix_now(),
+                    ..HistorySeed::default()
+                };
+            }
             let settings = Settings::load_and_log();
             // Made on the holdings thread at its first report (it may read the token file).
             let mut reporter = LazyClient::new(&settings);
@@ -124,6 +149,7 @@ pub extern "C" fn init() -> i32 {
                 Err(e) => log::error(&format!("cannot start snapshot thread: {e}; safe mode")),
             }
             match Worker::spawn("budget-holdings", Duration::from_secs(1), move || {
+                seed_history(plugin(), &mut reporter);
                 settle_grants(plugin());
                 refresh_holdings(plugin());
                 report_preemptions(plugin(), &mut reporter);
@@ -214,6 +240,57 @@ fn refresh_holdings(p: &Plugin) {
     p.holdings.store(Some(Arc::new(Period::compute(
         stamp, snap, &jobs, &history, now,
     ))));
+}
+
+/// Once per load, when a snapshot says what the window is: the rebalancing
+/// preemptions budgetd recorded in the window before this load, into the
+/// grants' history. Without them a restarted `slurmctld` would start the site
+/// cap, the lost-work budgets and the reverse locks from none (the history is
+/// in memory). No Slurm lock; an unreachable budgetd is retried every
+/// `SEED_RETRY_SECS`, and preemptions meanwhile are this load's own (in memory).
+fn seed_history(p: &Plugin, client: &mut LazyClient) {
+    let now = unix_now();
+    // The window is the snapshot's: nothing is tried before the first one.
+    let Some(window) = p.snapshots.latest().map(|s| s.policy.window_secs) else {
+        return;
+    };
+    let loaded_at = match p.seed.lock() {
+        Ok(mut s) if !s.done && now - s.tried_at >= SEED_RETRY_SECS => {
+            s.tried_at = now;
+            s.loaded_at
+        }
+        _ => return,
+    };
+    let since = now - window + 1;
+    let report: PreemptionReport = match client.get().and_then(|c| {
+        c.get_json(&format!("{}?since={since}", preemption::ROUTE))
+            .map_err(|e| e.to_string())
+    }) {
+        Ok(r) => r,
+        Err(e) => {
+            log::error(&format!(
+                "cannot read the preemption record ({e}); retrying in {SEED_RETRY_SECS}s; \
+                 until then the site cap and lost-work budgets count this load's preemptions only"
+            ));
+            return;
+        }
+    };
+    let earlier: Vec<rule::Past> = report
+        .rows
+        .iter()
+        .filter_map(|r| rule::Past::from_record(r, loaded_at))
+        .collect();
+    let added = match p.grants.lock() {
+        Ok(mut g) => g.seed(earlier, now, window),
+        Err(_) => return,
+    };
+    if let Ok(mut s) = p.seed.lock() {
+        s.done = true;
+    }
+    log::info(&format!(
+        "rebalance history: {added} preemption(s) of the last window from budgetd's record \
+         (the site cap, lost-work budgets and reverse locks count them)"
+    ));
 }
 
 /// Settles the grants against the job records (read lock, one walk, only when

@@ -20,6 +20,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
+use budget_protocol::preemption::{Preemption, PreemptionReason};
 use budget_protocol::{PluginSnapshot, Policy};
 use policy_core::hostlist;
 use policy_core::preempt::drain_may_take;
@@ -31,8 +32,10 @@ use crate::jobs::JobFacts;
 
 /// A rebalancing preemption that happened (a victim the rule allowed, then
 /// requeued), kept for one window: the reverse lock, the lost-work budgets and
-/// the site cap read them. Kept in memory: a restarted `slurmctld` starts with
-/// none (the cap then counts from the restart).
+/// the site cap read them. Kept in memory, and seeded once per load from
+/// budgetd's preemption record ([`Past::from_record`], [`Grants::seed`]): a
+/// restarted `slurmctld` keeps counting the window's preemptions instead of
+/// starting from none.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Past {
     pub at: i64,
@@ -42,6 +45,35 @@ pub struct Past {
     pub victim_account: String,
     pub victim_user: String,
     pub lost_gpu_secs: f64,
+}
+
+impl Past {
+    /// A rebalancing preemption of budgetd's record (reasons `rebalance` and
+    /// `over_budget`, what the site cap counts) made before `loaded_at`, when
+    /// this load of the plugin started: later ones are in memory already. The
+    /// record names the preemptor's account but not its user (the preemptor
+    /// user is left empty, so the rule counts it at the account: the lost-work
+    /// budgets of the account and above, reverse locks between accounts), and
+    /// its lost work is the whole run (GPUs x run length), an upper bound of
+    /// what the rule estimated. `None` for other reasons and later records.
+    pub fn from_record(p: &Preemption, loaded_at: i64) -> Option<Past> {
+        if !matches!(
+            p.reason,
+            PreemptionReason::Rebalance | PreemptionReason::OverBudget
+        ) || p.at >= loaded_at
+        {
+            return None;
+        }
+        Some(Past {
+            at: p.at,
+            victim: p.job_id,
+            preemptor_account: p.preemptor_account.clone().unwrap_or_default(),
+            preemptor_user: String::new(),
+            victim_account: p.account.clone(),
+            victim_user: p.user.clone(),
+            lost_gpu_secs: (p.gpu_hours * 3600.0).max(0.0),
+        })
+    }
 }
 
 /// State computed once per period: the snapshot it was computed with, the rule's
@@ -246,6 +278,32 @@ impl Grants {
             self.history.pop_front();
         }
         done
+    }
+
+    /// Adds preemptions made before this load (budgetd's record, through
+    /// [`Past::from_record`]) to the history, oldest first, dropping those
+    /// older than `window` and any already held (same victim and instant).
+    /// Returns how many were added.
+    pub fn seed(&mut self, earlier: Vec<Past>, now: i64, window: i64) -> usize {
+        let mut earlier: Vec<Past> = earlier
+            .into_iter()
+            .filter(|h| h.at > now - window && h.at <= now)
+            .filter(|h| {
+                !self
+                    .history
+                    .iter()
+                    .any(|k| k.victim == h.victim && k.at == h.at)
+            })
+            .collect();
+        earlier.sort_by_key(|h| (h.at, h.victim));
+        let n = earlier.len();
+        for h in earlier.into_iter().rev() {
+            self.history.push_front(h);
+        }
+        // In memory they are all of this load, later than any seeded one; keep
+        // the order anyway should a clock have stepped back.
+        self.history.make_contiguous().sort_by_key(|h| h.at);
+        n
     }
 
     /// The recent rebalancing preemptions, oldest first.
@@ -513,6 +571,110 @@ mod tests {
         assert_eq!(g.history().len(), 1);
         g.settle(&seen, 2010 + W, W);
         assert!(g.history().is_empty());
+    }
+
+    /// A row of budgetd's preemption record.
+    fn recorded(
+        job_id: u32,
+        reason: PreemptionReason,
+        at: i64,
+        preemptor: Option<&str>,
+    ) -> Preemption {
+        Preemption {
+            job_id,
+            run: 0,
+            account: "teamb".into(),
+            user: "bob".into(),
+            preemptor: Some(99),
+            preemptor_account: preemptor.map(str::to_string),
+            reason,
+            at,
+            gpus: 4,
+            run_start: Some(at - 1800),
+            gpu_hours: 2.0,
+            source: "plugin".into(),
+        }
+    }
+
+    #[test]
+    fn a_restarted_plugin_counts_the_recorded_preemptions_of_the_window() {
+        let loaded_at = 5000;
+        let rows = [
+            recorded(1, PreemptionReason::Rebalance, 4000, Some("teama")),
+            recorded(2, PreemptionReason::OverBudget, 4500, None),
+            // Not what the rule counts, or already this load's own.
+            recorded(3, PreemptionReason::Drain, 4600, Some("teama")),
+            recorded(4, PreemptionReason::FreeTier, 4700, Some("teama")),
+            recorded(5, PreemptionReason::Rebalance, loaded_at, Some("teama")),
+        ];
+        let earlier: Vec<Past> = rows
+            .iter()
+            .filter_map(|r| Past::from_record(r, loaded_at))
+            .collect();
+        assert_eq!(earlier.len(), 2);
+        let first = &earlier[0];
+        assert_eq!(
+            (first.victim, first.at, first.preemptor_account.as_str()),
+            (1, 4000, "teama")
+        );
+        assert_eq!(
+            (first.victim_account.as_str(), first.victim_user.as_str()),
+            ("teamb", "bob")
+        );
+        assert_eq!(first.preemptor_user, "");
+        assert!((first.lost_gpu_secs - 7200.0).abs() < 1e-9);
+        assert_eq!(earlier[1].preemptor_account, "");
+
+        let mut g = Grants::default();
+        // This load's own preemption is already in memory.
+        g.history.push_back(Past {
+            at: 5100,
+            ..first.clone()
+        });
+        // Seeding twice adds nothing the second time; a row older than the
+        // window is dropped.
+        let mut old = first.clone();
+        old.at = 5200 - W;
+        let mut with_old = earlier.clone();
+        with_old.push(old);
+        assert_eq!(g.seed(with_old, 5200, W), 2);
+        assert_eq!(g.seed(earlier.clone(), 5200, W), 0);
+        let at: Vec<i64> = g.history().iter().map(|h| h.at).collect();
+        assert_eq!(at, vec![4000, 4500, 5100]);
+
+        // The site cap counts the seeded ones: with a cap of 3, a fourth
+        // rebalancing is refused although this load made only one.
+        let policy = Policy {
+            site_max_preemptions: Some(3),
+            ..Policy::default()
+        };
+        let s = snapshot(10.0, 500.0, vec![], policy);
+        let jobs = starved();
+        let h = Period::compute(7, Some(s), &jobs, &g.history(), 5200);
+        assert!(matches!(
+            decide(Some(&h), &mut Grants::default(), &jobs[2], &jobs[0], 5200),
+            Err(Denied::SiteCap { preemptions: 3, .. })
+        ));
+        // And the reverse lock between the accounts holds on the seeded rows
+        // alone: teamb may not take back from teama what teama took from it
+        // before the restart (the row without a preemptor account locks nothing).
+        let (p, v) = (
+            job(21, "teamb", "bob", 0, false),
+            job(22, "teama", "alice", 0, true),
+        );
+        let s = snapshot(500.0, 10.0, vec![], Policy::default());
+        let v2 = job(23, "teama", "alice", 0, true);
+        let seeded: Vec<Past> = g
+            .history()
+            .into_iter()
+            .filter(|h| h.at < loaded_at)
+            .collect();
+        let h = Period::compute(8, Some(s), &[p.clone(), v.clone(), v2], &seeded, 5200);
+        let d = decide(Some(&h), &mut Grants::default(), &p, &v, 5200);
+        assert!(
+            matches!(d, Err(Denied::RecentReverse { at: 4000 })),
+            "{d:?}"
+        );
     }
 
     #[test]

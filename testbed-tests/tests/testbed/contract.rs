@@ -25,7 +25,13 @@
 //!    only after its window, the marker is written, the batch script itself is not
 //!    signalled at grace start, the victim stays RUNNING through the grace, is
 //!    requeued after it, and the preemptor starts ~GraceTime (+ a cycle, KillWait)
-//!    later.
+//!    later;
+//! 6. the window's preemptions outlive slurmctld: an over-budget job is preempted as in
+//!    section 2; the site cap is set to the rebalancing preemptions budgetd recorded;
+//!    slurmctld restarts (preempt/budget keeps its history in memory) and the plugin
+//!    logs that it read them back from budgetd; the same situation again: the budgeted
+//!    job waits past the victims' windows with nothing requeued ("site cap reached");
+//!    with the cap one higher it starts by preemption.
 //!
 //! Windows are 5-20 s, `sched_interval=5`, `cred_expire=5`, `KillWait=5`.
 //! `CONTRACT_SECTIONS="4 5"` runs only some sections; `CONTRACT_PRIORITY` sets the
@@ -94,16 +100,16 @@ fn suite() {
     });
 }
 
-/// `CONTRACT_SECTIONS` (default all five).
+/// `CONTRACT_SECTIONS` (default all six).
 fn sections() -> Result<Vec<u32>> {
     let spec = std::env::var("CONTRACT_SECTIONS").unwrap_or_default();
     if spec.trim().is_empty() {
-        return Ok(vec![1, 2, 3, 4, 5]);
+        return Ok(vec![1, 2, 3, 4, 5, 6]);
     }
     spec.split_whitespace()
         .map(|s| match s.parse::<u32>() {
-            Ok(n @ 1..=5) => Ok(n),
-            _ => bail!("CONTRACT_SECTIONS={spec:?}: sections are 1 to 5"),
+            Ok(n @ 1..=6) => Ok(n),
+            _ => bail!("CONTRACT_SECTIONS={spec:?}: sections are 1 to 6"),
         })
         .collect()
 }
@@ -202,7 +208,8 @@ fn scenario(c: &mut Checks, tb: &Testbed, sections: &[u32]) -> Result<()> {
             2 => section_2(c, tb)?,
             3 => section_3(c, tb)?,
             4 => section_4(c, tb)?,
-            _ => section_5(c, tb)?,
+            5 => section_5(c, tb)?,
+            _ => section_6(c, tb)?,
         }
         say(format_args!("   (section {section}: {} s)", now() - t0));
     }
@@ -986,6 +993,153 @@ fn section_5(c: &mut Checks, tb: &Testbed) -> Result<()> {
     );
     tb.clear_jobs()?;
     Ok(())
+}
+
+/// min_runtime of teamb's jobs in section 6 (s).
+const CAP_WINDOW: i64 = 5;
+
+/// Section 6's situation: teamb (over budget) fills the cluster with two 2-GPU
+/// jobs of `CAP_WINDOW` windows, then a 2-GPU teama job asks; the three jobs.
+fn cap_situation(s: &Slurm) -> Result<(JobId, [JobId; 2])> {
+    let window = format!("min_runtime={CAP_WINDOW}s");
+    let over = [
+        "-A",
+        "teamb",
+        "--gres=gpu:2",
+        "--comment",
+        &window,
+        "--wrap",
+        "sleep 600",
+    ];
+    let v1 = s.sbatch(&over)?;
+    let v2 = s.sbatch(&over)?;
+    wait_secs(15, || both_running(s, v1, v2));
+    let p = s.sbatch(&[
+        "-A",
+        "teama",
+        "--gres=gpu:2",
+        "--comment",
+        &window,
+        "--wrap",
+        "sleep 600",
+    ])?;
+    Ok((p, [v1, v2]))
+}
+
+/// Requeues of `jobs` so far.
+fn requeues(s: &Slurm, jobs: &[JobId]) -> Result<u32> {
+    let mut n = 0;
+    for &j in jobs {
+        n += job(s, j)?.restarts;
+    }
+    Ok(n)
+}
+
+/// Rebalancing preemptions budgetd recorded (reasons rebalance and over_budget:
+/// what the site cap counts).
+fn rebalancing_recorded(api: &Budgetd) -> Result<u32> {
+    let rows = api.preemptions()?;
+    Ok(rows
+        .iter()
+        .filter(|r| matches!(r.reason.as_str(), "rebalance" | "over_budget"))
+        .count() as u32)
+}
+
+fn section_6(c: &mut Checks, tb: &Testbed) -> Result<()> {
+    say("== 6. the window's preemptions outlive a slurmctld restart (site cap)");
+    let s = tb.slurm();
+    let api = tb.budgetd();
+    let log = tb.ctld_log();
+    tb.clear_jobs()?;
+    // One preemption of this section's own, so that it stands alone.
+    let (p, victims) = cap_situation(s)?;
+    let started = wait_start(s, p, now() + CAP_WINDOW + 3 * CYCLE + 15, |_| Ok(()))?;
+    let taken = requeues(s, &victims)?;
+    c.record(
+        "6 budgeted job started by preempting an over-budget one",
+        Check::that(started > 0 && taken == 1)
+            .actual(format!("start {started}, victims requeued {taken}"))
+            .jobs(&[p, victims[0], victims[1]]),
+    );
+    let w = wait_secs(20, || -> Result<bool> {
+        Ok(api
+            .preemptions()?
+            .iter()
+            .any(|r| r.preemptor == Some(p) && r.source == "plugin"))
+    });
+    let recorded = rebalancing_recorded(api)?;
+    say(format_args!(
+        "   {recorded} rebalancing preemption(s) recorded ({}); site cap := {recorded}",
+        w.describe()
+    ));
+    tb.clear_jobs()?;
+    api.set_policy(&PolicyPatch {
+        site_max_preemptions: Some(recorded),
+        ..PolicyPatch::default()
+    })?;
+    let loads = log.count("rebalance history: ")?;
+    tb.restart_ctld()?;
+    let w = wait_secs(60, || -> Result<bool> {
+        Ok(log.count("rebalance history: ")? > loads)
+    });
+    let read = log
+        .lines(|l| l.contains("rebalance history: "))?
+        .last()
+        .and_then(|l| seeded_count(l));
+    c.record(
+        "6 after a slurmctld restart preempt/budget reads the window's rebalancing preemptions from budgetd",
+        Check::that(w.ok && read == Some(recorded as usize))
+            .expected(format!("{recorded} read back"))
+            .actual(format!("{read:?} ({})", w.describe()))
+            .log("rebalance history: "),
+    );
+    // The same situation: the cap, reached before the restart, still holds.
+    let refusals = log.count("site cap reached")?;
+    let (p, victims) = cap_situation(s)?;
+    let waited = wait_start(s, p, now() + CAP_WINDOW + 4 * CYCLE + 5, |_| Ok(()))?;
+    let taken = requeues(s, &victims)?;
+    let refused = log.count("site cap reached")? > refusals;
+    c.record(
+        "6 site cap reached before the restart still holds after it: the budgeted job waits, nothing requeued",
+        Check::that(waited == 0 && taken == 0 && refused)
+            .expected("not started, 0 requeued, \"site cap reached\" logged")
+            .actual(format!(
+                "start {waited}, requeued {taken}, logged {refused}"
+            ))
+            .jobs(&[p, victims[0], victims[1]])
+            .log("site cap"),
+    );
+    // One more allowed: the same job now starts by preemption (the situation
+    // does call for one).
+    api.set_policy(&PolicyPatch {
+        site_max_preemptions: Some(recorded + 1),
+        ..PolicyPatch::default()
+    })?;
+    let started = wait_start(s, p, now() + 4 * CYCLE + 20, |_| Ok(()))?;
+    let taken = requeues(s, &victims)?;
+    c.record(
+        "6 with the cap one higher the budgeted job starts by preemption",
+        Check::that(started > 0 && taken == 1)
+            .actual(format!("start {started}, victims requeued {taken}"))
+            .jobs(&[p, victims[0], victims[1]]),
+    );
+    // The patch cannot clear a cap (None is "unchanged"): one no section reaches.
+    api.set_policy(&PolicyPatch {
+        site_max_preemptions: Some(1000),
+        ..PolicyPatch::default()
+    })?;
+    tb.clear_jobs()?;
+    Ok(())
+}
+
+/// The count of the line `preempt/budget` logs when it read its history back.
+fn seeded_count(line: &str) -> Option<usize> {
+    line.split("rebalance history: ")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]

@@ -12,7 +12,11 @@
 //! - no back-and-forth: no team is preempted by a team it preempted within the window;
 //! - no job requeued more than the rule's requeue cap allows (1) for rebalancing;
 //! - `/metrics` shows the same count as the record, and `budget_site_cap_reached` says
-//!   whether the cap bites.
+//!   whether the cap bites;
+//! - after a slurmctld restart (the plugin keeps its history in memory) preempt/budget
+//!   reads the window's rebalancing preemptions back from budgetd, and after another
+//!   `RESTART_SECS` (default 40) saturated the cap and the no-back-and-forth check
+//!   still hold over both phases.
 //!
 //! `STABILITY_DIR`/`STABILITY_PORT_BASE` (default `/tmp/slurm-budget-stability`,
 //! 19217), `STABILITY_SECS`, `STABILITY_CAP` (default 4).
@@ -164,34 +168,15 @@ fn scenario(c: &mut Checks, tb: &Testbed, secs: i64, cap: u32) -> Result<()> {
         Check::that((0.9..1.0).contains(&ratios.0) && (0.9..1.0).contains(&ratios.1))
             .actual(format!("{ratios:?}")),
     );
-    let t_end = now() + secs;
     let mut jobs = Vec::new();
     for k in 0..4 {
         for team in ["teama", "teamb"] {
             jobs.push(sub(s, team, 30 + 10 * k)?);
         }
     }
-    let mut crossings = 0;
-    let mut last_over = None;
-    while now() < t_end {
-        for team in ["teama", "teamb"] {
-            if s.queue(&["-t", "PD", "-A", team])?.len() < 3 {
-                jobs.push(sub(s, team, 40)?);
-            }
-        }
-        let over = (api.ratio("teama")? >= 1.0, api.ratio("teamb")? >= 1.0);
-        if last_over.is_some_and(|l| l != over) {
-            crossings += 1;
-        }
-        last_over = Some(over);
-        sleep_secs(2.0);
-    }
+    let crossings = saturate(tb, &mut jobs, secs)?;
     sleep_secs(4.0);
-    let rows: Vec<Preemption> = api
-        .preemptions()?
-        .into_iter()
-        .filter(|r| matches!(r.reason.as_str(), "rebalance" | "over_budget"))
-        .collect();
+    let rows = rebalancing(tb)?;
     let mut restarts: BTreeMap<JobId, u32> = BTreeMap::new();
     for j in &jobs {
         if let Some(job) = s.job(*j)? {
@@ -248,7 +233,103 @@ fn scenario(c: &mut Checks, tb: &Testbed, secs: i64, cap: u32) -> Result<()> {
             "site cap reached; slurmctld log says so: {logged}"
         ));
     }
+    restart_keeps_the_count(c, tb, &mut jobs, rows.len(), cap)?;
     s.cancel_user(tb.user())?;
+    Ok(())
+}
+
+/// Keeps both teams' queues at three pending jobs for `secs`; returns how often
+/// the pair "who is over budget" changed.
+fn saturate(tb: &Testbed, jobs: &mut Vec<JobId>, secs: i64) -> Result<u32> {
+    let (s, api) = (tb.slurm(), tb.budgetd());
+    let t_end = now() + secs;
+    let mut crossings = 0;
+    let mut last_over = None;
+    while now() < t_end {
+        for team in ["teama", "teamb"] {
+            if s.queue(&["-t", "PD", "-A", team])?.len() < 3 {
+                jobs.push(sub(s, team, 40)?);
+            }
+        }
+        let over = (api.ratio("teama")? >= 1.0, api.ratio("teamb")? >= 1.0);
+        if last_over.is_some_and(|l| l != over) {
+            crossings += 1;
+        }
+        last_over = Some(over);
+        sleep_secs(2.0);
+    }
+    Ok(crossings)
+}
+
+/// The rebalancing preemptions budgetd recorded (reasons rebalance and over_budget).
+fn rebalancing(tb: &Testbed) -> Result<Vec<Preemption>> {
+    Ok(tb
+        .budgetd()
+        .preemptions()?
+        .into_iter()
+        .filter(|r| matches!(r.reason.as_str(), "rebalance" | "over_budget"))
+        .collect())
+}
+
+/// The count of the line `preempt/budget` logs when it seeded its history.
+fn seeded(line: &str) -> Option<usize> {
+    line.split("rebalance history: ")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// `preempt/budget` keeps the window's rebalancing preemptions in memory: a
+/// restarted slurmctld reads them back from budgetd's record, so the site cap
+/// and the reverse locks keep counting them. Restart, saturate again for
+/// `RESTART_SECS` (default 40), check.
+fn restart_keeps_the_count(
+    c: &mut Checks,
+    tb: &Testbed,
+    jobs: &mut Vec<JobId>,
+    before: usize,
+    cap: u32,
+) -> Result<()> {
+    let secs = env_num("RESTART_SECS", 40)?;
+    let log = tb.ctld_log();
+    let loads = log.count("rebalance history: ")?;
+    say(format_args!(
+        "== stability: slurmctld restarts with {before} rebalancing preemption(s) in the window"
+    ));
+    tb.restart_ctld()?;
+    let w = wait_secs(60, || -> Result<bool> {
+        Ok(log.count("rebalance history: ")? > loads)
+    });
+    let lines = log.lines(|l| l.contains("rebalance history: "))?;
+    let read = lines.last().and_then(|l| seeded(l));
+    c.record(
+        "after a slurmctld restart preempt/budget reads the window's rebalancing preemptions from budgetd",
+        Check::that(w.ok && read == Some(before))
+            .expected(format!("{before} seeded"))
+            .actual(format!("{read:?} ({})", w.describe()))
+            .log("rebalance history: "),
+    );
+    saturate(tb, jobs, secs)?;
+    sleep_secs(4.0);
+    let rows = rebalancing(tb)?;
+    say(format_args!(
+        "stability: {} rebalancing preemption(s) in all, {} after the restart",
+        rows.len(),
+        rows.len().saturating_sub(before)
+    ));
+    c.record(
+        "rebalancing preemptions within the site cap across the restart",
+        Check::that(rows.len() <= cap as usize)
+            .expected(format!("<= {cap}"))
+            .actual(format!("{}: {rows:?}", rows.len())),
+    );
+    let bf = back_and_forth(&rows);
+    c.record(
+        "no back-and-forth across the restart",
+        Check::that(bf.is_empty()).actual(format!("{bf:?}")),
+    );
     Ok(())
 }
 
@@ -289,5 +370,10 @@ mod tests {
             sample("budget_site_cap_reached_x 1\n", "budget_site_cap_reached"),
             None
         );
+        assert_eq!(
+            seeded("[t] preempt/budget: rebalance history: 3 preemption(s) of the last window"),
+            Some(3)
+        );
+        assert_eq!(seeded("rebalance: job 1 requeued"), None);
     }
 }
