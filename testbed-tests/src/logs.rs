@@ -115,8 +115,33 @@ pub fn names_job(line: &str, job: u32) -> bool {
     })
 }
 
+/// What `preempt/budget` logs once per load when it read the window's rebalancing
+/// preemptions back from budgetd ("rebalance history: N preemption(s) ...").
+pub const SEEDED_HISTORY: &str = "rebalance history: ";
+
+/// The count N of a [`SEEDED_HISTORY`] line, if `line` is one.
+pub fn seeded_history(line: &str) -> Option<usize> {
+    line.split(SEEDED_HISTORY)
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn seeded_history_reads_the_count() {
+        assert_eq!(
+            super::seeded_history(
+                "[t] preempt/budget: rebalance history: 3 preemption(s) of the last window"
+            ),
+            Some(3)
+        );
+        assert_eq!(super::seeded_history("rebalance: job 1 requeued"), None);
+    }
+
     use super::*;
 
     #[test]

@@ -45,6 +45,7 @@ use budget_protocol::RunState;
 use policy_core::preempt::Allowed;
 use testbed_tests::api::{Budgetd, PolicyPatch};
 use testbed_tests::checks::{Check, Checks, run_suite, say, sleep_secs, wait_secs};
+use testbed_tests::logs::{SEEDED_HISTORY, seeded_history};
 use testbed_tests::slurm::{Job, JobId, Slurm};
 use testbed_tests::testbed::{Testbed, TestbedConfig, with_testbed};
 use testbed_tests::time::{now, utc_iso};
@@ -1077,21 +1078,21 @@ fn section_6(c: &mut Checks, tb: &Testbed) -> Result<()> {
         site_max_preemptions: Some(recorded),
         ..PolicyPatch::default()
     })?;
-    let loads = log.count("rebalance history: ")?;
+    let loads = log.count(SEEDED_HISTORY)?;
     tb.restart_ctld()?;
     let w = wait_secs(60, || -> Result<bool> {
-        Ok(log.count("rebalance history: ")? > loads)
+        Ok(log.count(SEEDED_HISTORY)? > loads)
     });
     let read = log
-        .lines(|l| l.contains("rebalance history: "))?
+        .lines(|l| l.contains(SEEDED_HISTORY))?
         .last()
-        .and_then(|l| seeded_count(l));
+        .and_then(|l| seeded_history(l));
     c.record(
         "6 after a slurmctld restart preempt/budget reads the window's rebalancing preemptions from budgetd",
         Check::that(w.ok && read == Some(recorded as usize))
             .expected(format!("{recorded} read back"))
             .actual(format!("{read:?} ({})", w.describe()))
-            .log("rebalance history: "),
+            .log(SEEDED_HISTORY),
     );
     // The same situation: the cap, reached before the restart, still holds.
     let refusals = log.count("site cap reached")?;
@@ -1130,16 +1131,6 @@ fn section_6(c: &mut Checks, tb: &Testbed) -> Result<()> {
     })?;
     tb.clear_jobs()?;
     Ok(())
-}
-
-/// The count of the line `preempt/budget` logs when it read its history back.
-fn seeded_count(line: &str) -> Option<usize> {
-    line.split("rebalance history: ")
-        .nth(1)?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 #[cfg(test)]
