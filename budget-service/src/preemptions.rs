@@ -130,25 +130,27 @@ pub fn of_run(store: &Store, job_id: u32, run: u32) -> Option<Preemption> {
         .flatten()
 }
 
-/// Totals per victim account (no roll-up: a preemption is a fact about one job).
 /// Rebalancing preemptions (reasons `rebalance` and `over_budget`: what the
 /// cost-aware rule allows between budgeted teams) in the window ending at
 /// `now`, and the GPU-hours their runs lost: what the site caps count.
 pub fn site_totals(store: &Store, now: i64) -> (u64, f64) {
-    let since = now - store.policy().window_secs + 1;
-    list(store, since)
-        .unwrap_or_default()
+    rebalancing(store, now)
         .iter()
-        .filter(|p| p.at <= now)
-        .filter(|p| {
-            matches!(
-                p.reason,
-                PreemptionReason::Rebalance | PreemptionReason::OverBudget
-            )
-        })
         .fold((0, 0.0), |(n, h), p| (n + 1, h + p.gpu_hours))
 }
 
+/// The rebalancing preemptions ([`PreemptionReason::is_rebalancing`]) of the
+/// window ending at `now`, oldest first: what the site caps count and `why`
+/// gives the cost-aware rule as its history.
+pub fn rebalancing(store: &Store, now: i64) -> Vec<Preemption> {
+    list(store, now - store.policy().window_secs + 1)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.at <= now && p.reason.is_rebalancing())
+        .collect()
+}
+
+/// Totals per victim account (no roll-up: a preemption is a fact about one job).
 pub fn by_account(rows: &[Preemption]) -> Vec<AccountLoss> {
     let mut m: BTreeMap<&str, AccountLoss> = BTreeMap::new();
     for r in rows {

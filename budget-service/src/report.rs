@@ -170,22 +170,6 @@ pub fn usage(store: &Store, from: i64, to: i64, by_user: bool, scope: &Scope) ->
     }
 }
 
-/// Rebalancing preemptions (the rule's own) of the window ending at `now`.
-fn rebalance_history(store: &Store, now: i64) -> Vec<budget_protocol::preemption::Preemption> {
-    use budget_protocol::preemption::PreemptionReason;
-    crate::preemptions::list(store, now - store.policy().window_secs + 1)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|p| {
-            p.at <= now
-                && matches!(
-                    p.reason,
-                    PreemptionReason::Rebalance | PreemptionReason::OverBudget
-                )
-        })
-        .collect()
-}
-
 /// The wire's reason (`PreemptPeer::reason`) for what the cost-aware rule allowed.
 /// A job of an over-budget path is `victim_over_budget`, as `preempt/budget`
 /// records it.
@@ -237,7 +221,7 @@ pub fn why(
     // every pending one, and the rebalancing preemptions of the window.
     let running = store.ledger().in_state(RunState::Running);
     let pending = store.ledger().in_state(RunState::Pending);
-    let history = rebalance_history(store, now);
+    let history = crate::preemptions::rebalancing(store, now);
     // GPUs weighted by type with the snapshot's weights, as the plugins weigh
     // them (its capacity is weighted with the same).
     let w = &snap.weights;

@@ -50,6 +50,16 @@ impl PreemptionReason {
         }
     }
 
+    /// A preemption between budgeted teams by the cost-aware rule (`rebalance`,
+    /// `over_budget`): what the site caps, the lost-work budgets and the reverse
+    /// locks count, in budgetd (`/metrics`, `why`) and in `preempt/budget`.
+    pub fn is_rebalancing(self) -> bool {
+        matches!(
+            self,
+            PreemptionReason::Rebalance | PreemptionReason::OverBudget
+        )
+    }
+
     /// The reason spelled `s`, if any.
     pub fn parse(s: &str) -> Option<PreemptionReason> {
         Self::ALL.into_iter().find(|r| r.as_str() == s)

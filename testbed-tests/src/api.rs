@@ -298,6 +298,14 @@ impl Budgetd {
         Ok(self.get::<PreemptionReport>("/v1/preemptions")?.rows)
     }
 
+    /// The rebalancing preemptions recorded (reasons `rebalance` and
+    /// `over_budget`: what the site caps count).
+    pub fn rebalancing_preemptions(&self) -> Result<Vec<Preemption>> {
+        let mut rows = self.preemptions()?;
+        rows.retain(|r| matches!(r.reason.as_str(), "rebalance" | "over_budget"));
+        Ok(rows)
+    }
+
     /// The fair-share table.
     pub fn share(&self) -> Result<Vec<ShareRow>> {
         Ok(self.get::<ShareReport>("/v1/share")?.rows)

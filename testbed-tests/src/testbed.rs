@@ -18,10 +18,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::api::Budgetd;
-use crate::checks::{Checks, say};
+use crate::checks::{Checks, say, wait_secs};
 use crate::command;
 use crate::error::{Error, Result};
-use crate::logs::LogFile;
+use crate::logs::{LogFile, SEEDED_HISTORY, seeded_history};
 use crate::slurm::Slurm;
 use crate::{release_dir, repo_root};
 
@@ -421,6 +421,27 @@ impl Testbed {
     /// `scripts/testbed restart-ctld`.
     pub fn restart_ctld(&self) -> Result<()> {
         self.script(&["restart-ctld"])
+    }
+
+    /// [`Testbed::restart_ctld`], then waits up to 60 s for the new load of
+    /// `preempt/budget` to log that it read its rebalancing history back from
+    /// budgetd ([`SEEDED_HISTORY`]): how many it read (`None`: nothing logged
+    /// in time), and how the wait went.
+    pub fn restart_ctld_reading_history(&self) -> Result<(Option<usize>, String)> {
+        let log = self.ctld_log();
+        let loads = log.count(SEEDED_HISTORY)?;
+        self.restart_ctld()?;
+        let w = wait_secs(60, || -> Result<bool> {
+            Ok(log.count(SEEDED_HISTORY)? > loads)
+        });
+        let read = if w.ok {
+            log.lines(|l| l.contains(SEEDED_HISTORY))?
+                .last()
+                .and_then(|l| seeded_history(l))
+        } else {
+            None
+        };
+        Ok((read, w.describe()))
     }
 
     /// `scripts/testbed down` then `up`, keeping the folder and budgetd's database:

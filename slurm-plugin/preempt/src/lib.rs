@@ -250,16 +250,17 @@ fn refresh_holdings(p: &Plugin) {
 /// `SEED_RETRY_SECS`, and preemptions meanwhile are this load's own (in memory).
 fn seed_history(p: &Plugin, client: &mut LazyClient) {
     let now = unix_now();
-    // The window is the snapshot's: nothing is tried before the first one.
-    let Some(window) = p.snapshots.latest().map(|s| s.policy.window_secs) else {
-        return;
-    };
-    let loaded_at = match p.seed.lock() {
-        Ok(mut s) if !s.done && now - s.tried_at >= SEED_RETRY_SECS => {
-            s.tried_at = now;
-            s.loaded_at
+    let (loaded_at, window) = {
+        let Ok(mut s) = p.seed.lock() else { return };
+        if s.done || now - s.tried_at < SEED_RETRY_SECS {
+            return;
         }
-        _ => return,
+        // The window is the snapshot's: nothing is tried before the first one.
+        let Some(window) = p.snapshots.latest().map(|snap| snap.policy.window_secs) else {
+            return;
+        };
+        s.tried_at = now;
+        (s.loaded_at, window)
     };
     let since = now - window + 1;
     let report: PreemptionReport = match client.get().and_then(|c| {

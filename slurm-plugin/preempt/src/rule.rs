@@ -20,7 +20,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use budget_protocol::preemption::{Preemption, PreemptionReason};
+use budget_protocol::preemption::Preemption;
 use budget_protocol::{PluginSnapshot, Policy};
 use policy_core::hostlist;
 use policy_core::preempt::drain_may_take;
@@ -57,11 +57,7 @@ impl Past {
     /// its lost work is the whole run (GPUs x run length), an upper bound of
     /// what the rule estimated. `None` for other reasons and later records.
     pub fn from_record(p: &Preemption, loaded_at: i64) -> Option<Past> {
-        if !matches!(
-            p.reason,
-            PreemptionReason::Rebalance | PreemptionReason::OverBudget
-        ) || p.at >= loaded_at
-        {
+        if !p.reason.is_rebalancing() || p.at >= loaded_at {
             return None;
         }
         Some(Past {
@@ -285,7 +281,7 @@ impl Grants {
     /// older than `window` and any already held (same victim and instant).
     /// Returns how many were added.
     pub fn seed(&mut self, earlier: Vec<Past>, now: i64, window: i64) -> usize {
-        let mut earlier: Vec<Past> = earlier
+        let earlier: Vec<Past> = earlier
             .into_iter()
             .filter(|h| h.at > now - window && h.at <= now)
             .filter(|h| {
@@ -295,13 +291,9 @@ impl Grants {
                     .any(|k| k.victim == h.victim && k.at == h.at)
             })
             .collect();
-        earlier.sort_by_key(|h| (h.at, h.victim));
         let n = earlier.len();
-        for h in earlier.into_iter().rev() {
-            self.history.push_front(h);
-        }
-        // In memory they are all of this load, later than any seeded one; keep
-        // the order anyway should a clock have stepped back.
+        self.history.extend(earlier);
+        // Oldest first, as `settle` prunes it.
         self.history.make_contiguous().sort_by_key(|h| h.at);
         n
     }
@@ -572,6 +564,8 @@ mod tests {
         g.settle(&seen, 2010 + W, W);
         assert!(g.history().is_empty());
     }
+
+    use budget_protocol::preemption::PreemptionReason;
 
     /// A row of budgetd's preemption record.
     fn recorded(

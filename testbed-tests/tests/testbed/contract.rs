@@ -45,7 +45,7 @@ use budget_protocol::RunState;
 use policy_core::preempt::Allowed;
 use testbed_tests::api::{Budgetd, PolicyPatch};
 use testbed_tests::checks::{Check, Checks, run_suite, say, sleep_secs, wait_secs};
-use testbed_tests::logs::{SEEDED_HISTORY, seeded_history};
+use testbed_tests::logs::SEEDED_HISTORY;
 use testbed_tests::slurm::{Job, JobId, Slurm};
 use testbed_tests::testbed::{Testbed, TestbedConfig, with_testbed};
 use testbed_tests::time::{now, utc_iso};
@@ -1036,16 +1036,6 @@ fn requeues(s: &Slurm, jobs: &[JobId]) -> Result<u32> {
     Ok(n)
 }
 
-/// Rebalancing preemptions budgetd recorded (reasons rebalance and over_budget:
-/// what the site cap counts).
-fn rebalancing_recorded(api: &Budgetd) -> Result<u32> {
-    let rows = api.preemptions()?;
-    Ok(rows
-        .iter()
-        .filter(|r| matches!(r.reason.as_str(), "rebalance" | "over_budget"))
-        .count() as u32)
-}
-
 fn section_6(c: &mut Checks, tb: &Testbed) -> Result<()> {
     say("== 6. the window's preemptions outlive a slurmctld restart (site cap)");
     let s = tb.slurm();
@@ -1068,7 +1058,7 @@ fn section_6(c: &mut Checks, tb: &Testbed) -> Result<()> {
             .iter()
             .any(|r| r.preemptor == Some(p) && r.source == "plugin"))
     });
-    let recorded = rebalancing_recorded(api)?;
+    let recorded = api.rebalancing_preemptions()?.len() as u32;
     say(format_args!(
         "   {recorded} rebalancing preemption(s) recorded ({}); site cap := {recorded}",
         w.describe()
@@ -1078,20 +1068,12 @@ fn section_6(c: &mut Checks, tb: &Testbed) -> Result<()> {
         site_max_preemptions: Some(recorded),
         ..PolicyPatch::default()
     })?;
-    let loads = log.count(SEEDED_HISTORY)?;
-    tb.restart_ctld()?;
-    let w = wait_secs(60, || -> Result<bool> {
-        Ok(log.count(SEEDED_HISTORY)? > loads)
-    });
-    let read = log
-        .lines(|l| l.contains(SEEDED_HISTORY))?
-        .last()
-        .and_then(|l| seeded_history(l));
+    let (read, waited) = tb.restart_ctld_reading_history()?;
     c.record(
         "6 after a slurmctld restart preempt/budget reads the window's rebalancing preemptions from budgetd",
-        Check::that(w.ok && read == Some(recorded as usize))
+        Check::that(read == Some(recorded as usize))
             .expected(format!("{recorded} read back"))
-            .actual(format!("{read:?} ({})", w.describe()))
+            .actual(format!("{read:?} ({waited})"))
             .log(SEEDED_HISTORY),
     );
     // The same situation: the cap, reached before the restart, still holds.

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result, ensure};
 use testbed_tests::api::{PolicyPatch, Preemption};
 use testbed_tests::checks::{Check, Checks, run_suite, say, sleep_secs, wait_secs};
-use testbed_tests::logs::{SEEDED_HISTORY, seeded_history};
+use testbed_tests::logs::SEEDED_HISTORY;
 use testbed_tests::slurm::{JobId, Slurm};
 use testbed_tests::testbed::{Testbed, TestbedConfig, with_testbed};
 use testbed_tests::time::{now, utc_iso};
@@ -177,7 +177,7 @@ fn scenario(c: &mut Checks, tb: &Testbed, secs: i64, cap: u32) -> Result<()> {
     }
     let crossings = saturate(tb, &mut jobs, secs)?;
     sleep_secs(4.0);
-    let rows = rebalancing(tb)?;
+    let rows = tb.budgetd().rebalancing_preemptions()?;
     let mut restarts: BTreeMap<JobId, u32> = BTreeMap::new();
     for j in &jobs {
         if let Some(job) = s.job(*j)? {
@@ -262,16 +262,6 @@ fn saturate(tb: &Testbed, jobs: &mut Vec<JobId>, secs: i64) -> Result<u32> {
     Ok(crossings)
 }
 
-/// The rebalancing preemptions budgetd recorded (reasons rebalance and over_budget).
-fn rebalancing(tb: &Testbed) -> Result<Vec<Preemption>> {
-    Ok(tb
-        .budgetd()
-        .preemptions()?
-        .into_iter()
-        .filter(|r| matches!(r.reason.as_str(), "rebalance" | "over_budget"))
-        .collect())
-}
-
 /// `preempt/budget` keeps the window's rebalancing preemptions in memory: a
 /// restarted slurmctld reads them back from budgetd's record, so the site cap
 /// and the reverse locks keep counting them. Restart, saturate again for
@@ -284,27 +274,20 @@ fn restart_keeps_the_count(
     cap: u32,
 ) -> Result<()> {
     let secs = env_num("RESTART_SECS", 40)?;
-    let log = tb.ctld_log();
-    let loads = log.count(SEEDED_HISTORY)?;
     say(format_args!(
         "== stability: slurmctld restarts with {before} rebalancing preemption(s) in the window"
     ));
-    tb.restart_ctld()?;
-    let w = wait_secs(60, || -> Result<bool> {
-        Ok(log.count(SEEDED_HISTORY)? > loads)
-    });
-    let lines = log.lines(|l| l.contains(SEEDED_HISTORY))?;
-    let read = lines.last().and_then(|l| seeded_history(l));
+    let (read, waited) = tb.restart_ctld_reading_history()?;
     c.record(
         "after a slurmctld restart preempt/budget reads the window's rebalancing preemptions from budgetd",
-        Check::that(w.ok && read == Some(before))
+        Check::that(read == Some(before))
             .expected(format!("{before} seeded"))
-            .actual(format!("{read:?} ({})", w.describe()))
+            .actual(format!("{read:?} ({waited})"))
             .log(SEEDED_HISTORY),
     );
     saturate(tb, jobs, secs)?;
     sleep_secs(4.0);
-    let rows = rebalancing(tb)?;
+    let rows = tb.budgetd().rebalancing_preemptions()?;
     say(format_args!(
         "stability: {} rebalancing preemption(s) in all, {} after the restart",
         rows.len(),
