@@ -95,7 +95,8 @@ struct Plugin {
 /// Seeding the rebalancing history once per load (`seed_history`).
 #[derive(Debug, Default)]
 struct HistorySeed {
-    /// When this load started (`init`): records before it are seeded.
+    /// When this load started (`init`): records from then on may be its own
+    /// (`Grants::seed`).
     loaded_at: i64,
     done: bool,
     /// Last attempt, so that an unreachable budgetd is asked every
@@ -243,7 +244,7 @@ fn refresh_holdings(p: &Plugin) {
 }
 
 /// Once per load, when a snapshot says what the window is: the rebalancing
-/// preemptions budgetd recorded in the window before this load, into the
+/// preemptions budgetd recorded in the window that this load does not hold, into the
 /// grants' history. Without them a restarted `slurmctld` would start the site
 /// cap, the lost-work budgets and the reverse locks from none (the history is
 /// in memory). No Slurm lock; an unreachable budgetd is retried every
@@ -279,10 +280,10 @@ fn seed_history(p: &Plugin, client: &mut LazyClient) {
     let earlier: Vec<rule::Past> = report
         .rows
         .iter()
-        .filter_map(|r| rule::Past::from_record(r, loaded_at))
+        .filter_map(rule::Past::from_record)
         .collect();
     let added = match p.grants.lock() {
-        Ok(mut g) => g.seed(earlier, now, window),
+        Ok(mut g) => g.seed(earlier, loaded_at, now, window),
         Err(_) => return,
     };
     if let Ok(mut s) = p.seed.lock() {

@@ -49,15 +49,15 @@ pub struct Past {
 
 impl Past {
     /// A rebalancing preemption of budgetd's record (reasons `rebalance` and
-    /// `over_budget`, what the site cap counts) made before `loaded_at`, when
-    /// this load of the plugin started: later ones are in memory already. The
+    /// `over_budget`, what the site cap counts; `None` for the others). The
     /// record names the preemptor's account but not its user (the preemptor
     /// user is left empty, so the rule counts it at the account: the lost-work
     /// budgets of the account and above, reverse locks between accounts), and
     /// its lost work is the whole run (GPUs x run length), an upper bound of
-    /// what the rule estimated. `None` for other reasons and later records.
-    pub fn from_record(p: &Preemption, loaded_at: i64) -> Option<Past> {
-        if !p.reason.is_rebalancing() || p.at >= loaded_at {
+    /// what the rule estimated. Which rows are this load's own is
+    /// [`Grants::seed`]'s to tell.
+    pub fn from_record(p: &Preemption) -> Option<Past> {
+        if !p.reason.is_rebalancing() {
             return None;
         }
         Some(Past {
@@ -276,20 +276,24 @@ impl Grants {
         done
     }
 
-    /// Adds preemptions made before this load (budgetd's record, through
-    /// [`Past::from_record`]) to the history, oldest first, dropping those
-    /// older than `window` and any already held (same victim and instant).
-    /// Returns how many were added.
-    pub fn seed(&mut self, earlier: Vec<Past>, now: i64, window: i64) -> usize {
-        let earlier: Vec<Past> = earlier
-            .into_iter()
-            .filter(|h| h.at > now - window && h.at <= now)
-            .filter(|h| {
-                !self
-                    .history
-                    .iter()
-                    .any(|k| k.victim == h.victim && k.at == h.at)
+    /// Adds the rebalancing preemptions of budgetd's record
+    /// ([`Past::from_record`]) that this load of the plugin, started at
+    /// `loaded_at`, does not hold: those within `window` of `now`, not already
+    /// held (same victim and instant: a second seeding adds nothing), and, from
+    /// `loaded_at` on, not of a victim this load's history holds from then on
+    /// (this load's own: budgetd stamps its report, the history the requeue, a
+    /// moment apart). A row of the second the load started in is an earlier
+    /// load's unless so (a slurmctld restarted within a second of a
+    /// preemption). Oldest first; returns how many were added.
+    pub fn seed(&mut self, records: Vec<Past>, loaded_at: i64, now: i64, window: i64) -> usize {
+        let held = |h: &Past| {
+            self.history.iter().any(|k| {
+                k.victim == h.victim && (k.at == h.at || (h.at >= loaded_at && k.at >= loaded_at))
             })
+        };
+        let earlier: Vec<Past> = records
+            .into_iter()
+            .filter(|h| h.at > now - window && h.at <= now && !held(h))
             .collect();
         let n = earlier.len();
         self.history.extend(earlier);
@@ -596,17 +600,17 @@ mod tests {
         let rows = [
             recorded(1, PreemptionReason::Rebalance, 4000, Some("teama")),
             recorded(2, PreemptionReason::OverBudget, 4500, None),
-            // Not what the rule counts, or already this load's own.
+            // Not what the rule counts.
             recorded(3, PreemptionReason::Drain, 4600, Some("teama")),
             recorded(4, PreemptionReason::FreeTier, 4700, Some("teama")),
+            // An earlier load's, in the second this load started.
             recorded(5, PreemptionReason::Rebalance, loaded_at, Some("teama")),
+            // This load's own: in memory since 5140, reported at 5150.
+            recorded(6, PreemptionReason::Rebalance, 5150, Some("teama")),
         ];
-        let earlier: Vec<Past> = rows
-            .iter()
-            .filter_map(|r| Past::from_record(r, loaded_at))
-            .collect();
-        assert_eq!(earlier.len(), 2);
-        let first = &earlier[0];
+        let records: Vec<Past> = rows.iter().filter_map(Past::from_record).collect();
+        assert_eq!(records.len(), 4);
+        let first = &records[0];
         assert_eq!(
             (first.victim, first.at, first.preemptor_account.as_str()),
             (1, 4000, "teama")
@@ -617,29 +621,35 @@ mod tests {
         );
         assert_eq!(first.preemptor_user, "");
         assert!((first.lost_gpu_secs - 7200.0).abs() < 1e-9);
-        assert_eq!(earlier[1].preemptor_account, "");
+        assert_eq!(records[1].preemptor_account, "");
 
         let mut g = Grants::default();
-        // This load's own preemption is already in memory.
+        // This load's own preemptions are already in memory: job 1 taken
+        // again (both count), and job 6.
         g.history.push_back(Past {
             at: 5100,
+            ..first.clone()
+        });
+        g.history.push_back(Past {
+            at: 5140,
+            victim: 6,
             ..first.clone()
         });
         // Seeding twice adds nothing the second time; a row older than the
         // window is dropped.
         let mut old = first.clone();
         old.at = 5200 - W;
-        let mut with_old = earlier.clone();
+        let mut with_old = records.clone();
         with_old.push(old);
-        assert_eq!(g.seed(with_old, 5200, W), 2);
-        assert_eq!(g.seed(earlier.clone(), 5200, W), 0);
+        assert_eq!(g.seed(with_old, loaded_at, 5200, W), 3);
+        assert_eq!(g.seed(records.clone(), loaded_at, 5200, W), 0);
         let at: Vec<i64> = g.history().iter().map(|h| h.at).collect();
-        assert_eq!(at, vec![4000, 4500, 5100]);
+        assert_eq!(at, vec![4000, 4500, 5000, 5100, 5140]);
 
-        // The site cap counts the seeded ones: with a cap of 3, a fourth
-        // rebalancing is refused although this load made only one.
+        // The site cap counts the seeded ones: with a cap of 5, a sixth
+        // rebalancing is refused although this load made only two.
         let policy = Policy {
-            site_max_preemptions: Some(3),
+            site_max_preemptions: Some(5),
             ..Policy::default()
         };
         let s = snapshot(10.0, 500.0, vec![], policy);
@@ -647,7 +657,7 @@ mod tests {
         let h = Period::compute(7, Some(s), &jobs, &g.history(), 5200);
         assert!(matches!(
             decide(Some(&h), &mut Grants::default(), &jobs[2], &jobs[0], 5200),
-            Err(Denied::SiteCap { preemptions: 3, .. })
+            Err(Denied::SiteCap { preemptions: 5, .. })
         ));
         // And the reverse lock between the accounts holds on the seeded rows
         // alone: teamb may not take back from teama what teama took from it
