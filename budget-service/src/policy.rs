@@ -57,6 +57,11 @@ pub fn validate(p: &Policy) -> Result<(), String> {
             p.tier_projection,
             "a fraction of a window between 0 and 1 (0: no projection)",
         ),
+        (
+            "balance_band",
+            p.balance_band,
+            "a fraction of the entitlement between 0 and 1 (0: GPUs held alone)",
+        ),
     ] {
         if let Some(x) = value
             && !(x.is_finite() && (0.0..=1.0).contains(&x))
@@ -134,6 +139,22 @@ mod tests {
         for a in [0.0, 0.6, 1.0] {
             let ok = PolicyPatch {
                 tier_projection: Some(Some(a)),
+                ..Default::default()
+            }
+            .apply(&p);
+            validate(&ok).unwrap();
+        }
+        for b in [f64::NAN, f64::INFINITY, -0.1, 1.01] {
+            let bad = PolicyPatch {
+                balance_band: Some(Some(b)),
+                ..Default::default()
+            }
+            .apply(&p);
+            assert!(validate(&bad).unwrap_err().contains("balance_band"), "{b}");
+        }
+        for b in [0.0, 0.15, 1.0] {
+            let ok = PolicyPatch {
+                balance_band: Some(Some(b)),
                 ..Default::default()
             }
             .apply(&p);

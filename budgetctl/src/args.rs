@@ -227,7 +227,8 @@ pub enum PolicyCmd {
     /// jobs: tier_projection (fraction of a window 0-1|none|default; default
     /// 0.6), tier_band (fraction 0-1|none|default; default none), share_order
     /// (on|off|default; default off), entitled_first (on|off|default; default
-    /// on).
+    /// on), balance_band (fraction of the entitlement 0-1|none|default; default
+    /// 0.15).
     Set {
         #[arg(required = true, value_name = "KEY=VALUE")]
         pairs: Vec<String>,

@@ -4,7 +4,7 @@
 //! `site_max_lost_gpu_hours`, `none` to clear; `max_requeues`, the requeues
 //! after which a job is no longer taken for rebalancing, `none` for no cap; and the ranking
 //! knobs of the cost-aware rule, `tier_projection`, `tier_band`, `share_order`,
-//! `entitled_first`). The rule's knobs take `default` to go back to the
+//! `entitled_first`, `balance_band`). The rule's knobs take `default` to go back to the
 //! rule's default, which `show` marks "(default)".
 
 use anyhow::bail;
@@ -18,7 +18,7 @@ use crate::output::{Out, num, render};
 const KEYS: &str = "window, default_min_runtime, max_min_runtime, require_min_runtime, \
                     hysteresis, snapshot_max_age, idle_threshold, site_max_preemptions, \
                     site_max_lost_gpu_hours, max_requeues, tier_projection, tier_band, \
-                    share_order, entitled_first";
+                    share_order, entitled_first, balance_band";
 
 /// `on|off|default` (and the usual true/false, yes/no, 1/0) of a ranking
 /// switch: `None` is back to the rule's default.
@@ -122,10 +122,11 @@ fn patch(pairs: &[String]) -> anyhow::Result<PolicyPatch> {
                     ),
                 })
             }
-            // 0 is how the policy says "no band" / "no projection"
-            // (`Policy::tier_band`, `Policy::tier_projection`).
+            // 0 is how the policy says "no band" / "no projection" / "GPUs held
+            // alone" (`Policy::tier_band`, `tier_projection`, `balance_band`).
             "tier_band" => p.tier_band = Some(fraction(k, val)?),
             "tier_projection" => p.tier_projection = Some(fraction(k, val)?),
+            "balance_band" => p.balance_band = Some(fraction(k, val)?),
             "share_order" => p.share_order = Some(switch(k, val)?),
             "entitled_first" => p.entitled_first = Some(switch(k, val)?),
             _ => bail!(UsageError(format!(
@@ -154,6 +155,7 @@ fn table(p: &Policy) -> String {
         share_order,
         entitled_first,
         tier_projection,
+        balance_band,
     } = p;
     let d = |secs: &i64| policy_core::format_duration(*secs);
     // The rule's knobs show the value in effect, the rule's default when unset.
@@ -161,6 +163,10 @@ fn table(p: &Policy) -> String {
     let unset = |u: bool| if u { " (default)" } else { "" };
     let on = |b: bool| if b { "on" } else { "off" }.to_string();
     let rows = [
+        (
+            "balance_band",
+            rule.balance_band.map_or("none".into(), |b| num(b, 3)) + unset(balance_band.is_none()),
+        ),
         ("default_min_runtime", d(default_min_runtime_secs)),
         (
             "entitled_first",
@@ -245,7 +251,8 @@ mod tests {
         assert!(line("tier_projection").ends_with(" 0.6 (default)"), "{t}");
         assert!(line("share_order").ends_with(" off (default)"), "{t}");
         assert!(line("entitled_first").ends_with(" on (default)"), "{t}");
-        assert_eq!(t.lines().count(), 15, "{t}");
+        assert!(line("balance_band").ends_with(" 0.15 (default)"), "{t}");
+        assert_eq!(t.lines().count(), 16, "{t}");
         let p = patch(&[
             "site_max_preemptions=3".into(),
             "site_max_lost_gpu_hours=none".into(),
@@ -296,6 +303,7 @@ mod tests {
             "share_order=off".into(),
             "entitled_first=on".into(),
             "tier_projection=0.4".into(),
+            "balance_band=0.25".into(),
         ])
         .expect("knobs");
         assert_eq!(
@@ -303,13 +311,15 @@ mod tests {
                 p.tier_band,
                 p.share_order,
                 p.entitled_first,
-                p.tier_projection
+                p.tier_projection,
+                p.balance_band
             ),
             (
                 Some(Some(0.2)),
                 Some(Some(false)),
                 Some(Some(true)),
-                Some(Some(0.4))
+                Some(Some(0.4)),
+                Some(Some(0.25))
             )
         );
         // `none`/`off` is no band or no projection (0 on the wire), `default`
@@ -319,6 +329,8 @@ mod tests {
             assert_eq!(p.tier_band, Some(want), "{v}");
             let p = patch(&[format!("tier_projection={v}")]).expect(v);
             assert_eq!(p.tier_projection, Some(want), "{v}");
+            let p = patch(&[format!("balance_band={v}")]).expect(v);
+            assert_eq!(p.balance_band, Some(want), "{v}");
         }
         assert_eq!(
             patch(&["tier_projection=default".into()])
@@ -344,6 +356,8 @@ mod tests {
             "tier_projection=1.5",
             "tier_projection=-1",
             "tier_projection=soon",
+            "balance_band=2",
+            "balance_band=lots",
             "share_order=maybe",
             "entitled_first=",
         ] {
@@ -361,11 +375,13 @@ mod tests {
             share_order: Some(false),
             entitled_first: Some(true),
             tier_projection: Some(0.0),
+            balance_band: Some(0.0),
             ..Policy::default()
         });
         let line = |k: &str| t.lines().find(|l| l.starts_with(k)).unwrap_or_default();
         assert!(line("tier_band ").ends_with(" none"), "{t}");
         assert!(line("tier_projection").ends_with(" none"), "{t}");
+        assert!(line("balance_band").ends_with(" none"), "{t}");
         assert!(line("share_order").ends_with(" off"), "{t}");
         assert!(line("entitled_first").ends_with(" on"), "{t}");
     }

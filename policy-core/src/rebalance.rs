@@ -184,6 +184,21 @@ pub struct RebalancePolicy {
     /// of the generated scenarios, checked on 11-20 (docs/simulator-results.md,
     /// "The projected tier and the ratio order").
     pub tier_projection: Option<f64>,
+    /// Priority, with `entitled_first`: a side counts as below its entitlement
+    /// while it holds fewer GPUs than its entitlement plus its window balance,
+    /// the entitled GPU-seconds of the last window it did not receive spread
+    /// over one window (`entitled - usage / window`, negative when it received
+    /// more), the balance kept within this fraction of the entitlement either
+    /// way. Jobs are lumpy: with the instantaneous test alone a side that
+    /// overshoots by a whole job ranks first again as soon as it is a GPU
+    /// short, and a large side a few GPUs short for weeks is never paid back
+    /// (`overload`, seed 1: the 64-GPU team held 58-62 GPUs by week while the
+    /// two 32-GPU teams held 31.6-34.3). The window's GPU-hours are what the
+    /// budget is written in; the balance makes the entitlement-first order
+    /// settle them. `None`: the instantaneous test. Default 0.15: chosen among
+    /// 0.05-0.25 on seeds 1-10 of the generated scenarios, checked on 11-20
+    /// (docs/simulator-results.md, "The window balance").
+    pub balance_band: Option<f64>,
 }
 
 impl Default for RebalancePolicy {
@@ -201,6 +216,7 @@ impl Default for RebalancePolicy {
             tier_band: None,
             share_order: false,
             tier_projection: Some(0.6),
+            balance_band: Some(0.15),
         }
     }
 }
@@ -209,7 +225,7 @@ impl Default for RebalancePolicy {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
     #[error(
-        "unknown rebalancing setting {0:?}; known: hysteresis, shortfall_tolerance, lost_budget, max_requeues, over_budget_band, reverse_lock, site_max_preemptions, site_max_lost_gpu_hours, entitled_first, tier_band, share_order, tier_projection"
+        "unknown rebalancing setting {0:?}; known: hysteresis, shortfall_tolerance, lost_budget, max_requeues, over_budget_band, reverse_lock, site_max_preemptions, site_max_lost_gpu_hours, entitled_first, tier_band, share_order, tier_projection, balance_band"
     )]
     UnknownKey(String),
     #[error("{key}: {msg}, got {value:?}")]
@@ -237,21 +253,26 @@ impl RebalancePolicy {
                 _ => Err(bad("expected a number >= 0")),
             }
         };
+        // A fraction 0..1, or `none`/`off` for the knob's None.
+        let unit_or_off = |msg: &'static str| -> Result<Option<f64>, PolicyError> {
+            match if off { None } else { Some(frac()?) } {
+                Some(x) if x > 1.0 => Err(bad(msg)),
+                x => Ok(x),
+            }
+        };
         match key.trim() {
             "hysteresis" => self.hysteresis = frac()?,
             "shortfall_tolerance" => self.shortfall_tolerance = frac()?,
             "lost_budget" => self.lost_budget = if off { None } else { Some(frac()?) },
             "over_budget_band" => self.over_budget_band = if off { None } else { Some(frac()?) },
             "tier_band" => self.tier_band = if off { None } else { Some(frac()?) },
+            "balance_band" => {
+                self.balance_band =
+                    unit_or_off("expected a fraction of the entitlement, 0 to 1, or none")?
+            }
             "tier_projection" => {
-                self.tier_projection = if off {
-                    None
-                } else {
-                    match frac()? {
-                        a if a <= 1.0 => Some(a),
-                        _ => return Err(bad("expected a fraction of a window, 0 to 1, or none")),
-                    }
-                }
+                self.tier_projection =
+                    unit_or_off("expected a fraction of a window, 0 to 1, or none")?
             }
             "site_max_lost_gpu_hours" => {
                 self.site_max_lost_gpu_hours = if off { None } else { Some(frac()?) }
@@ -369,6 +390,24 @@ pub fn weighted_gpus(gpus: u32, weight: f64) -> f64 {
         1.0
     };
     f64::from(gpus) * w
+}
+
+/// The GPUs below which a side counts as below its entitlement for the
+/// entitlement-first order ([`RebalancePolicy::balance_band`]): its entitled
+/// GPUs plus its window balance, `entitled - usage / window` (the entitled
+/// GPU-seconds of the window it did not receive, spread over one window),
+/// the balance within `band x entitled` either way. `usage` in weighted
+/// GPU-seconds of the window, `window` in seconds. Without a band, or for a
+/// side entitled to nothing or with a usage that is not a finite number: the
+/// entitlement itself.
+pub fn entitled_with_balance(entitled: f64, usage: f64, window: f64, band: Option<f64>) -> f64 {
+    match band {
+        Some(b) if b > 0.0 && entitled > 0.0 && usage.is_finite() && window > 0.0 => {
+            let room = b * entitled;
+            entitled + (entitled - usage / window).clamp(-room, room)
+        }
+        _ => entitled,
+    }
 }
 
 /// A sum or difference of weighted GPUs rounded to 1e-9 GPU, so that float
@@ -1038,7 +1077,9 @@ impl PreemptState {
     }
 
     /// Leaf ranks with entitlement first: a depth-first walk like Fair-Tree's,
-    /// but siblings below their entitled GPUs come before the others (smallest
+    /// but siblings below their entitled GPUs (with `balance_band`, their
+    /// entitlement plus their window balance: [`entitled_with_balance`]) come
+    /// before the others (smallest
     /// share of it first with `share_order`, then by ratio, as Fair-Tree orders
     /// them).
     fn entitled_order(&mut self, fs: &FairShare) {
@@ -1047,7 +1088,12 @@ impl PreemptState {
         let Some(root) = fs.nodes.iter().position(|x| x.parent.is_none()) else {
             return;
         };
-        let under = |i: usize| self.nodes[i].held < self.nodes[i].entitled;
+        let band = self.policy.balance_band;
+        let window = self.window.max(1) as f64;
+        let under = |i: usize| {
+            let s = &self.nodes[i];
+            s.held < entitled_with_balance(s.entitled, fs.nodes[i].usage, window, band)
+        };
         // Share of its entitlement a side below it holds, in millionths (0 for the
         // others, and without `share_order`, the default): serving the side
         // furthest below its entitlement first spreads what placement cannot give
@@ -2879,24 +2925,112 @@ mod tests {
         pending: &[PendingJob<'_>],
         now: i64,
     ) -> PreemptState {
+        state_under(RebalancePolicy::default(), fs, running, pending, now)
+    }
+
+    fn state_under(
+        policy: RebalancePolicy,
+        fs: &FairShare,
+        running: &[RunningJob<'_>],
+        pending: &[PendingJob<'_>],
+        now: i64,
+    ) -> PreemptState {
         PreemptState::compute(
             Some(fs),
             running.iter().copied(),
             pending.iter().copied(),
             [],
             Some(128.0),
-            RebalancePolicy::default(),
+            policy,
             now,
         )
     }
 
     #[test]
+    fn the_window_balance_moves_the_entitlement_test_by_what_the_window_owes() {
+        // Entitled to 64 GPUs over a 168 h window (hand-computed): having received
+        // 90% of its 64 x 168 GPU-hours, a side is owed 6.4 GPUs over one window
+        // and counts as below its entitlement up to 70.4; with 110%, up to 57.6;
+        // with nothing, up to the band (0.15 x 64 = 9.6 above: 73.6); 200%, 9.6
+        // below (54.4).
+        let w = 168.0 * 3600.0;
+        let used = |share: f64| share * 64.0 * w;
+        let e = |u: f64| entitled_with_balance(64.0, u, w, Some(0.15));
+        assert!((e(used(0.9)) - 70.4).abs() < 1e-9, "{}", e(used(0.9)));
+        assert!((e(used(1.1)) - 57.6).abs() < 1e-9, "{}", e(used(1.1)));
+        assert!((e(0.0) - 73.6).abs() < 1e-9);
+        assert!((e(used(2.0)) - 54.4).abs() < 1e-9);
+        assert!((e(used(1.0)) - 64.0).abs() < 1e-9);
+        // No band, a band of 0, nothing entitled, or a usage that is no number:
+        // the entitlement itself.
+        assert_eq!(entitled_with_balance(64.0, 0.0, w, None), 64.0);
+        assert_eq!(entitled_with_balance(64.0, 0.0, w, Some(0.0)), 64.0);
+        assert_eq!(entitled_with_balance(0.0, 0.0, w, Some(0.15)), 0.0);
+        assert_eq!(entitled_with_balance(64.0, f64::NAN, w, Some(0.15)), 64.0);
+        assert_eq!(entitled_with_balance(64.0, 1.0, 0.0, Some(0.15)), 64.0);
+    }
+
+    #[test]
+    fn a_side_the_window_owes_gpus_keeps_ranking_first_past_its_entitlement() {
+        // a received 90% of its window and holds 66 of its 64 GPUs (one lumpy job
+        // over); b received 95% and holds 60. Both rank budgeted. By the GPUs held
+        // alone b is the one below its entitlement and comes first; with the
+        // window balance a, owed 6.4 GPUs (below 70.4), is still below its
+        // entitlement and comes first by ratio: the window pays it back.
+        let fs = sixty_four(0.9, 0.95);
+        let running = [
+            jobs_of("a", "ua", 1, 11, 6, 1.0),
+            jobs_of("b", "ub", 100, 10, 6, 1.0),
+        ]
+        .concat();
+        let rank = |policy: RebalancePolicy| {
+            let st = state_under(policy, &fs, &running, &[], H);
+            let (pa, pb) = (
+                st.priority_place(&fs, "a", "ua").unwrap(),
+                st.priority_place(&fs, "b", "ub").unwrap(),
+            );
+            assert_eq!((pa.0, pb.0), (Tier::Budgeted, Tier::Budgeted));
+            pa.1 < pb.1
+        };
+        assert_eq!(RebalancePolicy::default().balance_band, Some(0.15));
+        assert!(rank(RebalancePolicy::default()), "a first with the balance");
+        assert!(
+            !rank(RebalancePolicy {
+                balance_band: None,
+                ..RebalancePolicy::default()
+            }),
+            "b first by the GPUs held alone"
+        );
+        // The knob as a site sets it: a fraction 0..1 or none; refused otherwise,
+        // the policy unchanged.
+        let mut p = RebalancePolicy::default();
+        p.set("balance_band", "0.3").unwrap();
+        assert_eq!(p.balance_band, Some(0.3));
+        for bad in ["1.5", "-0.1", "lots", "NaN"] {
+            assert!(p.set("balance_band", bad).is_err(), "{bad}");
+        }
+        assert_eq!(p.balance_band, Some(0.3));
+        p.set("balance_band", "none").unwrap();
+        assert_eq!(p.balance_band, None);
+    }
+
+    #[test]
     fn a_team_on_heavy_gpus_is_at_its_entitlement_and_ranks_after_one_below_its_own() {
         // a (the lower ratio: Fair-Tree's first) holds 32 GPUs of weight 2 = 64
-        // weighted GPUs, its whole entitlement; b holds 40 GPUs of weight 1.
+        // weighted GPUs, its whole entitlement; b holds 40 GPUs of weight 1. The
+        // GPUs held alone decide (no window balance: a, having used 1% of its
+        // window, would rank first up to 15% past its entitlement).
         let fs = sixty_four(0.01, 0.2);
         let b = jobs_of("b", "ub", 100, 10, 4, 1.0);
         let running = [jobs_of("a", "ua", 1, 8, 4, 2.0), b.clone()].concat();
+        let instantaneous = RebalancePolicy {
+            balance_band: None,
+            ..RebalancePolicy::default()
+        };
+        let state =
+            |fs: &FairShare, running: &[RunningJob<'_>], pending: &[PendingJob<'_>], now| {
+                state_under(instantaneous, fs, running, pending, now)
+            };
         let st = state(&fs, &running, &[], H);
         let a_side = st.side(&fs, fs.account("a").unwrap()).unwrap();
         assert_eq!(

@@ -101,6 +101,15 @@ pub struct Policy {
     /// itself, as `budgetctl policy set tier_projection=none` sends).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier_projection: Option<f64>,
+    /// Priority, with `entitled_first`: a side counts as below its entitlement
+    /// while it holds fewer GPUs than its entitlement plus its window balance
+    /// (the entitled GPU-hours of the window it did not receive, spread over
+    /// one window), the balance within this fraction of the entitlement either
+    /// way, a fraction in `[0, 1]` (`RebalancePolicy::balance_band`). `None`:
+    /// the rule's default (0.15); `Some(0.0)`: the instantaneous test (GPUs
+    /// held against the entitlement alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance_band: Option<f64>,
 }
 
 impl Default for Policy {
@@ -120,6 +129,7 @@ impl Default for Policy {
             share_order: None,
             entitled_first: None,
             tier_projection: None,
+            balance_band: None,
         }
     }
 }
@@ -149,12 +159,14 @@ impl Policy {
             share_order: self.share_order.unwrap_or(rule.share_order),
             entitled_first: self.entitled_first.unwrap_or(rule.entitled_first),
             tier_projection: fraction_knob(self.tier_projection, rule.tier_projection),
+            balance_band: fraction_knob(self.balance_band, rule.balance_band),
             ..rule
         }
     }
 }
 
-/// A fractional ranking knob of the policy (`tier_band`, `tier_projection`) as
+/// A fractional ranking knob of the policy (`tier_band`, `tier_projection`,
+/// `balance_band`) as
 /// the rule takes it: unset is the rule's default, 0 is off (the rule's `None`
 /// ranks the same and skips the pass), anything else is the value.
 fn fraction_knob(set: Option<f64>, rule_default: Option<f64>) -> Option<f64> {
@@ -465,9 +477,10 @@ mod tests {
                 old.tier_band,
                 old.share_order,
                 old.entitled_first,
-                old.tier_projection
+                old.tier_projection,
+                old.balance_band
             ),
-            (None, None, None, None)
+            (None, None, None, None, None)
         );
         assert_eq!(old.max_requeues, Some(2));
         // Unset knobs are not serialized: the previous release's plugins (whose
@@ -481,6 +494,7 @@ mod tests {
                 share_order: Some(false),
                 entitled_first: Some(true),
                 tier_projection: Some(band),
+                balance_band: Some(band),
                 ..old.clone()
             };
             let text = serde_json::to_string(&set).expect("json");
@@ -492,6 +506,7 @@ mod tests {
         }
         assert!(serde_json::from_str::<Policy>(r#"{"tier_band":"off"}"#).is_err());
         assert!(serde_json::from_str::<Policy>(r#"{"tier_projection":true}"#).is_err());
+        assert!(serde_json::from_str::<Policy>(r#"{"balance_band":"on"}"#).is_err());
     }
 
     #[test]
@@ -551,6 +566,24 @@ mod tests {
         }
         .rebalance();
         assert_eq!(some.tier_projection, Some(0.4));
+        // And for the window balance: unset is the rule's 0.15, 0 the
+        // instantaneous test, a value is kept.
+        assert_eq!(p.balance_band, Some(0.15));
+        let instantaneous = Policy {
+            balance_band: Some(0.0),
+            ..Policy::default()
+        }
+        .rebalance();
+        let mut expected = rule;
+        expected.set("balance_band", "off").expect("off");
+        assert_eq!(instantaneous.balance_band, expected.balance_band);
+        assert_eq!(instantaneous.balance_band, None);
+        let band = Policy {
+            balance_band: Some(0.3),
+            ..Policy::default()
+        }
+        .rebalance();
+        assert_eq!(band.balance_band, Some(0.3));
         // The other knobs are untouched by the ranking ones.
         assert_eq!(
             (set.max_requeues, set.lost_budget, set.reverse_lock),

@@ -160,6 +160,14 @@ pub struct PolicyPatch {
         skip_serializing_if = "Option::is_none"
     )]
     pub tier_projection: Option<Option<f64>>,
+    /// `null`: back to the rule's default; `0`: the instantaneous test (see
+    /// [`Policy::balance_band`]).
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub balance_band: Option<Option<f64>>,
 }
 
 /// A field that is present (`null` included) is `Some`: absent stays `None` by
@@ -200,6 +208,7 @@ impl PolicyPatch {
             share_order: self.share_order.unwrap_or(base.share_order),
             entitled_first: self.entitled_first.unwrap_or(base.entitled_first),
             tier_projection: self.tier_projection.unwrap_or(base.tier_projection),
+            balance_band: self.balance_band.unwrap_or(base.balance_band),
         }
     }
 

@@ -57,7 +57,8 @@ pub struct PolicyPatch {
     pub site_max_preemptions: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_requeues: Option<u32>,
-    /// The ranking knobs (`budget_protocol::Policy`; 0: no band, no projection).
+    /// The ranking knobs (`budget_protocol::Policy`; 0: no band, no projection,
+    /// GPUs held alone).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier_band: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -66,6 +67,8 @@ pub struct PolicyPatch {
     pub share_order: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub entitled_first: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub balance_band: Option<f64>,
 }
 
 /// `POST /v1/usage/import` answer (the fields the suites read).

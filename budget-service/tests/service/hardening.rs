@@ -531,7 +531,8 @@ fn the_snapshots_capacity_is_weighted_by_node_gpu_type_and_why_ranks_with_it() {
     // teama and teamb are allocated 8 weighted GPUs each: 16 on a cluster of 16
     // weighted GPUs, 8 each (the raw 12 would scale them to 6). teama (the
     // lower ratio) runs 4 B300 = 8 weighted GPUs, its whole entitlement;
-    // teamb runs 7 H100, below its 8: teamb's pending job ranks first.
+    // teamb runs 7 H100, below its 8: by the GPUs held alone teamb's pending job ranks
+    // first (below, with `balance_band` 0; with the default window balance teama).
     add_account(&c, "teama", None, 8.0 * 168.0);
     add_account(&c, "teamb", None, 8.0 * 168.0);
     add_member(&c, "alice", "teama");
@@ -564,7 +565,21 @@ fn the_snapshots_capacity_is_weighted_by_node_gpu_type_and_why_ranks_with_it() {
         (json!(1), json!(2)),
         "{a}\n{b}"
     );
-    // ... entitlement first, in weighted GPUs, teamb.
+    // ... and so does entitlement first with the window balance (the default):
+    // teama, at its 8 weighted GPUs, has received almost none of its window's
+    // GPU-hours, so it counts as below its entitlement up to 8 + 0.15 x 8 = 9.2.
+    assert_eq!(
+        (a["rank"].clone(), b["rank"].clone()),
+        (json!(1), json!(2)),
+        "{a}\n{b}"
+    );
+    // By the weighted GPUs held alone (`balance_band` 0), teama is at its
+    // entitlement and teamb, below its own, ranks first (the raw 4 B300 would
+    // have put teama at half of it, first again).
+    let (s, p) = call(&c, "PATCH", "/v1/policy", Some(&json!({"balance_band": 0})));
+    assert_eq!(s, 200, "{p}");
+    let (_, a) = call(&c, "GET", "/v1/jobs/12/why", None);
+    let (_, b) = call(&c, "GET", "/v1/jobs/21/why", None);
     assert_eq!(
         (b["rank"].clone(), a["rank"].clone()),
         (json!(1), json!(2)),

@@ -419,6 +419,7 @@ fn ranking_knobs_are_stored_audited_validated_and_in_the_snapshot() {
         "share_order",
         "entitled_first",
         "tier_projection",
+        "balance_band",
     ];
     let (v0, p0) = snapshot();
     for k in knobs {
@@ -430,11 +431,11 @@ fn ranking_knobs_are_stored_audited_validated_and_in_the_snapshot() {
         "PATCH",
         "/v1/policy",
         Some(
-            &json!({"tier_band": 0.2, "share_order": false, "entitled_first": true, "tier_projection": 0.4}),
+            &json!({"tier_band": 0.2, "share_order": false, "entitled_first": true, "tier_projection": 0.4, "balance_band": 0.25}),
         ),
     );
     assert_eq!(st, 200, "{b}");
-    let want = json!([0.2, false, true, 0.4]);
+    let want = json!([0.2, false, true, 0.4, 0.25]);
     let got = |p: &serde_json::Value| json!(knobs.map(|k| p[k].clone()));
     assert_eq!(got(&b), want, "{b}");
     let (_, p) = call(&c, "GET", "/v1/policy", None);
@@ -473,6 +474,12 @@ fn ranking_knobs_are_stored_audited_validated_and_in_the_snapshot() {
         ),
         (json!({"tier_projection": -0.5}), "tier_projection must be"),
         (json!({"tier_projection": "on"}), "invalid type"),
+        (
+            json!({"balance_band": 1.5}),
+            "balance_band must be a fraction of the entitlement between 0 and 1",
+        ),
+        (json!({"balance_band": -0.2}), "balance_band must be"),
+        (json!({"balance_band": true}), "invalid type"),
         // One bad field refuses the whole patch.
         (
             json!({"share_order": true, "tier_band": 2}),
@@ -498,13 +505,17 @@ fn ranking_knobs_are_stored_audited_validated_and_in_the_snapshot() {
     );
     assert_eq!((st, &b["tier_projection"]), (200, &json!(0.0)), "{b}");
     assert_eq!(snapshot().1["tier_projection"], json!(0.0));
+    // 0 is the instantaneous entitlement test, kept as 0 too.
+    let (st, b) = call(&c, "PATCH", "/v1/policy", Some(&json!({"balance_band": 0})));
+    assert_eq!((st, &b["balance_band"]), (200, &json!(0.0)), "{b}");
+    assert_eq!(snapshot().1["balance_band"], json!(0.0));
     // null: back to the rule's default, absent again everywhere.
     let (st, b) = call(
         &c,
         "PATCH",
         "/v1/policy",
         Some(
-            &json!({"tier_band": null, "share_order": null, "entitled_first": null, "tier_projection": null}),
+            &json!({"tier_band": null, "share_order": null, "entitled_first": null, "tier_projection": null, "balance_band": null}),
         ),
     );
     assert_eq!(st, 200, "{b}");

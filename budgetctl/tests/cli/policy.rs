@@ -1,5 +1,5 @@
 //! The cost-aware rule's ranking knobs through the real budgetctl: `policy set
-//! tier_projection=... tier_band=... share_order=... entitled_first=...` stores
+//! tier_projection=... tier_band=... share_order=... entitled_first=... balance_band=...` stores
 //! them (audited), `policy show` prints them with "(default)" where unset, bad
 //! values are refused before anything is sent, and `why` ranks with the site's
 //! values: a team over budget by 5% and holding none of its entitled GPUs ranks
@@ -60,6 +60,7 @@ fn ranking_knobs_are_set_shown_refused_and_reach_why() {
     assert_eq!(value(&show, "tier_band"), "none (default)", "{show}");
     assert_eq!(value(&show, "share_order"), "off (default)", "{show}");
     assert_eq!(value(&show, "entitled_first"), "on (default)", "{show}");
+    assert_eq!(value(&show, "balance_band"), "0.15 (default)", "{show}");
     assert_eq!(why_tier(&d), "budgeted");
     let why = ctl_ok(sock, &["why", "2"]);
     assert!(
@@ -97,17 +98,24 @@ fn ranking_knobs_are_set_shown_refused_and_reach_why() {
             "tier_band=0.2",
             "share_order=off",
             "entitled_first=on",
+            "balance_band=0.3",
         ],
     );
     assert_eq!(value(&out, "tier_band"), "0.2", "{out}");
+    assert_eq!(value(&out, "balance_band"), "0.3", "{out}");
     assert_eq!(value(&out, "share_order"), "off", "{out}");
     assert_eq!(value(&out, "entitled_first"), "on", "{out}");
     let show = ctl_ok(sock, &["policy", "show"]);
     assert_eq!(show, out, "show and set's answer differ");
     let (_, p) = call(&c, "GET", "/v1/policy", None);
     assert_eq!(
-        (&p["tier_band"], &p["share_order"], &p["entitled_first"]),
-        (&json!(0.2), &json!(false), &json!(true)),
+        (
+            &p["tier_band"],
+            &p["share_order"],
+            &p["entitled_first"],
+            &p["balance_band"]
+        ),
+        (&json!(0.2), &json!(false), &json!(true), &json!(0.3)),
         "{p}"
     );
     assert_eq!(why_tier(&d), "budgeted");
@@ -133,6 +141,10 @@ fn ranking_knobs_are_set_shown_refused_and_reach_why() {
         (
             "tier_projection=soon",
             "tier_projection: expected a fraction",
+        ),
+        (
+            "balance_band=2",
+            "balance_band: expected a fraction between 0 and 1",
         ),
         (
             "share_order=maybe",
@@ -164,18 +176,21 @@ fn ranking_knobs_are_set_shown_refused_and_reach_why() {
             "share_order=default",
             "entitled_first=default",
             "tier_projection=default",
+            "balance_band=default",
         ],
     );
     assert_eq!(value(&out, "tier_band"), "none (default)", "{out}");
     assert_eq!(value(&out, "tier_projection"), "0.6 (default)", "{out}");
     assert_eq!(value(&out, "share_order"), "off (default)", "{out}");
     assert_eq!(value(&out, "entitled_first"), "on (default)", "{out}");
+    assert_eq!(value(&out, "balance_band"), "0.15 (default)", "{out}");
     let (_, p) = call(&c, "GET", "/v1/policy", None);
     for k in [
         "tier_band",
         "share_order",
         "entitled_first",
         "tier_projection",
+        "balance_band",
     ] {
         assert!(p.get(k).is_none(), "{k} in {p}");
     }

@@ -55,13 +55,21 @@ fn cost_aware_rule_keeps_the_invariants_under_sustained_overload() {
         "fragmented",
         "many-teams",
     ] {
+        // The rule must be exercised on every scenario, but one seed may need no
+        // preemption at all (overload seed 1 with the window balance: turnover
+        // alone delivers every entitlement), which is the point of the rule.
+        let mut preemptions = 0;
         for seed in [1, 2] {
             let p = prepared(scenario, seed);
             let r = replay(&p, PolicyKind::Budget);
             let name = format!("{scenario} seed {seed}");
             assert_invariants(&name, &r);
-            assert!(r.preemptions > 0, "{name}: the rule never preempted");
+            preemptions += r.preemptions;
         }
+        assert!(
+            preemptions > 0,
+            "{scenario}: the rule never preempted on seeds 1-2"
+        );
     }
 }
 

@@ -456,6 +456,10 @@ mod tests {
         s.weights.set("b300", 2.0).expect("weight");
         s.cluster_gpus = Some(96);
         s.cluster_weighted_gpus = Some(128.0);
+        // The weighted GPUs held alone decide here (`balance_band` 0): with the
+        // window balance, teama, having received 1% of its window, counts as
+        // below its entitlement up to 64 + 0.15 x 64 and ranks first (checked last).
+        s.policy.balance_band = Some(0.0);
         let b300 = gpu_weight(Some(&s), Some("B300"));
         assert_eq!(
             (
@@ -500,6 +504,23 @@ mod tests {
             db.rank < da.rank && db.priority > da.priority,
             "{da:?} {db:?}"
         );
+        // With the window balance (the site's default) teama, owed almost its
+        // whole window, is below its entitlement up to 73.6 and first by ratio.
+        s.policy.balance_band = None;
+        let balanced = entitled_order(
+            &s,
+            [
+                ("teama", "alice", a.gpus, a.weight()),
+                ("teamb", "bob", b.gpus, b.weight()),
+            ],
+            1000,
+        );
+        let (ba, bb) = (
+            decide(Some(&s), Some(&balanced), &key("teama", "alice", 0)),
+            decide(Some(&s), Some(&balanced), &key("teamb", "bob", 0)),
+        );
+        assert!(ba.rank < bb.rank, "{ba:?} {bb:?}");
+        s.policy.balance_band = Some(0.0);
         // Without the weights (every GPU 1, the raw capacity) teama's 32 would be
         // half its entitlement and rank first.
         s.weights = GpuWeights::default();

@@ -136,6 +136,7 @@ fn scenario(c: &mut Checks, tb: &Testbed, sections: &[u32]) -> Result<()> {
         tier_projection: Some(0.6),
         share_order: Some(false),
         entitled_first: Some(true),
+        balance_band: Some(0.15),
         ..PolicyPatch::default()
     })?;
     api.create_account("teama", None, 1000.0)?;
