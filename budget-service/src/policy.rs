@@ -109,56 +109,47 @@ mod tests {
         }
         .apply(&p);
         assert!(validate(&bad).unwrap_err().contains("window_secs"));
-        for band in [f64::NAN, f64::INFINITY, -0.01, 1.01] {
-            let bad = PolicyPatch {
-                tier_band: Some(Some(band)),
-                ..Default::default()
+        // The fractional ranking knobs: each bad value refused naming the knob,
+        // each good one (0 = off included) accepted.
+        // (name, the patch setting it, values refused, values accepted)
+        type Knob = (&'static str, fn(f64) -> PolicyPatch, [f64; 4], [f64; 3]);
+        let knobs: [Knob; 3] = [
+            (
+                "tier_band",
+                |x| PolicyPatch {
+                    tier_band: Some(Some(x)),
+                    ..Default::default()
+                },
+                [f64::NAN, f64::INFINITY, -0.01, 1.01],
+                [0.0, 0.1, 1.0],
+            ),
+            (
+                "tier_projection",
+                |x| PolicyPatch {
+                    tier_projection: Some(Some(x)),
+                    ..Default::default()
+                },
+                [f64::NAN, f64::NEG_INFINITY, -0.01, 1.5],
+                [0.0, 0.6, 1.0],
+            ),
+            (
+                "balance_band",
+                |x| PolicyPatch {
+                    balance_band: Some(Some(x)),
+                    ..Default::default()
+                },
+                [f64::NAN, f64::INFINITY, -0.1, 1.01],
+                [0.0, 0.15, 1.0],
+            ),
+        ];
+        for (name, patch, bad, good) in knobs {
+            for x in bad {
+                let err = validate(&patch(x).apply(&p)).unwrap_err();
+                assert!(err.contains(name), "{name}={x}: {err}");
             }
-            .apply(&p);
-            assert!(validate(&bad).unwrap_err().contains("tier_band"), "{band}");
-        }
-        for band in [0.0, 0.1, 1.0] {
-            let ok = PolicyPatch {
-                tier_band: Some(Some(band)),
-                ..Default::default()
+            for x in good {
+                validate(&patch(x).apply(&p)).unwrap();
             }
-            .apply(&p);
-            validate(&ok).unwrap();
-        }
-        for a in [f64::NAN, f64::NEG_INFINITY, -0.01, 1.5] {
-            let bad = PolicyPatch {
-                tier_projection: Some(Some(a)),
-                ..Default::default()
-            }
-            .apply(&p);
-            assert!(
-                validate(&bad).unwrap_err().contains("tier_projection"),
-                "{a}"
-            );
-        }
-        for a in [0.0, 0.6, 1.0] {
-            let ok = PolicyPatch {
-                tier_projection: Some(Some(a)),
-                ..Default::default()
-            }
-            .apply(&p);
-            validate(&ok).unwrap();
-        }
-        for b in [f64::NAN, f64::INFINITY, -0.1, 1.01] {
-            let bad = PolicyPatch {
-                balance_band: Some(Some(b)),
-                ..Default::default()
-            }
-            .apply(&p);
-            assert!(validate(&bad).unwrap_err().contains("balance_band"), "{b}");
-        }
-        for b in [0.0, 0.15, 1.0] {
-            let ok = PolicyPatch {
-                balance_band: Some(Some(b)),
-                ..Default::default()
-            }
-            .apply(&p);
-            validate(&ok).unwrap();
         }
     }
 }

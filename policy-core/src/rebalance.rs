@@ -1090,10 +1090,13 @@ impl PreemptState {
         };
         let band = self.policy.balance_band;
         let window = self.window.max(1) as f64;
-        let under = |i: usize| {
-            let s = &self.nodes[i];
-            s.held < entitled_with_balance(s.entitled, fs.nodes[i].usage, window, band)
-        };
+        // Once per node: the sort below reads it O(siblings log siblings) times.
+        let under: Vec<bool> = self
+            .nodes
+            .iter()
+            .zip(&fs.nodes)
+            .map(|(s, node)| s.held < entitled_with_balance(s.entitled, node.usage, window, band))
+            .collect();
         // Share of its entitlement a side below it holds, in millionths (0 for the
         // others, and without `share_order`, the default): serving the side
         // furthest below its entitlement first spreads what placement cannot give
@@ -1102,7 +1105,7 @@ impl PreemptState {
         let share_order = self.policy.share_order;
         let share = |i: usize| -> u64 {
             let s = &self.nodes[i];
-            if share_order && under(i) && s.entitled > 0.0 {
+            if share_order && under[i] && s.entitled > 0.0 {
                 (s.held / s.entitled * 1e6) as u64
             } else {
                 0
@@ -1124,7 +1127,7 @@ impl PreemptState {
             }
             stack.push((i, true));
             let mut sorted: Vec<usize> = kids.clone();
-            sorted.sort_by_key(|&c| (!under(c), share(c), fs.nodes[c].sibling_rank, c));
+            sorted.sort_by_key(|&c| (!under[c], share(c), fs.nodes[c].sibling_rank, c));
             for &c in sorted.iter().rev() {
                 stack.push((c, false));
             }
@@ -3027,11 +3030,7 @@ mod tests {
             balance_band: None,
             ..RebalancePolicy::default()
         };
-        let state =
-            |fs: &FairShare, running: &[RunningJob<'_>], pending: &[PendingJob<'_>], now| {
-                state_under(instantaneous, fs, running, pending, now)
-            };
-        let st = state(&fs, &running, &[], H);
+        let st = state_under(instantaneous, &fs, &running, &[], H);
         let a_side = st.side(&fs, fs.account("a").unwrap()).unwrap();
         assert_eq!(
             (a_side.held, a_side.entitled, a_side.deficit),
@@ -3047,7 +3046,7 @@ mod tests {
         // Counted in raw GPUs (what the rule did before weights), a's 32 would
         // be half its entitlement and rank first, ahead of b's 40 of 64.
         let raw = [jobs_of("a", "ua", 1, 8, 4, 1.0), b].concat();
-        let st = state(&fs, &raw, &[], H);
+        let st = state_under(instantaneous, &fs, &raw, &[], H);
         assert!(
             st.priority_place(&fs, "a", "ua").unwrap().1
                 < st.priority_place(&fs, "b", "ub").unwrap().1
