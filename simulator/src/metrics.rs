@@ -13,6 +13,10 @@
 //!   of its allocation (teams with no allocation are left out).
 //! - **utilisation**: busy GPU-seconds (lost work included) / (cluster GPUs x
 //!   makespan), makespan = first submission to last end.
+//! - **utilisation while jobs arrive** (`utilization_to_last_submit`): busy
+//!   GPU-seconds (lost work included) from the first to the last submission /
+//!   (cluster GPUs x that span): the cluster's use before the replay drains
+//!   its remaining backlog (`None` when every job was submitted at once).
 //! - **preemptions per GPU-day**: preemptions / (cluster GPUs x makespan in days).
 //! - **GPU-hours lost**: GPUs x (preemption time - start of the run, or of the
 //!   last checkpoint), summed over preemptions.
@@ -93,6 +97,8 @@ pub struct PolicyReport {
     pub makespan_days: f64,
     pub jain_index: f64,
     pub utilization: f64,
+    /// Busy GPU share from the first to the last submission (module docs).
+    pub utilization_to_last_submit: Option<f64>,
     pub preemptions: u64,
     /// `free_tier`, `over_budget`, `rebalance`: which clause of the rule allowed each.
     pub preemptions_by_reason: BTreeMap<String, u64>,
@@ -319,6 +325,7 @@ pub fn report(o: &Outcome, window: i64, notes: &[String]) -> PolicyReport {
         })
         .collect();
     let span = o.makespan.max(1) as f64;
+    let utilization_to_last_submit = utilization_to(o, o.jobs.iter().map(|j| j.submit).max());
     let work = (o.busy_gpu_secs - o.lost_gpu_secs) as f64;
     let gpu_days = cap * span / 86_400.0;
     let c = &o.check;
@@ -333,6 +340,7 @@ pub fn report(o: &Outcome, window: i64, notes: &[String]) -> PolicyReport {
         } else {
             0.0
         }),
+        utilization_to_last_submit,
         preemptions: o.preemptions,
         preemptions_by_reason: ["free_tier", "over_budget", "rebalance"]
             .iter()
@@ -366,6 +374,25 @@ pub fn report(o: &Outcome, window: i64, notes: &[String]) -> PolicyReport {
         wait,
         notes: notes.to_vec(),
     }
+}
+
+/// Busy GPU share of `[0, end]` (runs still going at the makespan count to
+/// it); `None` for an empty span or a cluster without GPUs.
+fn utilization_to(o: &Outcome, end: Option<i64>) -> Option<f64> {
+    let end = end.filter(|&e| e > 0)?;
+    let cap = o.capacity_gpus as f64;
+    if cap <= 0.0 {
+        return None;
+    }
+    let busy: i64 = o
+        .runs
+        .iter()
+        .map(|r| {
+            let stop = r.end.unwrap_or(o.makespan).min(end);
+            (stop - r.start.min(end)).max(0) * i64::from(r.gpus)
+        })
+        .sum();
+    Some(r6(busy as f64 / (cap * end as f64)))
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@
 //! So b: mean 0.5, worst 1.0; a: 0; policy level 48 / (2 teams x 2 windows
 //! x 48) = 0.25. b's first week (from hour 0) is the first window: 1.0.
 //! Work: 4 x 24 + 2 x 12 + 1 x 20 = 140 GPU-h, nothing lost.
+//! Utilisation: 140 / (4 GPUs x 50 h) = 0.7; while jobs arrive (hours 0-30, the
+//! last submission): A1's 96 GPU-h and B1's 2 x 6 = 12, so 108 / (4 x 30) = 0.9.
 
 use std::collections::BTreeMap;
 
@@ -75,6 +77,8 @@ fn shortfall_and_work_match_the_hand_computation() {
     assert_eq!(r.work_gpu_hours, 140.0);
     assert_eq!((r.gpu_hours_lost, r.lost_fraction_of_work), (0.0, 0.0));
     assert_eq!(r.entitlement_shortfall, 0.25);
+    assert_eq!(r.utilization, 0.7);
+    assert_eq!(r.utilization_to_last_submit, Some(0.9));
     let by: BTreeMap<&str, (f64, f64, f64, f64)> = r
         .teams
         .iter()
@@ -115,6 +119,7 @@ fn json_names_the_fields_as_documented() {
         "work_gpu_hours",
         "gpu_hours_lost",
         "reversals",
+        "utilization_to_last_submit",
     ] {
         assert!(v[k].is_number(), "{k} missing: {v}");
     }
@@ -126,4 +131,16 @@ fn json_names_the_fields_as_documented() {
         assert!(v["teams"][1][k].is_number(), "teams[].{k} missing");
     }
     assert_eq!(v["teams"][1]["entitlement_shortfall_worst"], 1.0);
+}
+
+#[test]
+fn utilisation_while_jobs_arrive_needs_a_span() {
+    // Every job submitted at once: there is no arrival span to measure.
+    let shares: BTreeMap<String, f64> = [("a".into(), 2.0), ("b".into(), 2.0)].into();
+    let at_once = vec![job("A1", "a", 0, 4, 2), job("B1", "b", 0, 2, 1)];
+    let o = simulate(&at_once, &shares, PolicyKind::Decay, &cfg());
+    let r = report(&o, 24 * H, &[]);
+    assert_eq!(r.utilization_to_last_submit, None);
+    // A1 runs hours 0-2 on all 4 GPUs, B1 2-3: (8 + 2) GPU-h / (4 GPUs x 3 h).
+    assert_eq!(r.utilization, 0.833333);
 }
