@@ -101,7 +101,16 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Preemption> {
         run_start: r.get(9)?,
         gpu_hours: r.get(10)?,
         source: r.get(11)?,
+        gpu_type: None,
     })
+}
+
+/// `p` with the GPU type of its run, from the ledger (the record has no column
+/// for it: the ledger is where a run's type lives, and it keeps the runs of
+/// far more than the one window the lost-work budgets read).
+fn with_gpu_type(store: &Store, mut p: Preemption) -> Preemption {
+    p.gpu_type = store.ledger().get(p.job_id, p.run).and_then(|r| r.gpu_type);
+    p
 }
 
 const COLS: &str = "job_id, run, account, user, preemptor, preemptor_account, reason, at, gpus, \
@@ -113,7 +122,8 @@ pub fn list(store: &Store, since: i64) -> AppResult<Vec<Preemption>> {
         "SELECT {COLS} FROM preemptions WHERE at >= ?1 ORDER BY at, job_id, run"
     ))?;
     let rows = st.query_map([since], row)?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    let rows: Vec<Preemption> = rows.collect::<Result<_, _>>()?;
+    Ok(rows.into_iter().map(|p| with_gpu_type(store, p)).collect())
 }
 
 /// The preemption of one run, if recorded.
@@ -128,6 +138,7 @@ pub fn of_run(store: &Store, job_id: u32, run: u32) -> Option<Preemption> {
         .optional()
         .ok()
         .flatten()
+        .map(|p| with_gpu_type(store, p))
 }
 
 /// Rebalancing preemptions (reasons `rebalance` and `over_budget`: what the

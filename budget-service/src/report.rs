@@ -236,6 +236,8 @@ pub fn why(
             victim_account: &h.account,
             victim_user: &h.user,
             lost_gpu_secs: h.gpu_hours * 3600.0,
+            // Its budget is charged the lost GPU-hours times their weight.
+            weight: w.weight(h.gpu_type.as_deref()),
         }),
         snap.capacity_gpus(),
         store.policy().rebalance(),

@@ -66,10 +66,14 @@
 //! the billing weight of its GPU type ([`weighted_gpus`], the one formula),
 //! and the cluster's capacity as each node's GPUs x their type's weight. Raw
 //! GPU counts stay what Slurm places; with every weight 1 (a uniform site, the
-//! simulator) the amounts are the raw counts and nothing changes. Lost work
-//! ([`expected_lost_gpu_secs`], the preemption record's GPU-hours, the site
-//! cap) stays in raw GPU-seconds; the lost-work budget is still a fraction of
-//! the (weighted) entitled GPU-seconds.
+//! simulator) the amounts are the raw counts and nothing changes. Lost work is
+//! estimated in raw GPU-seconds ([`expected_lost_gpu_secs`], the preemption
+//! record's GPU-hours) and the site cap counts it so (an admin's GPU-hours);
+//! a side's lost-work budget is a fraction of its (weighted) entitled
+//! GPU-seconds, so what it is charged is weighted too: the work a victim loses
+//! times the billing weight of its GPUs ([`weighted_lost_gpu_secs`]), for the
+//! window's past preemptions ([`PastPreemption::weight`]) as for the victim
+//! at hand (destroying a B300 hour costs the budget 2.2 H100 hours).
 //!
 //! # The rule
 //! Entitled GPUs of a tree node: its allocation as a weighted GPU rate
@@ -102,7 +106,8 @@
 //!    window (`reverse_lock`).
 //! 5. **Bounded cost**: R has been requeued fewer than `max_requeues` times; the
 //!    work R would lose (GPUs x time since its last declared checkpoint, GraceTime
-//!    included) fits in what is left of P's side's lost-work budget for the window
+//!    included, times its GPUs' billing weight) fits in what is left of P's side's
+//!    lost-work budget for the window
 //!    (`lost_budget x entitled GPU-seconds per window`); the site caps on
 //!    preemptions and lost GPU-hours per window are not reached.
 //!
@@ -384,12 +389,24 @@ impl PendingJob<'_> {
 /// this module is counted with. A weight that is not a finite number above 0
 /// (never a validated `GpuWeights` one) counts as 1.
 pub fn weighted_gpus(gpus: u32, weight: f64) -> f64 {
-    let w = if weight.is_finite() && weight > 0.0 {
+    f64::from(gpus) * billing_weight(weight)
+}
+
+/// Work lost (raw GPU-seconds) by a job whose GPUs weigh `weight`, in the
+/// weighted GPU-seconds a side's lost-work budget is written in (the weight
+/// read as [`weighted_gpus`] reads it).
+pub fn weighted_lost_gpu_secs(lost_gpu_secs: f64, weight: f64) -> f64 {
+    lost_gpu_secs.max(0.0) * billing_weight(weight)
+}
+
+/// A billing weight as this module counts it: one that is not a finite
+/// number above 0 (never a validated `GpuWeights` one) counts as 1.
+fn billing_weight(weight: f64) -> f64 {
+    if weight.is_finite() && weight > 0.0 {
         weight
     } else {
         1.0
-    };
-    f64::from(gpus) * w
+    }
 }
 
 /// The GPUs below which a side counts as below its entitlement for the
@@ -447,8 +464,12 @@ pub struct PastPreemption<'a> {
     pub preemptor_user: &'a str,
     pub victim_account: &'a str,
     pub victim_user: &'a str,
-    /// Work lost (GPU-seconds), as [`expected_lost_gpu_secs`] estimated it.
+    /// Work lost (raw GPU-seconds), as [`expected_lost_gpu_secs`] estimated it.
     pub lost_gpu_secs: f64,
+    /// Billing weight of one of the victim's GPUs (as [`RunningJob::weight`]):
+    /// the preemptor side's lost-work budget is charged
+    /// [`weighted_lost_gpu_secs`]; the site cap counts the raw GPU-seconds.
+    pub weight: f64,
 }
 
 /// GPU-seconds of work a victim loses if SIGTERM reaches it at `now`: everything
@@ -491,9 +512,10 @@ pub struct SideState {
     /// GPU-seconds the forecast says the side will still miss if nothing is
     /// preempted (over the next window).
     pub forecast_shortfall: f64,
-    /// Work destroyed by this side's preemptions in the last window (GPU-s).
+    /// Work destroyed by this side's preemptions in the last window (weighted
+    /// GPU-s: [`weighted_lost_gpu_secs`]).
     pub lost_spent: f64,
-    /// Its lost-work budget per window (GPU-s; infinite without one).
+    /// Its lost-work budget per window (weighted GPU-s; infinite without one).
     pub lost_budget: f64,
 }
 
@@ -746,9 +768,13 @@ pub enum Denied {
     RequeueCap { requeues: u32, max: u32 },
     /// The preemptor's side has spent its lost-work budget.
     LostBudget {
+        /// All three in weighted GPU-seconds ([`weighted_lost_gpu_secs`]).
         spent_gpu_secs: f64,
         budget_gpu_secs: f64,
         victim_lost_gpu_secs: f64,
+        /// Some job's GPUs weigh other than 1: the words say "weighted GPU-h".
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        weighted: bool,
     },
     /// The site's cap on preemptions or lost GPU-hours per window is reached.
     SiteCap {
@@ -947,9 +973,12 @@ impl PreemptState {
             st.site_lost_gpu_secs += h.lost_gpu_secs.max(0.0);
             let pp = placer.place(h.preemptor_account, h.preemptor_user);
             let vp = placer.place(h.victim_account, h.victim_user);
+            // A weighted site's budgets are spoken of in weighted GPU-hours.
+            st.weighted |= billing_weight(h.weight) != 1.0;
             if let Some(pp) = pp {
+                let lost = weighted_lost_gpu_secs(h.lost_gpu_secs, h.weight);
                 for &i in placer.paths[pp].iter().skip(1) {
-                    st.nodes[i].lost_spent += h.lost_gpu_secs.max(0.0);
+                    st.nodes[i].lost_spent += lost;
                 }
             }
             if let (Some(pp), Some(vp)) = (pp, vp)
@@ -1494,11 +1523,14 @@ pub fn judge_victim(
     }
     let lost = expected_lost_gpu_secs(v, now);
     let pside = &state.nodes[sides.ps];
-    if pside.lost_spent + lost > pside.lost_budget {
+    // The budget is weighted GPU-seconds; the site cap below counts raw ones.
+    let charged = weighted_lost_gpu_secs(lost, v.weight);
+    if pside.lost_spent + charged > pside.lost_budget {
         return Err(Denied::LostBudget {
             spent_gpu_secs: pside.lost_spent,
             budget_gpu_secs: pside.lost_budget,
-            victim_lost_gpu_secs: lost,
+            victim_lost_gpu_secs: charged,
+            weighted: state.weighted,
         });
     }
     let (n_flight, lost_flight) = sides.site_in_flight;
@@ -1862,12 +1894,16 @@ pub fn denied_words(_fs: Option<&FairShare>, d: &Denied, now: i64) -> String {
             spent_gpu_secs,
             budget_gpu_secs,
             victim_lost_gpu_secs,
-        } => format!(
-            "cannot be taken: losing {:.2} GPU-h would pass the side's lost-work budget ({:.2} of {:.2} GPU-h spent)",
-            h(*victim_lost_gpu_secs),
-            h(*spent_gpu_secs),
-            h(*budget_gpu_secs)
-        ),
+            weighted,
+        } => {
+            let u = if *weighted { "weighted GPU-h" } else { "GPU-h" };
+            format!(
+                "cannot be taken: losing {:.2} {u} would pass the side's lost-work budget ({:.2} of {:.2} {u} spent)",
+                h(*victim_lost_gpu_secs),
+                h(*spent_gpu_secs),
+                h(*budget_gpu_secs)
+            )
+        }
         Denied::SiteCap {
             preemptions,
             lost_gpu_hours,
@@ -2245,6 +2281,20 @@ mod tests {
         );
     }
 
+    /// A rebalancing of the window: a job of `a` took one of `b` at `at`,
+    /// destroying `lost_hours` GPU-hours of GPUs weighing `weight`.
+    fn a_took_from_b(at: i64, lost_hours: f64, weight: f64) -> PastPreemption<'static> {
+        PastPreemption {
+            at,
+            preemptor_account: "a",
+            preemptor_user: "ua",
+            victim_account: "b",
+            victim_user: "ub",
+            lost_gpu_secs: lost_hours * 3600.0,
+            weight,
+        }
+    }
+
     #[test]
     fn lost_budget_reverse_lock_and_site_cap() {
         let (fs, running) = starved(48 * H);
@@ -2253,14 +2303,7 @@ mod tests {
         let none = InFlight::default();
         // a's budget: 5% x 8 GPUs x 168 h = 67.2 GPU-h; 60 GPU-h already spent,
         // the victim would lose 4 x 20 h = 80.
-        let spent = [PastPreemption {
-            at: now - H,
-            preemptor_account: "a",
-            preemptor_user: "ua",
-            victim_account: "b",
-            victim_user: "ub",
-            lost_gpu_secs: 60.0 * 3600.0,
-        }];
+        let spent = [a_took_from_b(now - H, 60.0, 1.0)];
         let st = PreemptState::compute(
             Some(&fs),
             running.iter().copied(),
@@ -2289,6 +2332,7 @@ mod tests {
             victim_account: "a",
             victim_user: "ua",
             lost_gpu_secs: 0.0,
+            weight: 1.0,
         }];
         let st = PreemptState::compute(
             Some(&fs),
@@ -2337,6 +2381,122 @@ mod tests {
             decide(&st, Some(&fs), &none, &p, &ck, now),
             Err(Denied::SiteCap { preemptions: 1, .. })
         ));
+    }
+
+    #[test]
+    fn the_lost_work_budget_is_charged_weighted_and_the_site_cap_raw() {
+        let (fs, running) = starved(48 * H);
+        let now = 20 * H;
+        let p = pend(9, "a", "ua", 4);
+        let none = InFlight::default();
+        // a's budget: 5% x 8 weighted GPUs x 168 h = 67.2 weighted GPU-h. The
+        // victim checkpoints every 8 h: 20 h in, it loses 4 h x 4 GPUs = 16 GPU-h.
+        let victim = RunningJob {
+            checkpoint: Some(8 * H),
+            ..running[1]
+        };
+        // Earlier this window a destroyed 40 GPU-h of GPUs weighing `w`.
+        let past = |w: f64| [a_took_from_b(now - H, 40.0, w)];
+        let state = |w: f64, policy: RebalancePolicy| {
+            PreemptState::compute(
+                Some(&fs),
+                running.iter().copied(),
+                [p],
+                past(w),
+                Some(16.0),
+                policy,
+                now,
+            )
+        };
+        let default = RebalancePolicy::default();
+        // Weight 1: 40 + 16 = 56 <= 67.2.
+        assert!(decide(&state(1.0, default), Some(&fs), &none, &p, &victim, now).is_ok());
+        // The same 40 GPU-h on GPUs weighing 1.5 spent 60 weighted: 60 + 16 > 67.2.
+        let st = state(1.5, default);
+        assert_eq!(st.side(&fs, 1).map(|s| s.lost_spent), Some(60.0 * 3600.0));
+        match decide(&st, Some(&fs), &none, &p, &victim, now) {
+            Err(Denied::LostBudget {
+                spent_gpu_secs,
+                victim_lost_gpu_secs,
+                weighted,
+                ..
+            }) => {
+                assert_eq!(spent_gpu_secs, 60.0 * 3600.0);
+                assert_eq!(victim_lost_gpu_secs, 16.0 * 3600.0);
+                // The running jobs weigh 1, the past victim's GPUs 1.5: the
+                // budget is spoken of in weighted GPU-hours.
+                assert!(weighted);
+            }
+            other => panic!("expected the lost-work budget, got {other:?}"),
+        }
+        // A weight that is not a number counts as 1, as for GPUs.
+        assert!(
+            decide(
+                &state(f64::NAN, default),
+                Some(&fs),
+                &none,
+                &p,
+                &victim,
+                now
+            )
+            .is_ok()
+        );
+        // The site cap counts raw GPU-hours: 40 + 16 = 56 <= 58, whatever the weight.
+        let site = RebalancePolicy {
+            lost_budget: None,
+            site_max_lost_gpu_hours: Some(58.0),
+            ..default
+        };
+        assert!(decide(&state(1.5, site), Some(&fs), &none, &p, &victim, now).is_ok());
+        let tight = RebalancePolicy {
+            site_max_lost_gpu_hours: Some(55.0),
+            ..site
+        };
+        assert!(matches!(
+            decide(&state(1.0, tight), Some(&fs), &none, &p, &victim, now),
+            Err(Denied::SiteCap { .. })
+        ));
+        assert_eq!(weighted_lost_gpu_secs(10.0, 2.2), 22.0);
+        assert_eq!(weighted_lost_gpu_secs(-5.0, 2.2), 0.0);
+        assert_eq!(weighted_lost_gpu_secs(10.0, 0.0), 10.0);
+    }
+
+    #[test]
+    fn a_weighted_victim_is_charged_its_weight() {
+        // a's budget 67.2 weighted GPU-h, 40 spent at weight 1; the victim's
+        // 16 GPU-h on GPUs weighing 2 cost 32: 72 > 67.2. Its words say weighted.
+        let (fs, mut running) = starved(48 * H);
+        running[1].weight = 2.0;
+        running[1].checkpoint = Some(8 * H);
+        let now = 20 * H;
+        let p = pend(9, "a", "ua", 4);
+        let past = [a_took_from_b(now - H, 40.0, 1.0)];
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [p],
+            past,
+            Some(16.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        let d = decide(&st, Some(&fs), &InFlight::default(), &p, &running[1], now);
+        let Err(denied @ Denied::LostBudget { .. }) = d else {
+            panic!("expected the lost-work budget, got {d:?}");
+        };
+        assert_eq!(
+            denied,
+            Denied::LostBudget {
+                spent_gpu_secs: 40.0 * 3600.0,
+                budget_gpu_secs: 0.05 * 8.0 * 168.0 * 3600.0,
+                victim_lost_gpu_secs: 32.0 * 3600.0,
+                weighted: true,
+            }
+        );
+        assert_eq!(
+            denied_words(Some(&fs), &denied, now),
+            "cannot be taken: losing 32.00 weighted GPU-h would pass the side's lost-work budget (40.00 of 67.20 weighted GPU-h spent)"
+        );
     }
 
     #[test]

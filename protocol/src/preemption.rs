@@ -136,6 +136,12 @@ pub struct Preemption {
     pub gpu_hours: f64,
     /// `plugin` or `drain`.
     pub source: String,
+    /// GPU type of the lost run as budgetd's ledger knows it (lower case;
+    /// `None`: untyped, or the run is no longer in the ledger). The lost-work
+    /// budgets charge `gpu_hours` times the type's billing weight; absent from
+    /// a budgetd older than the field.
+    #[serde(default)]
+    pub gpu_type: Option<String>,
 }
 
 /// Per-account totals.

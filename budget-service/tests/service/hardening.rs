@@ -587,6 +587,80 @@ fn the_snapshots_capacity_is_weighted_by_node_gpu_type_and_why_ranks_with_it() {
     );
 }
 
+#[test]
+fn lost_work_budgets_are_charged_by_the_weight_of_the_victims_gpus() {
+    // teama and teamb are entitled to 8 GPUs each (no cluster count: the
+    // allocations as they are); teama's lost-work budget is 5% x 8 x 168 h =
+    // 67.2 GPU-h per window. Earlier in the window teama took job 31, 4 B300
+    // GPUs for 10 h: 40 GPU-h. teamb now holds 12 H100 GPUs (and ran 8 for 20 h
+    // before: its ratio is well above teama's); teama waits with job 12 on 4,
+    // and taking teamb's job 22 (4 GPUs, 5 h in) loses 20 more.
+    let s = start();
+    let c = s.unix();
+    add_account(&c, "teama", None, 8.0 * 168.0);
+    add_account(&c, "teamb", None, 8.0 * 168.0);
+    add_member(&c, "alice", "teama");
+    add_member(&c, "bob", "teamb");
+    let t = budget_service::clock::now();
+    let h = 3600;
+    let runs = json!([
+        {"job_id": 12, "run": 0, "account": "teama", "user": "alice", "gpus": 4, "gpu_type": "h100", "state": "pending"},
+        {"job_id": 30, "run": 0, "account": "teamb", "user": "bob", "gpus": 8, "gpu_type": "h100", "state": "ended", "start": t - 40 * h, "end": t - 20 * h},
+        {"job_id": 31, "run": 0, "account": "teamb", "user": "bob", "gpus": 4, "gpu_type": "b300", "state": "ended", "start": t - 11 * h, "end": t - h},
+        {"job_id": 22, "run": 0, "account": "teamb", "user": "bob", "gpus": 4, "gpu_type": "h100", "state": "running", "start": t - 5 * h},
+        {"job_id": 23, "run": 0, "account": "teamb", "user": "bob", "gpus": 8, "gpu_type": "h100", "state": "running", "start": t - 5 * h},
+    ]);
+    let (st, b) = call(
+        &c,
+        "POST",
+        "/v1/sync/jobs",
+        Some(&json!({"collected_at": t, "runs": runs})),
+    );
+    assert_eq!(st, 200, "{b}");
+    let rec = json!({"victim": 31, "run": 0, "preemptor": 12, "reason": "rebalance", "at": t - h});
+    let (st, b) = call(&c, "POST", "/v1/preemptions", Some(&rec));
+    assert!(st == 200 || st == 201, "{st} {b}");
+    // The record names the lost run's GPU type, from the ledger.
+    let (st, b) = call(&c, "GET", "/v1/preemptions?since=0", None);
+    assert_eq!(st, 200, "{b}");
+    let row = &b["rows"][0];
+    assert_eq!(
+        (
+            row["job_id"].clone(),
+            row["gpu_hours"].clone(),
+            row["gpu_type"].clone()
+        ),
+        (json!(31), json!(40.0), json!("b300")),
+        "{b}"
+    );
+    // Every GPU weighs 1: 40 + 20 = 60 <= 67.2, teama may take job 22.
+    let (st, w) = call(&c, "GET", "/v1/jobs/12/why", None);
+    assert_eq!(st, 200, "{w}");
+    let takes: Vec<u64> = w["could_preempt"]
+        .as_array()
+        .expect("could_preempt")
+        .iter()
+        .filter_map(|p| p["job_id"].as_u64())
+        .collect();
+    assert!(takes.contains(&22), "{w}");
+    // B300 weighs 2: job 31 cost the budget 80 weighted GPU-h, more than all of it.
+    let (st, b) = call(
+        &c,
+        "PATCH",
+        "/v1/weights",
+        Some(&json!({"set": {"b300": 2.0}})),
+    );
+    assert_eq!(st, 200, "{b}");
+    let (st, w) = call(&c, "GET", "/v1/jobs/12/why", None);
+    assert_eq!(st, 200, "{w}");
+    assert_eq!(w["could_preempt"], json!([]), "{w}");
+    let wait = w["wait"].as_str().expect("wait");
+    assert!(
+        wait.contains("lost-work budget (80.00 of 67.20 weighted GPU-h spent)"),
+        "{w}"
+    );
+}
+
 /// teama and teamb allocated 8 GPUs each; teama (lower ratio) runs job 11 on 7
 /// GPUs, teamb (its ratio higher from an ended run) runs job 22 on 5 and waits
 /// with job 21: `why` of 11 and 21. The site orders sides below their

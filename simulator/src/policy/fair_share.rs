@@ -262,6 +262,8 @@ impl FairSharePolicy {
                 victim_account: &leaves[vl as usize].0,
                 victim_user: &leaves[vl as usize].1,
                 lost_gpu_secs: lost,
+                // The simulator's GPUs all weigh 1.
+                weight: 1.0,
             });
         PreemptState::compute(
             Some(fs),

@@ -44,7 +44,11 @@ pub struct Past {
     pub preemptor_user: String,
     pub victim_account: String,
     pub victim_user: String,
+    /// Raw GPU-seconds; the preemptor side's lost-work budget is charged them
+    /// times the billing weight of `gpu_type` (the site cap counts them raw).
     pub lost_gpu_secs: f64,
+    /// The victim's GPU type (`None`: untyped, weight 1).
+    pub gpu_type: Option<String>,
 }
 
 impl Past {
@@ -68,6 +72,7 @@ impl Past {
             victim_account: p.account.clone(),
             victim_user: p.user.clone(),
             lost_gpu_secs: (p.gpu_hours * 3600.0).max(0.0),
+            gpu_type: p.gpu_type.clone(),
         })
     }
 }
@@ -112,6 +117,7 @@ impl Period {
                 victim_account: &h.victim_account,
                 victim_user: &h.victim_user,
                 lost_gpu_secs: h.lost_gpu_secs,
+                weight: weights.map_or(1.0, |w| w.weight(h.gpu_type.as_deref())),
             }),
             // The cluster's weighted GPUs as budgetd read them from Slurm: a
             // site whose top-level allocations exceed them has its
@@ -233,6 +239,7 @@ impl Grants {
                     victim_account: v.account.clone(),
                     victim_user: v.user.clone(),
                     lost_gpu_secs: lost,
+                    gpu_type: v.gpu_type.clone(),
                 },
             },
         );
@@ -591,6 +598,7 @@ mod tests {
             run_start: Some(at - 1800),
             gpu_hours: 2.0,
             source: "plugin".into(),
+            gpu_type: None,
         }
     }
 
@@ -679,6 +687,43 @@ mod tests {
             matches!(d, Err(Denied::RecentReverse { at: 4000 })),
             "{d:?}"
         );
+    }
+
+    #[test]
+    fn recorded_lost_work_is_charged_by_the_weight_of_its_gpu_type() {
+        // budgetd's row of a B300 run (2 GPU-h) and this load's own preemption
+        // of one: teama's lost-work budget is charged 2 x 2 GPU-h when B300
+        // weighs 2, and 2 + 2 raw GPU-h count toward the site cap either way.
+        let mut row = recorded(1, PreemptionReason::Rebalance, 1500, Some("teama"));
+        row.gpu_type = Some("b300".into());
+        let seeded = Past::from_record(&row).expect("a rebalancing row");
+        assert_eq!(seeded.gpu_type.as_deref(), Some("b300"));
+        let mut v = job(3, "teamb", "bob", 1000, true);
+        v.gpu_type = Some("B300".into());
+        let mut g = Grants::default();
+        let s = snapshot(10.0, 500.0, vec![], Policy::default());
+        g.grant(&s, &job(11, "teama", "alice", 0, false), &v, 7200.0, 1900);
+        let own = g.victims.get(&3).map(|x| x.past.gpu_type.clone());
+        assert_eq!(own, Some(Some("B300".into())));
+        let history = vec![
+            seeded.clone(),
+            Past {
+                victim: 3,
+                at: 1900,
+                gpu_type: Some("B300".into()),
+                ..seeded
+            },
+        ];
+        let teama = s.fair_share.account("teama").expect("teama");
+        let spent = |snap: &Arc<PluginSnapshot>| {
+            let h = Period::compute(7, Some(Arc::clone(snap)), &starved(), &history, 2000);
+            let side = h.state.side(&snap.fair_share, teama).expect("side");
+            (side.lost_spent, h.state.site_totals().1)
+        };
+        assert_eq!(spent(&s), (4.0 * 3600.0, 4.0 * 3600.0));
+        let mut weighted = (*s).clone();
+        weighted.weights.set("b300", 2.0).expect("weight");
+        assert_eq!(spent(&Arc::new(weighted)), (8.0 * 3600.0, 4.0 * 3600.0));
     }
 
     #[test]
