@@ -202,6 +202,12 @@ pub struct SimulateArgs {
     /// `gpus` (GPU counts only, the replays before phase 2).
     #[arg(long, value_enum, default_value = "nodes")]
     pub backfill: crate::engine::Backfill,
+    /// Blocked jobs per pass that hold nodes, with `--backfill nodes` (1: the
+    /// first only, EASY backfill, what the committed results use; Slurm plans
+    /// every job its backfill examines). Each is planned on the nodes the
+    /// earlier ones of the pass do not hold.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub backfill_reservations: u32,
     /// Check the incremental window against policy_core::window_usage at every
     /// recalculation (slow; for small traces).
     #[arg(long)]
@@ -225,6 +231,12 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
     }
     if !(args.hysteresis.is_finite() && args.hysteresis >= 0.0) {
         anyhow::bail!("--hysteresis must be a number >= 0");
+    }
+    if args.backfill_reservations > 1 && args.backfill == crate::engine::Backfill::Gpus {
+        anyhow::bail!(
+            "--backfill-reservations {} needs --backfill nodes (a GPU-count reservation holds no nodes)",
+            args.backfill_reservations
+        );
     }
     let (mut tr, format, source, nodes, gpus_per_node) = match (&args.scenario, &args.trace) {
         (Some(name), _) => {
@@ -391,6 +403,7 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
         max_time_limit: args.max_time_limit,
         backfill_depth: args.backfill_depth.max(1),
         backfill: args.backfill,
+        backfill_reservations: args.backfill_reservations as usize,
         seed: args.seed,
         free_fraction: args.free_fraction,
         verify_window: args.verify_window,

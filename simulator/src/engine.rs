@@ -45,7 +45,12 @@
 //!
 //! Slurm reserves for every job its backfill pass examines and cannot start
 //! (up to `bf_max_job_test` and the per-user/partition limits); the engine
-//! reserves for the first only (EASY backfill). The walk stops
+//! reserves for the first only (EASY backfill) unless
+//! `--backfill-reservations K` lets the first K blocked jobs of a pass hold
+//! nodes (`nodes` only): each is planned on the nodes the earlier ones do not
+//! hold, a job that fits now starts only off the nodes of every reservation
+//! planned to start before its limit ends, and one whose free GPUs all lie on
+//! such nodes waits, planned. The walk stops
 //! after `--backfill-depth` jobs (Slurm's `bf_max_job_test`), or as soon as no
 //! GPU is free and no preemption is possible.
 //!
@@ -152,6 +157,11 @@ pub struct SimConfig {
     pub backfill_depth: usize,
     /// What the top blocked job's reservation holds ([`Backfill`]).
     pub backfill: Backfill,
+    /// Blocked jobs per pass that hold nodes with `Backfill::Nodes` (1: EASY,
+    /// the first blocked job only, what every committed figure uses; Slurm's
+    /// backfill plans every job it examines). Each later one is planned on the
+    /// nodes the earlier ones do not hold.
+    pub backfill_reservations: usize,
     /// Preemption attempts per scheduling pass.
     pub preempt_attempts: usize,
     /// Metric sample period (seconds).
@@ -185,6 +195,7 @@ impl Default for SimConfig {
             max_time_limit: 7 * 86_400,
             backfill_depth: 200,
             backfill: Backfill::Nodes,
+            backfill_reservations: 1,
             preempt_attempts: 16,
             sample_every: 3600,
             decay_half_life: 7 * 86_400,
@@ -874,8 +885,21 @@ impl<'a> Core<'a> {
     /// the order of their time-limit ends, node by node, until `gpus` can be
     /// placed (first fit); the instant and the nodes of that placement.
     fn plan_nodes(&self, gpus: u32) -> Option<(i64, Vec<bool>)> {
+        self.plan_nodes_outside(gpus, None)
+    }
+
+    /// [`Core::plan_nodes`] on the nodes `taken` does not mark (those held by
+    /// earlier reservations of the pass: their GPUs and releases do not count).
+    fn plan_nodes_outside(&self, gpus: u32, taken: Option<&[bool]>) -> Option<(i64, Vec<bool>)> {
         let g = self.cluster.gpus_per_node();
-        let mut free = self.cluster.free_per_node().to_vec();
+        let off = |n: usize| taken.is_some_and(|t| t[n]);
+        let mut free: Vec<u32> = self
+            .cluster
+            .free_per_node()
+            .iter()
+            .enumerate()
+            .map(|(n, &f)| if off(n) { 0 } else { f })
+            .collect();
         // Fits as soon as one node has `gpus` free (one-node jobs) or enough
         // nodes are whole (multi-node jobs): checked on the nodes that change.
         let need_whole = self.cluster.nodes_needed(gpus) as usize;
@@ -901,6 +925,9 @@ impl<'a> Core<'a> {
         for &(end, j) in &self.running_by_limit {
             let mut hit = false;
             for &(n, k) in &self.jobs[j as usize].alloc {
+                if off(n as usize) {
+                    continue;
+                }
                 let f = &mut free[n as usize];
                 *f += k;
                 if *f == g {
@@ -913,6 +940,25 @@ impl<'a> Core<'a> {
             }
         }
         None
+    }
+
+    /// With several reservations: a blocked job of `gpus` takes the pass's next
+    /// slot, if any is left, and holds the nodes of its plan on the nodes the
+    /// earlier ones do not hold (none if it cannot be planned).
+    fn hold_next(&self, holds: &mut Vec<(i64, Vec<bool>)>, slots: &mut usize, gpus: u32) {
+        if *slots >= self.cfg.backfill_reservations {
+            return;
+        }
+        *slots += 1;
+        let mut taken = vec![false; self.cluster.free_per_node().len()];
+        for (_, held) in holds.iter() {
+            for (t, &h) in taken.iter_mut().zip(held) {
+                *t |= h;
+            }
+        }
+        if let Some(r) = self.plan_nodes_outside(gpus, Some(&taken)) {
+            holds.push(r);
+        }
     }
 
     fn reservation(&self, gpus: u32) -> Reservation {
@@ -937,6 +983,12 @@ impl<'a> Core<'a> {
         let mut scanned = 0usize;
         let mut attempts = 0usize;
         let mut hopeless: BTreeSet<u32> = BTreeSet::new();
+        // With several reservations (`backfill_reservations` > 1, nodes): the
+        // planned start and nodes each blocked job holds, and how many of the
+        // pass's slots were used (a job that cannot be planned uses one too).
+        let several = self.cfg.backfill == Backfill::Nodes && self.cfg.backfill_reservations > 1;
+        let mut holds: Vec<(i64, Vec<bool>)> = Vec::new();
+        let mut slots = 0usize;
         while let Some(j) = merge.next(&self.classes) {
             if scanned >= self.cfg.backfill_depth {
                 break;
@@ -949,6 +1001,27 @@ impl<'a> Core<'a> {
             }
             let job = &self.jobs[j as usize];
             let (gpus, limit, class, free) = (job.gpus, job.run_limit(), job.class, job.free);
+            if several && self.cluster.fits(gpus) {
+                // Only on nodes no reservation planned to start before its
+                // limit ends holds.
+                let end = self.now.saturating_add(limit);
+                let mut barred = vec![false; self.cluster.free_per_node().len()];
+                for (_, held) in holds.iter().filter(|(shadow, _)| end > *shadow) {
+                    for (b, &h) in barred.iter_mut().zip(held) {
+                        *b |= h;
+                    }
+                }
+                let started = if barred.contains(&true) {
+                    self.start_outside(pol, j, &barred)
+                } else {
+                    self.start(pol, j)
+                };
+                if !started {
+                    // Its GPUs are free only on held nodes: it waits, planned.
+                    self.hold_next(&mut holds, &mut slots, gpus);
+                }
+                continue;
+            }
             if self.cluster.fits(gpus) {
                 let end = self.now.saturating_add(limit);
                 match reservation.as_mut() {
@@ -982,6 +1055,10 @@ impl<'a> Core<'a> {
                     }
                     Attempt::NotEnough => {}
                 }
+            }
+            if several {
+                self.hold_next(&mut holds, &mut slots, gpus);
+                continue;
             }
             if reservation.is_none() {
                 reservation = Some(self.reservation(gpus));

@@ -80,3 +80,65 @@ fn nodes_reservation_holds_the_nodes_of_the_planned_start() {
 fn gpu_count_reservation_lets_a_small_job_fragment_them() {
     assert_eq!(replay(Backfill::Gpus), (39_700, 3_700, vec![0]));
 }
+
+/// Several reservations (`--backfill-reservations`), worked out by hand.
+///
+/// Cluster: 3 nodes x 2 GPUs, one team, decayed fair share (first come first
+/// served), exact time limits.
+///
+/// | job | submit | GPUs | duration | placed |
+/// |---|---|---|---|---|
+/// | A | 0   | 2 | 10,000 | node 0 |
+/// | B | 0   | 1 | 20,000 | node 1 |
+/// | C | 0   | 2 | 5,000  | node 2 |
+/// | X | 60  | 4 | 40,000 | two whole nodes |
+/// | Y | 60  | 2 | 10,000 | one whole node |
+/// | S | 100 | 1 | 50,000 | see below |
+///
+/// At 60 X does not fit; its plan releases C (5,000) and A (10,000): nodes 0
+/// and 2, held from 10,000. Y (one node with 2 GPUs free) does not fit either.
+/// - One reservation: Y holds nothing. S fits on node 1's free GPU, and ending
+///   after 10,000 it must stay off nodes 0 and 2, so it takes node 1 at 100.
+///   X starts at 10,000 on nodes 0 and 2 until 50,000; node 1 holds B until
+///   20,000 and S until 50,100, so Y waits for X: it starts at 50,000.
+/// - Two: Y is planned off nodes 0 and 2, on node 1 when B ends (20,000), and
+///   holds it. S, ending after both planned starts, fits nowhere else and
+///   waits. Y starts at 20,000 on node 1 and ends at 30,000; S then starts on
+///   node 1 at 30,000 (nodes 0 and 2 run X).
+fn replay_reservations(k: usize) -> [(i64, Vec<u32>); 2] {
+    let trace = vec![
+        job("A", 0, 2, 10_000),
+        job("B", 0, 1, 20_000),
+        job("C", 0, 2, 5_000),
+        job("X", 60, 4, 40_000),
+        job("Y", 60, 2, 10_000),
+        job("S", 100, 1, 50_000),
+    ];
+    let shares: BTreeMap<String, f64> = [("t".to_string(), 6.0)].into_iter().collect();
+    let cfg = SimConfig {
+        nodes: 3,
+        gpus_per_node: 2,
+        min_runtime: MinRuntimeRule::Cap(0),
+        backfill: Backfill::Nodes,
+        backfill_reservations: k,
+        ..SimConfig::default()
+    };
+    let o = simulate(&trace, &shares, PolicyKind::Decay, &cfg);
+    assert_eq!(o.runs.len(), 6, "every job runs once");
+    let run = |j: u32| {
+        let r = o.runs.iter().find(|r| r.job == j).expect("ran");
+        (r.start, r.alloc.iter().map(|&(n, _)| n).collect())
+    };
+    [run(4), run(5)]
+}
+
+#[test]
+fn a_second_reservation_holds_the_node_of_the_second_blocked_job() {
+    assert_eq!(replay_reservations(1), [(50_000, vec![0]), (100, vec![1])]);
+    assert_eq!(
+        replay_reservations(2),
+        [(20_000, vec![1]), (30_000, vec![1])]
+    );
+    // More slots than blocked jobs change nothing.
+    assert_eq!(replay_reservations(8), replay_reservations(2));
+}
