@@ -122,8 +122,9 @@ pub fn list(store: &Store, since: i64) -> AppResult<Vec<Preemption>> {
         "SELECT {COLS} FROM preemptions WHERE at >= ?1 ORDER BY at, job_id, run"
     ))?;
     let rows = st.query_map([since], row)?;
-    let rows: Vec<Preemption> = rows.collect::<Result<_, _>>()?;
-    Ok(rows.into_iter().map(|p| with_gpu_type(store, p)).collect())
+    Ok(rows
+        .map(|p| p.map(|p| with_gpu_type(store, p)))
+        .collect::<Result<_, _>>()?)
 }
 
 /// The preemption of one run, if recorded.

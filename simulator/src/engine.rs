@@ -950,15 +950,21 @@ impl<'a> Core<'a> {
             return;
         }
         *slots += 1;
-        let mut taken = vec![false; self.cluster.free_per_node().len()];
-        for (_, held) in holds.iter() {
-            for (t, &h) in taken.iter_mut().zip(held) {
-                *t |= h;
-            }
-        }
+        let taken = self.held_by(holds.iter().map(|(_, held)| held));
         if let Some(r) = self.plan_nodes_outside(gpus, Some(&taken)) {
             holds.push(r);
         }
+    }
+
+    /// The nodes any of `helds` holds (one flag per node).
+    fn held_by<'h>(&self, helds: impl Iterator<Item = &'h Vec<bool>>) -> Vec<bool> {
+        let mut out = vec![false; self.cluster.num_nodes() as usize];
+        for held in helds {
+            for (o, &h) in out.iter_mut().zip(held) {
+                *o |= h;
+            }
+        }
+        out
     }
 
     fn reservation(&self, gpus: u32) -> Reservation {
@@ -1005,12 +1011,12 @@ impl<'a> Core<'a> {
                 // Only on nodes no reservation planned to start before its
                 // limit ends holds.
                 let end = self.now.saturating_add(limit);
-                let mut barred = vec![false; self.cluster.free_per_node().len()];
-                for (_, held) in holds.iter().filter(|(shadow, _)| end > *shadow) {
-                    for (b, &h) in barred.iter_mut().zip(held) {
-                        *b |= h;
-                    }
-                }
+                let barred = self.held_by(
+                    holds
+                        .iter()
+                        .filter(|(shadow, _)| end > *shadow)
+                        .map(|(_, held)| held),
+                );
                 let started = if barred.contains(&true) {
                     self.start_outside(pol, j, &barred)
                 } else {
