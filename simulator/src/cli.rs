@@ -114,6 +114,20 @@ fn parse_positive_secs(s: &str) -> Result<i64, String> {
     }
 }
 
+/// `--backfill-reservations`: `all` (every blocked job the pass examines, as
+/// Slurm's backfill) or a count from 1 (EASY backfill) to 10,000.
+fn parse_reservations(s: &str) -> Result<usize, String> {
+    match s.trim() {
+        "all" => Ok(crate::engine::ALL_RESERVATIONS),
+        n => match n.parse::<usize>() {
+            Ok(k @ 1..=10_000) => Ok(k),
+            _ => Err(format!(
+                "expected `all` or a whole number from 1 to 10000, got {n:?}"
+            )),
+        },
+    }
+}
+
 /// `simulate` arguments. Scripts depend on these names.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
@@ -202,12 +216,19 @@ pub struct SimulateArgs {
     /// `gpus` (GPU counts only, the replays before phase 2).
     #[arg(long, value_enum, default_value = "nodes")]
     pub backfill: crate::engine::Backfill,
-    /// Blocked jobs per pass that hold nodes, with `--backfill nodes` (1: the
-    /// first only, EASY backfill, what the committed results use; Slurm plans
-    /// every job its backfill examines). Each is planned on the nodes the
-    /// earlier ones of the pass do not hold.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub backfill_reservations: u32,
+    /// Blocked jobs per pass that hold nodes, with `--backfill nodes`: `all`
+    /// (every blocked job the pass examines, as Slurm's backfill plans them)
+    /// or the first K (1: EASY backfill, the engine's model until
+    /// 2026-12-04). Each is planned on the nodes the earlier ones of the pass
+    /// do not hold.
+    /// Default: `all` with `--backfill nodes`; `--backfill gpus` has one
+    /// GPU-count reservation.
+    #[arg(long, value_parser = parse_reservations)]
+    pub backfill_reservations: Option<usize>,
+    /// How far ahead a blocked job's start may be planned for it to hold
+    /// nodes (Slurm's `bf_window`; with `--backfill nodes`).
+    #[arg(long, default_value = "7d", value_parser = parse_positive_secs)]
+    pub backfill_window: i64,
     /// Check the incremental window against policy_core::window_usage at every
     /// recalculation (slow; for small traces).
     #[arg(long)]
@@ -232,12 +253,18 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
     if !(args.hysteresis.is_finite() && args.hysteresis >= 0.0) {
         anyhow::bail!("--hysteresis must be a number >= 0");
     }
-    if args.backfill_reservations > 1 && args.backfill == crate::engine::Backfill::Gpus {
-        anyhow::bail!(
+    let backfill_reservations = match (args.backfill, args.backfill_reservations) {
+        (crate::engine::Backfill::Gpus, Some(k)) if k > 1 => anyhow::bail!(
             "--backfill-reservations {} needs --backfill nodes (a GPU-count reservation holds no nodes)",
-            args.backfill_reservations
-        );
-    }
+            if k == crate::engine::ALL_RESERVATIONS {
+                "all".to_string()
+            } else {
+                k.to_string()
+            }
+        ),
+        (crate::engine::Backfill::Gpus, _) => 1,
+        (crate::engine::Backfill::Nodes, k) => k.unwrap_or(crate::engine::ALL_RESERVATIONS),
+    };
     let (mut tr, format, source, nodes, gpus_per_node) = match (&args.scenario, &args.trace) {
         (Some(name), _) => {
             let sc = name.generate(args.seed);
@@ -403,7 +430,8 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
         max_time_limit: args.max_time_limit,
         backfill_depth: args.backfill_depth.max(1),
         backfill: args.backfill,
-        backfill_reservations: args.backfill_reservations as usize,
+        backfill_reservations,
+        backfill_window: args.backfill_window,
         seed: args.seed,
         free_fraction: args.free_fraction,
         verify_window: args.verify_window,

@@ -27,8 +27,8 @@
 //!
 //! # Placement and backfill (identical for all policies)
 //! First fit ([`crate::cluster`]). A pass walks pending jobs in priority
-//! order and starts each one that fits. The first job that does not fit (and
-//! cannot preempt) gets a reservation ([`Backfill`], `--backfill`):
+//! order and starts each one that fits. A job that does not fit (and cannot
+//! preempt) gets a reservation ([`Backfill`], `--backfill`; which ones, below):
 //! - `nodes` (default), as Slurm's `sched/backfill` does: its start is
 //!   planned by releasing running jobs' GPUs node by node in the order of
 //!   their time-limit ends until it can be placed (the will-run test), and
@@ -43,16 +43,18 @@
 //!   GPUs left over then, on any node (fragmentation at the shadow time is
 //!   ignored, so small jobs can keep a multi-node job waiting).
 //!
-//! Slurm reserves for every job its backfill pass examines and cannot start
-//! (up to `bf_max_job_test` and the per-user/partition limits); the engine
-//! reserves for the first only (EASY backfill) unless
-//! `--backfill-reservations K` lets the first K blocked jobs of a pass hold
-//! nodes (`nodes` only): each is planned on the nodes the earlier ones do not
-//! hold, a job that fits now starts only off the nodes of every reservation
-//! planned to start before its limit ends, and one whose free GPUs all lie on
-//! such nodes waits, planned. The walk stops
-//! after `--backfill-depth` jobs (Slurm's `bf_max_job_test`), or as soon as no
-//! GPU is free and no preemption is possible.
+//! Like Slurm's backfill, every job a pass examines and cannot start holds
+//! nodes (`nodes` only; `--backfill-reservations K` caps them at the first K
+//! blocked jobs, K = 1 being EASY backfill, the engine's model until
+//! 2026-12-04): each is planned on the nodes the earlier ones do not hold, a
+//! job that fits now starts only off the nodes of every reservation planned
+//! to start before its limit ends, and one whose free GPUs all lie on such
+//! nodes waits, planned. A job whose planned start lies beyond
+//! `--backfill-window` (Slurm's `bf_window`) holds nothing, as in
+//! `backfill.c` ("StartTime set to time after current backfill window. No
+//! reservation created"). The walk stops after `--backfill-depth` jobs
+//! (Slurm's `bf_max_job_test`), or as soon as no GPU is free and no
+//! preemption is possible.
 //!
 //! # Preemption (Slurm's mechanics; the policy only answers)
 //! For a pending job that does not fit, Slurm asks the preempt plugin about
@@ -157,11 +159,15 @@ pub struct SimConfig {
     pub backfill_depth: usize,
     /// What the top blocked job's reservation holds ([`Backfill`]).
     pub backfill: Backfill,
-    /// Blocked jobs per pass that hold nodes with `Backfill::Nodes` (1: EASY,
-    /// the first blocked job only, what every committed figure uses; Slurm's
-    /// backfill plans every job it examines). Each later one is planned on the
-    /// nodes the earlier ones do not hold.
+    /// Blocked jobs per pass that hold nodes with `Backfill::Nodes`
+    /// ([`ALL_RESERVATIONS`], the default: every blocked job the pass examines,
+    /// as Slurm's backfill plans them; 1: EASY, the first blocked job only).
+    /// Each later one is planned on the nodes the earlier ones do not hold.
     pub backfill_reservations: usize,
+    /// How far ahead a reservation may be planned (seconds; Slurm's
+    /// `bf_window`): a blocked job that cannot start within it holds no
+    /// nodes. `Backfill::Nodes` only.
+    pub backfill_window: i64,
     /// Preemption attempts per scheduling pass.
     pub preempt_attempts: usize,
     /// Metric sample period (seconds).
@@ -180,6 +186,16 @@ pub struct SimConfig {
     pub horizon: i64,
 }
 
+/// `SimConfig::backfill_reservations` for "every blocked job the pass
+/// examines" (Slurm's backfill; bounded by `backfill_depth`).
+pub const ALL_RESERVATIONS: usize = usize::MAX;
+
+/// The backfill window the engine models by default: 7 days, the partition's
+/// maximum time limit, as `slurm-conf/slurm.conf.in` sets `bf_window` (Slurm's
+/// own default is one day; its documentation advises a window at least as
+/// long as the longest time limit, so that long jobs are not starved).
+pub const DEFAULT_BACKFILL_WINDOW: i64 = 7 * 86_400;
+
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
@@ -195,7 +211,8 @@ impl Default for SimConfig {
             max_time_limit: 7 * 86_400,
             backfill_depth: 200,
             backfill: Backfill::Nodes,
-            backfill_reservations: 1,
+            backfill_reservations: ALL_RESERVATIONS,
+            backfill_window: DEFAULT_BACKFILL_WINDOW,
             preempt_attempts: 16,
             sample_every: 3600,
             decay_half_life: 7 * 86_400,
@@ -207,7 +224,7 @@ impl Default for SimConfig {
     }
 }
 
-/// What the reservation of the first blocked job of a pass holds (`--backfill`).
+/// What the reservation of a blocked job holds (`--backfill`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Backfill {
     /// Slurm's `sched/backfill`: the blocked job's start is planned on nodes
@@ -224,7 +241,8 @@ pub enum Backfill {
     Gpus,
 }
 
-/// The reservation of the first blocked job of a pass.
+/// The reservation of the first blocked job of a pass, when only that one
+/// holds anything (`--backfill gpus`, or `--backfill-reservations 1`).
 enum Reservation {
     /// `--backfill gpus`: shadow time and GPUs left over then.
     Gpus { shadow: i64, extra: i64 },
@@ -883,16 +901,19 @@ impl<'a> Core<'a> {
 
     /// Slurm's will-run test for a reservation: release running jobs' GPUs in
     /// the order of their time-limit ends, node by node, until `gpus` can be
-    /// placed (first fit); the instant and the nodes of that placement.
+    /// placed (first fit); the instant and the nodes of that placement. `None`
+    /// if it cannot be placed within the backfill window.
     fn plan_nodes(&self, gpus: u32) -> Option<(i64, Vec<bool>)> {
         self.plan_nodes_outside(gpus, None)
     }
 
-    /// [`Core::plan_nodes`] on the nodes `taken` does not mark (those held by
-    /// earlier reservations of the pass: their GPUs and releases do not count).
-    fn plan_nodes_outside(&self, gpus: u32, taken: Option<&[bool]>) -> Option<(i64, Vec<bool>)> {
+    /// [`Core::plan_nodes`] on the nodes no earlier reservation of the pass
+    /// holds (`held_from`, as [`Core::hold_next`] keeps it: their GPUs and
+    /// releases do not count).
+    fn plan_nodes_outside(&self, gpus: u32, held_from: Option<&[i64]>) -> Option<(i64, Vec<bool>)> {
         let g = self.cluster.gpus_per_node();
-        let off = |n: usize| taken.is_some_and(|t| t[n]);
+        let off = |n: usize| held_from.is_some_and(|h| h[n] != i64::MAX);
+        let horizon = self.now.saturating_add(self.cfg.backfill_window);
         let mut free: Vec<u32> = self
             .cluster
             .free_per_node()
@@ -923,6 +944,11 @@ impl<'a> Core<'a> {
             return hold(&free).map(|h| (self.now, h));
         }
         for &(end, j) in &self.running_by_limit {
+            if end > horizon {
+                // Slurm: "StartTime set to time after current backfill
+                // window. No reservation created".
+                return None;
+            }
             let mut hit = false;
             for &(n, k) in &self.jobs[j as usize].alloc {
                 if off(n as usize) {
@@ -944,27 +970,46 @@ impl<'a> Core<'a> {
 
     /// With several reservations: a blocked job of `gpus` takes the pass's next
     /// slot, if any is left, and holds the nodes of its plan on the nodes the
-    /// earlier ones do not hold (none if it cannot be planned).
-    fn hold_next(&self, holds: &mut Vec<(i64, Vec<bool>)>, slots: &mut usize, gpus: u32) {
+    /// earlier ones do not hold (none if it cannot be planned within the
+    /// window). `held_from[n]` is the planned start of the reservation holding
+    /// node `n` (`i64::MAX`: none); reservations never share a node, so one
+    /// instant per node says everything the pass needs.
+    ///
+    /// `unplannable` is the smallest need (GPUs on one node, or whole nodes'
+    /// GPUs) that found no plan earlier in the pass: nothing larger can find
+    /// one either, since the nodes held and the jobs started since only take
+    /// GPUs away at every instant. It saves the walk over every running job
+    /// that a plan beyond the window costs (most of a pass on a large cluster).
+    fn hold_next(
+        &self,
+        held_from: &mut [i64],
+        slots: &mut usize,
+        unplannable: &mut u32,
+        gpus: u32,
+    ) {
         if *slots >= self.cfg.backfill_reservations {
             return;
         }
         *slots += 1;
-        let taken = self.held_by(holds.iter().map(|(_, held)| held));
-        if let Some(r) = self.plan_nodes_outside(gpus, Some(&taken)) {
-            holds.push(r);
+        let g = self.cluster.gpus_per_node();
+        let need = if gpus > g {
+            self.cluster.nodes_needed(gpus) * g
+        } else {
+            gpus
+        };
+        if need >= *unplannable {
+            return;
         }
-    }
-
-    /// The nodes any of `helds` holds (one flag per node).
-    fn held_by<'h>(&self, helds: impl Iterator<Item = &'h Vec<bool>>) -> Vec<bool> {
-        let mut out = vec![false; self.cluster.num_nodes() as usize];
-        for held in helds {
-            for (o, &h) in out.iter_mut().zip(held) {
-                *o |= h;
+        match self.plan_nodes_outside(gpus, Some(held_from)) {
+            Some((shadow, held)) => {
+                for (from, h) in held_from.iter_mut().zip(held) {
+                    if h {
+                        *from = shadow;
+                    }
+                }
             }
+            None => *unplannable = need,
         }
-        out
     }
 
     fn reservation(&self, gpus: u32) -> Reservation {
@@ -990,11 +1035,17 @@ impl<'a> Core<'a> {
         let mut attempts = 0usize;
         let mut hopeless: BTreeSet<u32> = BTreeSet::new();
         // With several reservations (`backfill_reservations` > 1, nodes): the
-        // planned start and nodes each blocked job holds, and how many of the
-        // pass's slots were used (a job that cannot be planned uses one too).
+        // planned start of the reservation holding each node (`hold_next`),
+        // and how many of the pass's slots were used (a job that cannot be
+        // planned uses one too).
         let several = self.cfg.backfill == Backfill::Nodes && self.cfg.backfill_reservations > 1;
-        let mut holds: Vec<(i64, Vec<bool>)> = Vec::new();
+        let mut held_from: Vec<i64> = if several {
+            vec![i64::MAX; self.cluster.num_nodes() as usize]
+        } else {
+            Vec::new()
+        };
         let mut slots = 0usize;
+        let mut unplannable = u32::MAX;
         while let Some(j) = merge.next(&self.classes) {
             if scanned >= self.cfg.backfill_depth {
                 break;
@@ -1011,20 +1062,15 @@ impl<'a> Core<'a> {
                 // Only on nodes no reservation planned to start before its
                 // limit ends holds.
                 let end = self.now.saturating_add(limit);
-                let barred = self.held_by(
-                    holds
-                        .iter()
-                        .filter(|(shadow, _)| end > *shadow)
-                        .map(|(_, held)| held),
-                );
-                let started = if barred.contains(&true) {
+                let started = if held_from.iter().any(|&from| from < end) {
+                    let barred: Vec<bool> = held_from.iter().map(|&from| from < end).collect();
                     self.start_outside(pol, j, &barred)
                 } else {
                     self.start(pol, j)
                 };
                 if !started {
                     // Its GPUs are free only on held nodes: it waits, planned.
-                    self.hold_next(&mut holds, &mut slots, gpus);
+                    self.hold_next(&mut held_from, &mut slots, &mut unplannable, gpus);
                 }
                 continue;
             }
@@ -1055,7 +1101,11 @@ impl<'a> Core<'a> {
             if can_preempt && !free && !hopeless.contains(&class) {
                 attempts += 1;
                 match self.try_preempt(pol, j) {
-                    Attempt::Started => continue,
+                    Attempt::Started => {
+                        // Its victims' GPUs may be left over on some nodes.
+                        unplannable = u32::MAX;
+                        continue;
+                    }
                     Attempt::NoVictims => {
                         hopeless.insert(class);
                     }
@@ -1063,7 +1113,7 @@ impl<'a> Core<'a> {
                 }
             }
             if several {
-                self.hold_next(&mut holds, &mut slots, gpus);
+                self.hold_next(&mut held_from, &mut slots, &mut unplannable, gpus);
                 continue;
             }
             if reservation.is_none() {

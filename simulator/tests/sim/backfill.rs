@@ -105,7 +105,14 @@ fn gpu_count_reservation_lets_a_small_job_fragment_them() {
 ///   holds it. S, ending after both planned starts, fits nowhere else and
 ///   waits. Y starts at 20,000 on node 1 and ends at 30,000; S then starts on
 ///   node 1 at 30,000 (nodes 0 and 2 run X).
+/// - Two, with a backfill window of 15,000 s (Slurm's `bf_window`): at 60 X's
+///   plan (10,000) lies within it and Y's (20,000) beyond, so Y holds nothing
+///   and the replay is the one-reservation one.
 fn replay_reservations(k: usize) -> [(i64, Vec<u32>); 2] {
+    replay_reservations_within(k, budget_sim::engine::DEFAULT_BACKFILL_WINDOW)
+}
+
+fn replay_reservations_within(k: usize, window: i64) -> [(i64, Vec<u32>); 2] {
     let trace = vec![
         job("A", 0, 2, 10_000),
         job("B", 0, 1, 20_000),
@@ -121,6 +128,7 @@ fn replay_reservations(k: usize) -> [(i64, Vec<u32>); 2] {
         min_runtime: MinRuntimeRule::Cap(0),
         backfill: Backfill::Nodes,
         backfill_reservations: k,
+        backfill_window: window,
         ..SimConfig::default()
     };
     let o = simulate(&trace, &shares, PolicyKind::Decay, &cfg);
@@ -139,6 +147,91 @@ fn a_second_reservation_holds_the_node_of_the_second_blocked_job() {
         replay_reservations(2),
         [(20_000, vec![1]), (30_000, vec![1])]
     );
-    // More slots than blocked jobs change nothing.
+    // More slots than blocked jobs change nothing; every blocked job holds
+    // nodes by default, as in Slurm.
     assert_eq!(replay_reservations(8), replay_reservations(2));
+    assert_eq!(
+        SimConfig::default().backfill_reservations,
+        budget_sim::engine::ALL_RESERVATIONS
+    );
+    assert_eq!(
+        replay_reservations(budget_sim::engine::ALL_RESERVATIONS),
+        replay_reservations(2)
+    );
+}
+
+#[test]
+fn a_job_planned_beyond_the_backfill_window_holds_nothing() {
+    assert_eq!(
+        replay_reservations_within(2, 15_000),
+        [(50_000, vec![0]), (100, vec![1])]
+    );
+    // Y's plan (20,000, seen from 60) is just within a window of 19,940 s.
+    assert_eq!(
+        replay_reservations_within(2, 19_940),
+        [(20_000, vec![1]), (30_000, vec![1])]
+    );
+}
+
+/// The flags: `all` or 1-10,000 reservations, a positive window; a GPU-count
+/// reservation holds no nodes, so more than one is refused, and by default it
+/// has its one.
+#[test]
+fn backfill_planning_flags_are_checked() {
+    use budget_sim::SimulateArgs;
+    use budget_sim::cli::prepare;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SimulateArgs,
+    }
+    let parse = |extra: &[&str]| {
+        let mut v = vec!["sim", "--scenario", "overload", "--max-jobs", "10"];
+        v.extend_from_slice(extra);
+        Cli::try_parse_from(v).map(|c| c.args)
+    };
+    let cfg = |extra: &[&str]| prepare(&parse(extra).expect("parses")).map(|p| p.cfg);
+
+    let default = cfg(&[]).expect("default");
+    assert_eq!(
+        default.backfill_reservations,
+        budget_sim::engine::ALL_RESERVATIONS
+    );
+    assert_eq!(default.backfill_window, 7 * 86_400);
+    let some = cfg(&["--backfill-reservations", "16", "--backfill-window", "1d"]).expect("16, 1d");
+    assert_eq!(
+        (some.backfill_reservations, some.backfill_window),
+        (16, 86_400)
+    );
+    assert_eq!(
+        cfg(&["--backfill-reservations", "all"])
+            .expect("all")
+            .backfill_reservations,
+        budget_sim::engine::ALL_RESERVATIONS
+    );
+    assert_eq!(
+        cfg(&["--backfill", "gpus"])
+            .expect("gpus")
+            .backfill_reservations,
+        1
+    );
+
+    for bad in [
+        &["--backfill-reservations", "0"][..],
+        &["--backfill-reservations", "10001"],
+        &["--backfill-reservations", "some"],
+        &["--backfill-window", "0"],
+        &["--backfill-window", "soon"],
+    ] {
+        assert!(parse(bad).is_err(), "{bad:?} should be refused");
+    }
+    let err = cfg(&["--backfill", "gpus", "--backfill-reservations", "all"])
+        .expect_err("gpus holds no nodes")
+        .to_string();
+    assert!(
+        err.contains("--backfill-reservations all needs --backfill nodes"),
+        "{err}"
+    );
 }

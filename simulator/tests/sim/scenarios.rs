@@ -4,7 +4,7 @@
 //! reversal (a team never takes from a team that took from it within the
 //! window), preemptions and lost work bounded. And the old rule (`budget-v1`)
 //! thrashes on the same workload, so the scenario does test what issue 9 is
-//! about. Seeds 1 and 2: nothing here is tuned to one draw.
+//! about. Seeds 1-3: nothing here is tuned to one draw.
 
 use budget_sim::SimulateArgs;
 use budget_sim::cli::{Prepared, prepare};
@@ -55,11 +55,12 @@ fn cost_aware_rule_keeps_the_invariants_under_sustained_overload() {
         "fragmented",
         "many-teams",
     ] {
-        // The rule must be exercised on every scenario, but one seed may need no
-        // preemption at all (overload seed 1 with the window balance: turnover
-        // alone delivers every entitlement), which is the point of the rule.
+        // The rule must be exercised on every scenario, but a seed may need no
+        // preemption at all (overload seeds 1 and 2 since the engine plans
+        // every blocked job as Slurm's backfill does: turnover alone delivers
+        // every entitlement), which is the point of the rule.
         let mut preemptions = 0;
-        for seed in [1, 2] {
+        for seed in [1, 2, 3] {
             let p = prepared(scenario, seed);
             let r = replay(&p, PolicyKind::Budget);
             let name = format!("{scenario} seed {seed}");
@@ -68,7 +69,7 @@ fn cost_aware_rule_keeps_the_invariants_under_sustained_overload() {
         }
         assert!(
             preemptions > 0,
-            "{scenario}: the rule never preempted on seeds 1-2"
+            "{scenario}: the rule never preempted on seeds 1-3"
         );
     }
 }
