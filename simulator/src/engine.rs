@@ -881,14 +881,20 @@ impl<'a> Core<'a> {
         self.schedule_next(EV_SAMPLE, self.cfg.sample_every);
     }
 
+    /// GPUs a job of `gpus` needs free at once: its own on one node, whole
+    /// nodes' worth for a multi-node job.
+    fn reserved_gpus(&self, gpus: u32) -> u32 {
+        let g = self.cluster.gpus_per_node();
+        if gpus > g {
+            self.cluster.nodes_needed(gpus) * g
+        } else {
+            gpus
+        }
+    }
+
     /// GPUs needed for a reservation: whole nodes for multi-node jobs.
     fn shadow(&self, gpus: u32) -> (i64, i64) {
-        let g = self.cluster.gpus_per_node();
-        let need = if gpus > g {
-            i64::from(self.cluster.nodes_needed(gpus) * g)
-        } else {
-            i64::from(gpus)
-        };
+        let need = i64::from(self.reserved_gpus(gpus));
         let mut avail = self.cluster.free_total() as i64;
         for &(end, j) in &self.running_by_limit {
             avail += i64::from(self.jobs[j as usize].gpus);
@@ -991,12 +997,7 @@ impl<'a> Core<'a> {
             return;
         }
         *slots += 1;
-        let g = self.cluster.gpus_per_node();
-        let need = if gpus > g {
-            self.cluster.nodes_needed(gpus) * g
-        } else {
-            gpus
-        };
+        let need = self.reserved_gpus(gpus);
         if need >= *unplannable {
             return;
         }
