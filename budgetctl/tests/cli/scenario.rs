@@ -295,14 +295,27 @@ fn unix_socket_callers_are_identified_by_uid() {
     // A copy of budgetctl that uid 65534 can surely execute.
     let exe = dir.join("budgetctl");
     std::fs::copy(BUDGETCTL, &exe).expect("copy");
+    // Tests run in parallel threads: a process another test forks while the copy
+    // above still had its file open for writing keeps that descriptor until it
+    // execs, and the kernel refuses to run a file open for writing (ETXTBSY).
+    // That window closes within milliseconds, so a busy file is tried again.
     let as_nobody = |args: &[&str]| {
-        std::process::Command::new(&exe)
-            .args(args)
-            .env("BUDGET_SOCKET", sock)
-            .uid(65534)
-            .gid(65534)
-            .output()
-            .expect("run as nobody")
+        let mut tries = 0;
+        loop {
+            let run = std::process::Command::new(&exe)
+                .args(args)
+                .env("BUDGET_SOCKET", sock)
+                .uid(65534)
+                .gid(65534)
+                .output();
+            match run {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other.expect("run as nobody"),
+            }
+        }
     };
     let own = as_nobody(&["account", "show", "teamb"]);
     assert!(
