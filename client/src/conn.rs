@@ -67,8 +67,8 @@ impl Conn {
     /// Connects to `endpoint` before `deadline`.
     ///
     /// TCP uses `connect_timeout` per resolved address. A Unix-socket connect
-    /// blocks while the listener's accept backlog is full (a stuck budgetd:
-    /// issue 11 item 4, it hung `slurmctld` at shutdown); Linux bounds that
+    /// blocks while the listener's accept backlog is full (a stuck budgetd,
+    /// which would hang `slurmctld` at shutdown); Linux bounds that
     /// wait by the socket's send timeout, so it is set to what is left of the
     /// deadline before connecting ([`connect_unix`]).
     pub(crate) fn connect(

@@ -168,13 +168,12 @@ pub struct RebalancePolicy {
     pub tier_band: Option<f64>,
     /// Priority, with `entitled_first`: among siblings below their entitled
     /// GPUs, the one holding the smallest share of its entitlement comes first
-    /// (then by ratio); off (the default since 2026-12-03): by ratio alone.
+    /// (then by ratio); off (the default): by ratio alone.
     /// Jobs are lumpy against small entitlements: by share, a small team is
     /// served when a GPU or two short and overshoots by a whole job, and with
     /// many teams the largest one absorbs every overshoot (the `many-teams`
-    /// scenario: worst team's mean shortfall 7.2% by share, 3.2% by ratio, seeds
-    /// 1-20); the ratio order makes an overshoot rank its team later until the
-    /// window has evened it out.
+    /// scenario; figures in docs/simulator-results.md); the ratio order makes
+    /// an overshoot rank its team later until the window has evened it out.
     pub share_order: bool,
     /// Priority only: the tier a pending job ranks in reads each budget-bearing
     /// node's ratio *projected* this fraction of a window ahead, as if the
@@ -569,7 +568,7 @@ struct Forecast {
 /// It also counts the *victims* allowed and not yet requeued ([`InFlight::take`]):
 /// the period state's holdings refresh once a second at best, so without them
 /// two preemptors of one pass could each take a job of the same side, each
-/// check seeing the side above its entitlement by one job (issue 11, item 13),
+/// check seeing the side above its entitlement by one job,
 /// and several preemptions of one pass could each pass the site cap. The
 /// simulator takes none (its holdings are live).
 /// Amounts are weighted GPUs, as the state's holdings.

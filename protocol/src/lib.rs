@@ -360,7 +360,7 @@ pub struct JobSync {
     /// running run Slurm no longer has (a start lost in a controller crash, a
     /// cancel racing a requeue, jobs purged while budgetd was down, pending
     /// jobs cancelled), at the time of the previous complete set: the last
-    /// time Slurm was seen to have them (issue 11 item 12). Absent: a partial
+    /// time Slurm was seen to have them. Absent: a partial
     /// batch, nothing is closed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<Vec<(u32, i64)>>,

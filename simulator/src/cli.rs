@@ -213,14 +213,13 @@ pub struct SimulateArgs {
     pub backfill_depth: usize,
     /// What the first blocked job's reservation holds: `nodes` (Slurm's
     /// sched/backfill: the nodes it will start on, from its planned start) or
-    /// `gpus` (GPU counts only, the replays before phase 2).
+    /// `gpus` (GPU counts only, the engine's older model).
     #[arg(long, value_enum, default_value = "nodes")]
     pub backfill: crate::engine::Backfill,
     /// Blocked jobs per pass that hold nodes, with `--backfill nodes`: `all`
     /// (every blocked job the pass examines, as Slurm's backfill plans them)
-    /// or the first K (1: EASY backfill, the engine's model until
-    /// 2026-12-04). Each is planned on the nodes the earlier ones of the pass
-    /// do not hold.
+    /// or the first K (1: EASY backfill). Each is planned on the nodes the
+    /// earlier ones of the pass do not hold.
     /// Default: `all` with `--backfill nodes`; `--backfill gpus` has one
     /// GPU-count reservation.
     #[arg(long, value_parser = parse_reservations)]

@@ -36,7 +36,7 @@
 //!   node only if its limit ends before the planned start; otherwise only on
 //!   the other nodes (`backfill.c`'s `_add_reservation` removes the planned
 //!   nodes from the availability map from the planned start to its end).
-//! - `gpus`: the replays before phase 2: its *shadow time* is the earliest
+//! - `gpus`: the engine's older model: its *shadow time* is the earliest
 //!   time-limit end at which enough GPUs are free (counted in GPUs, whole
 //!   nodes for multi-node jobs); later jobs start if they fit now and either
 //!   their limit ends before the shadow time or they use no more than the
@@ -45,8 +45,8 @@
 //!
 //! Like Slurm's backfill, every job a pass examines and cannot start holds
 //! nodes (`nodes` only; `--backfill-reservations K` caps them at the first K
-//! blocked jobs, K = 1 being EASY backfill, the engine's model until
-//! 2026-12-04): each is planned on the nodes the earlier ones do not hold, a
+//! blocked jobs, K = 1 being EASY backfill): each is planned on the nodes
+//! the earlier ones do not hold, a
 //! job that fits now starts only off the nodes of every reservation planned
 //! to start before its limit ends, and one whose free GPUs all lie on such
 //! nodes waits, planned. A job whose planned start lies beyond
@@ -233,7 +233,8 @@ pub enum Backfill {
     /// only if its limit ends before the planned start.
     #[default]
     Nodes,
-    /// GPU counts only (the replays before issue 9's phase 2): a later job may
+    /// GPU counts only (the engine's older model, kept to reproduce its
+    /// figures): a later job may
     /// start if its limit ends before the shadow time or it takes no more than
     /// the GPUs left over at the shadow time, on any node; node fragmentation
     /// at the shadow time is ignored, so a multi-node job can be delayed

@@ -7,7 +7,7 @@
 //! the seed per job (`Purpose::TimeLimit`), so results are reproducible:
 //!
 //! - `exact`: each run's limit is exactly the work it has left. Perfect
-//!   knowledge: what every replay assumed before issue 9 (reproduces those figures).
+//!   knowledge, as the first replays assumed (reproduces their figures).
 //! - `overrequest:LO-HI[,max:P]`: with probability `P` the user takes the
 //!   partition maximum (`--max-time-limit`); otherwise the duration times a
 //!   factor drawn log-uniformly in `[LO, HI]`, rounded **up** to a wall-time

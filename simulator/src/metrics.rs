@@ -36,7 +36,7 @@
 //!   shortfall").
 //! - **reversals**: preemptions of a non-free job of team Y by team X when Y
 //!   had preempted a non-free job of X within the previous window (the
-//!   oscillation the issue forbids).
+//!   oscillation the rule must not produce, docs/design.md §6.2).
 //! - **wait**: first start - submission, per tier at first start (budget), per
 //!   declared level (static), all jobs (decay); p50/p95 by nearest rank.
 //!

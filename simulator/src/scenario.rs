@@ -21,14 +21,13 @@
 //! multiday 1:0.2, 2:0.2, 4:0.2, 8:0.25, 16:0.15; `m` 4:0.3, 8:0.4, 16:0.3;
 //! `w` 16:0.6, 32:0.4; `n` 1:0.6, 2:0.4 (n offers ~128: 1.0 of the cluster).
 //!
-//! `fragmented` is adversarial (added in issue 9's phase 2, not derived from a
-//! trace): a team whose every job needs whole nodes shares the cluster with a
+//! `fragmented` is adversarial (not derived from a trace): a team whose every job needs whole nodes shares the cluster with a
 //! team flooding it with one- and two-GPU jobs. Free GPUs then come back one
 //! at a time on many nodes, so the wide team's entitlement depends on the
 //! backfill reservation holding nodes for it (`--backfill nodes`) and on
 //! whether the rule can free whole nodes by taking small jobs.
 //!
-//! `many-teams` (added with the projected tier, 2026-12-03) is adversarial too:
+//! `many-teams` (the case for the projected tier) is adversarial too:
 //! six teams whose entitlements differ fivefold, each asking for 1.5-3 times
 //! its allocation, one of them arriving in the second week, with the same job
 //! sizes for all (team f, entitled to 8 GPUs, submits 16-GPU jobs). Jobs are

@@ -175,8 +175,8 @@ mod tests {
         assert_eq!(n.load(Ordering::SeqCst), 1);
     }
 
-    /// A tick stuck far longer than the bound (issue 11 item 4: before, `fini`
-    /// joined without a bound and a stuck budgetd call hung slurmctld).
+    /// A tick stuck far longer than the bound: `fini` must still return, or a
+    /// stuck budgetd call would hang slurmctld's shutdown.
     #[test]
     fn stop_is_bounded_when_a_tick_is_stuck() {
         let (started_tx, started_rx) = std::sync::mpsc::channel();

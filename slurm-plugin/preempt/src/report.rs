@@ -1,6 +1,6 @@
 //! Reporting Slurm's preemptions to budgetd (`POST /v1/preemptions`, the
 //! [`budget_protocol::preemption`] record), so every lost run is recorded with its
-//! preemptor, reason and GPU-hours (issue 4, item 5).
+//! preemptor, reason and GPU-hours.
 //!
 //! Slurm never tells a preempt plugin that a preemption happened: it asks
 //! `preemptable(victim, preemptor)` for many candidates and then preempts a subset.

@@ -318,7 +318,8 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
     let mut runs: Vec<JobRun> = Vec::new();
     let collect = cfg.sync_jobs;
     // The complete set of jobs, on full passes (every FULL_CHECK_EVERY): budgetd
-    // closes the runs Slurm forgot (issue 11 item 12).
+    // closes the runs Slurm forgot (a start lost in a controller crash, a
+    // cancel racing a requeue, jobs purged while budgetd was down).
     let mut live: Option<Vec<(u32, i64)>> = None;
     {
         let guard = ctl.job_write_lock();
