@@ -21,8 +21,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use budget_protocol::service::BackupReport;
-use rusqlite::{Connection, OpenFlags, backup::Backup};
+use rusqlite::{Connection, OpenFlags};
 
+use crate::db::{CopyError, copy, copy_into};
 use crate::error::AppError;
 
 /// Why a backup or restore failed; each message names the file and what to do.
@@ -57,6 +58,15 @@ impl From<BackupError> for AppError {
     }
 }
 
+impl From<CopyError> for BackupError {
+    fn from(e: CopyError) -> BackupError {
+        match e {
+            CopyError::Sqlite { path, source } => BackupError::Sqlite { path, source },
+            e @ CopyError::Locked { .. } => BackupError::Refused(e.to_string()),
+        }
+    }
+}
+
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BackupError + '_ {
     move |source| BackupError::Io {
         path: path.display().to_string(),
@@ -68,32 +78,6 @@ fn sql(path: &Path) -> impl FnOnce(rusqlite::Error) -> BackupError + '_ {
     move |source| BackupError::Sqlite {
         path: path.display().to_string(),
         source,
-    }
-}
-
-/// Copies the database `src` into the (new or emptied) database file `dst` in one
-/// backup step, retrying while SQLite reports the source busy.
-pub(crate) fn copy(src: &Connection, dst_path: &Path) -> Result<(), BackupError> {
-    let mut dst = Connection::open(dst_path).map_err(sql(dst_path))?;
-    copy_into(src, &mut dst, dst_path)
-}
-
-fn copy_into(src: &Connection, dst: &mut Connection, dst_path: &Path) -> Result<(), BackupError> {
-    let b = Backup::new(src, dst).map_err(sql(dst_path))?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        // -1: all pages in one step, so the copy is one read transaction's view.
-        match b.step(-1).map_err(sql(dst_path))? {
-            rusqlite::backup::StepResult::Done => return Ok(()),
-            rusqlite::backup::StepResult::More => {}
-            _ if Instant::now() > deadline => {
-                return Err(BackupError::Refused(format!(
-                    "{}: the database stayed locked for 30 s; try again",
-                    dst_path.display()
-                )));
-            }
-            _ => std::thread::sleep(Duration::from_millis(50)),
-        }
     }
 }
 

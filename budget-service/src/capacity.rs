@@ -21,7 +21,6 @@ use std::time::Duration;
 use policy_core::GpuWeights;
 
 use crate::scontrol::{self, NodeInfo, SlurmError};
-use crate::state::AppState;
 
 /// How often the count is read again.
 pub const REFRESH: Duration = Duration::from_secs(60);
@@ -111,12 +110,19 @@ impl Tracker {
 }
 
 /// Starts the refresh: a read at once, then one every [`REFRESH`] ([`RETRY`]
-/// after a failed one).
-pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
+/// after a failed one). Each count that differs from the last one published is
+/// handed to `publish` (budgetd's: `AppState::set_capacity`); the worker is the
+/// only writer, so it keeps the last published count itself and needs nothing
+/// else of the service's state.
+pub fn spawn<F>(publish: F) -> tokio::task::JoinHandle<()>
+where
+    F: Fn(Option<ClusterGpus>) + Send + 'static,
+{
     tokio::spawn(async move {
         let mut tracker = Tracker::default();
+        // What the service holds before the first read: unknown.
+        let mut before: Option<ClusterGpus> = None;
         loop {
-            let before = state.capacity();
             let (gpus, log) = tracker.update(scontrol::show_nodes().await);
             if let Some(msg) = log {
                 tracing::warn!(error = %msg, kept = ?gpus.as_ref().map(ClusterGpus::total), "cluster GPUs: reading Slurm failed; keeping the last known count");
@@ -128,7 +134,8 @@ pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
                     was = ?before.as_ref().map(ClusterGpus::total),
                     "cluster GPUs"
                 );
-                state.set_capacity(gpus);
+                publish(gpus.clone());
+                before = gpus;
             }
             tokio::time::sleep(if tracker.failing() { RETRY } else { REFRESH }).await;
         }

@@ -12,8 +12,9 @@
 //! by the in-memory mirror (`ledger.rs`), so an index would only slow ingestion.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use rusqlite::Connection;
+use rusqlite::{Connection, backup::Backup};
 
 /// Migrations in order; index + 1 is the `user_version` after each.
 pub(crate) const MIGRATIONS: &[&str] = &[
@@ -236,6 +237,56 @@ pub fn migration_backup_path(path: &Path, from: i64, now: i64) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Why a copy of the database ([`copy`]) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error("{path}: {source}")]
+    Sqlite {
+        path: String,
+        source: rusqlite::Error,
+    },
+    #[error("{path}: the database stayed locked for 30 s; try again")]
+    Locked { path: String },
+}
+
+fn copy_sql(path: &Path) -> impl FnOnce(rusqlite::Error) -> CopyError + '_ {
+    move |source| CopyError::Sqlite {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Copies the database `src` into the (new or emptied) database file `dst` in one
+/// backup step (SQLite's online backup API), retrying while SQLite reports the
+/// source busy. Used before a migration and by backups and restores (`backup.rs`).
+pub(crate) fn copy(src: &Connection, dst_path: &Path) -> Result<(), CopyError> {
+    let mut dst = Connection::open(dst_path).map_err(copy_sql(dst_path))?;
+    copy_into(src, &mut dst, dst_path)
+}
+
+/// [`copy`] into an open connection.
+pub(crate) fn copy_into(
+    src: &Connection,
+    dst: &mut Connection,
+    dst_path: &Path,
+) -> Result<(), CopyError> {
+    let b = Backup::new(src, dst).map_err(copy_sql(dst_path))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // -1: all pages in one step, so the copy is one read transaction's view.
+        match b.step(-1).map_err(copy_sql(dst_path))? {
+            rusqlite::backup::StepResult::Done => return Ok(()),
+            rusqlite::backup::StepResult::More => {}
+            _ if Instant::now() > deadline => {
+                return Err(CopyError::Locked {
+                    path: dst_path.display().to_string(),
+                });
+            }
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
 /// Runs `migrations[from..]` in ONE transaction, which also sets `user_version`:
 /// a failure leaves the database exactly as it was (and says so). A database that
 /// holds data (`from > 0`) is first copied with the online backup API to
@@ -255,7 +306,7 @@ fn migrate(
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
         let target = migration_backup_path(path, from, now);
-        crate::backup::copy(conn, &target).map_err(|e| DbError::Migration {
+        copy(conn, &target).map_err(|e| DbError::Migration {
             path: p.clone(),
             from,
             to,

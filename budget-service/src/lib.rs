@@ -16,7 +16,8 @@
 //! - [`store`]: the state behind the lock and every mutation (one `commit`);
 //! - [`policy`], [`config`]: policy validation, the config file;
 //! - [`error`]: `AppError` and its HTTP mapping;
-//! - [`auth`]: callers (peer credentials, tokens) and their scopes;
+//! - [`caller`]: who is calling and in which role;
+//! - [`auth`]: authenticating callers (peer credentials, tokens) and their scopes;
 //! - [`state`]: shared state, the snapshot cache, counters;
 //! - [`api`]: the router and handlers; [`report`]: share, usage, why;
 //! - [`sacct`]: parsing sacct history; [`clock`]: the service's "now";
@@ -31,6 +32,7 @@
 pub mod api;
 pub mod auth;
 pub mod backup;
+pub mod caller;
 pub mod capacity;
 pub mod clock;
 pub mod config;

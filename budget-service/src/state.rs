@@ -16,7 +16,7 @@ use axum::body::Bytes;
 use budget_protocol::PluginSnapshot;
 use budget_protocol::service::PluginFetch;
 
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::capacity::ClusterGpus;
 use crate::config::Config;
 use crate::error::{AppError, AppResult};

@@ -100,7 +100,10 @@ fn main() -> anyhow::Result<()> {
         // Drains (docs/design.md §7): requeue jobs on drained nodes as their contracts allow.
         let drainer = budget_service::drain_worker::spawn(state.clone());
         // The cluster's GPUs, for the snapshot's `cluster_gpus` (read once a minute).
-        let capacity = budget_service::capacity::spawn(state.clone());
+        let capacity = {
+            let state = state.clone();
+            budget_service::capacity::spawn(move |gpus| state.set_capacity(gpus))
+        };
         run(state, Listeners { unix: Some(unix), tcp }, shutdown_signal()).await?;
         drainer.abort();
         capacity.abort();
