@@ -18,7 +18,8 @@
 //! - [`error`]: `AppError` and its HTTP mapping;
 //! - [`caller`]: who is calling and in which role;
 //! - [`auth`]: authenticating callers (peer credentials, tokens) and their scopes;
-//! - [`state`]: shared state, the snapshot cache, counters;
+//! - [`state`]: shared live state (the store behind its lock, the cluster's GPUs), counters;
+//! - [`snapshot`]: the plugin snapshot's assembly and cache; [`throttle`]: admission of expensive reads;
 //! - [`api`]: the router and handlers; [`report`]: share, usage, why;
 //! - [`sacct`]: parsing sacct history; [`clock`]: the service's "now";
 //! - [`metrics`], [`openapi`]: `/metrics` and the OpenAPI document;
@@ -50,8 +51,10 @@ pub mod report;
 pub mod sacct;
 pub mod scontrol;
 pub mod server;
+pub mod snapshot;
 pub mod state;
 pub mod store;
+pub mod throttle;
 
 pub use api::app;
 pub use config::Config;

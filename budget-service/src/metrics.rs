@@ -14,7 +14,8 @@ use budget_protocol::RunState;
 use policy_core::fairshare::NodeKind;
 use policy_core::preempt::job_tier;
 
-use crate::state::{AppState, CachedSnapshot};
+use crate::snapshot::CachedSnapshot;
+use crate::state::AppState;
 use crate::store::{Store, hours};
 
 /// The exposition text, written family by family.

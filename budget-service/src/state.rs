@@ -1,5 +1,6 @@
 //! Shared application state: the store behind its lock, the config, the
-//! cached plugin snapshot and the counters `/metrics` reports.
+//! cluster's GPUs, the counters `/metrics` reports, and the snapshot cache
+//! (`snapshot.rs`) and read throttle (`throttle.rs`) it holds.
 //!
 //! Why `std::sync::Mutex` around the store and `spawn_blocking` around its
 //! use: rusqlite calls block (a commit waits for fsync), so they must not run
@@ -12,26 +13,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use budget_protocol::PluginSnapshot;
 use budget_protocol::service::PluginFetch;
 
 use crate::caller::Caller;
 use crate::capacity::ClusterGpus;
 use crate::config::Config;
 use crate::error::{AppError, AppResult};
+use crate::snapshot::{self, CachedSnapshot, SnapshotCache};
 use crate::store::Store;
-
-/// A computed snapshot, its JSON body (served as is) and its version.
-#[derive(Debug)]
-pub struct CachedSnapshot {
-    pub snapshot: PluginSnapshot,
-    pub body: Bytes,
-    /// Store generation it was computed from.
-    pub generation: u64,
-    /// The cluster's GPUs it was computed with.
-    pub capacity: Option<ClusterGpus>,
-}
+use crate::throttle::{ReadPermit, ReadThrottle};
 
 /// Counters for `/metrics`.
 #[derive(Debug, Default)]
@@ -58,38 +48,6 @@ pub struct Counters {
     pub reads_throttled: AtomicU64,
 }
 
-/// Per-caller bookkeeping of expensive reads (share, usage, why, idle, audit).
-#[derive(Debug, Default)]
-struct ReadBudget {
-    /// Start of the current one-minute window.
-    window_start: Option<Instant>,
-    /// Reads started in that window.
-    count: u32,
-    /// Reads running now.
-    in_flight: u32,
-}
-
-/// Held while an unprivileged caller's expensive read runs.
-#[derive(Debug)]
-pub struct ReadPermit {
-    state: AppState,
-    key: String,
-    _global: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl Drop for ReadPermit {
-    fn drop(&mut self) {
-        let mut m = self
-            .state
-            .read_budgets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = m.get_mut(&self.key) {
-            b.in_flight = b.in_flight.saturating_sub(1);
-        }
-    }
-}
-
 /// Everything handlers share.
 #[derive(Debug)]
 pub struct Inner {
@@ -104,12 +62,10 @@ pub struct Inner {
     /// callers do not take the lock while this is non-zero, so a sync or a
     /// snapshot waits for at most the one operation running (docs/design.md §11).
     pub controller_waiting: AtomicUsize,
-    /// Expensive reads of unprivileged callers running at once, all callers
-    /// together: one, so a controller operation waits behind at most one user
-    /// read (with two, the second queued at the store lock ahead of syncs).
-    pub expensive_reads: Arc<tokio::sync::Semaphore>,
-    read_budgets: Mutex<HashMap<String, ReadBudget>>,
-    pub snapshot: tokio::sync::Mutex<Option<Arc<CachedSnapshot>>>,
+    /// Admission of unprivileged callers' expensive reads.
+    pub reads: ReadThrottle,
+    /// The plugin snapshot last computed (`crate::snapshot`).
+    pub snapshot: SnapshotCache,
     pub counters: Counters,
     /// uid -> user name, resolved once per uid.
     pub user_names: Mutex<HashMap<u32, String>>,
@@ -153,6 +109,7 @@ impl AppState {
         controller_uids.extend(config.controller.uids.iter().copied());
         controller_uids.sort_unstable();
         controller_uids.dedup();
+        let reads = ReadThrottle::new(config.expensive_reads_per_minute);
         AppState(Arc::new(Inner {
             generation: store.generation_handle(),
             store: Mutex::new(store),
@@ -160,9 +117,8 @@ impl AppState {
             admin_uids,
             controller_uids,
             controller_waiting: AtomicUsize::new(0),
-            expensive_reads: Arc::new(tokio::sync::Semaphore::new(1)),
-            read_budgets: Mutex::new(HashMap::new()),
-            snapshot: tokio::sync::Mutex::new(None),
+            reads,
+            snapshot: SnapshotCache::default(),
             counters: Counters::default(),
             user_names: Mutex::new(HashMap::new()),
             started_at: crate::clock::now(),
@@ -252,114 +208,35 @@ impl AppState {
         .map_err(|e| AppError::Internal(format!("worker failed: {e}")))?
     }
 
-    /// Admits an expensive read (a whole-ledger scan) of `caller`. Admins and
-    /// the controller pass freely; anyone else gets at most
-    /// `expensive_reads_per_minute` per minute and one at a time (429
-    /// otherwise), and waits for one of the few global slots, so looping
-    /// reads cannot occupy the store or the blocking pool.
+    /// Admits an expensive read (a whole-ledger scan) of `caller`
+    /// (`crate::throttle`): admins and the controller pass freely, anyone else
+    /// within their budget, else 429.
     pub async fn expensive_read(&self, caller: &Caller) -> AppResult<Option<ReadPermit>> {
-        if !caller.is_unprivileged() {
-            return Ok(None);
-        }
-        let key = match caller.uid {
-            Some(uid) => format!("uid:{uid}"),
-            None => format!("token:{}", caller.user),
-        };
-        {
-            let mut m = self.read_budgets.lock().unwrap_or_else(|p| p.into_inner());
-            let now = Instant::now();
-            let b = m.entry(key.clone()).or_default();
-            if b.window_start
-                .is_none_or(|w| now.duration_since(w) >= Duration::from_secs(60))
-            {
-                b.window_start = Some(now);
-                b.count = 0;
-            }
-            let refusal = if b.in_flight > 0 {
-                Some("one expensive read (share, usage, why, idle, audit) at a time per caller")
-            } else if b.count >= self.config.expensive_reads_per_minute {
-                Some("too many expensive reads (share, usage, why, idle, audit) this minute")
-            } else {
-                None
-            };
-            if let Some(why) = refusal {
-                self.counters
-                    .reads_throttled
-                    .fetch_add(1, Ordering::Relaxed);
-                return Err(AppError::TooMany(format!("{why}; try again shortly")));
-            }
-            b.count += 1;
-            b.in_flight += 1;
-        }
-        let permit = ReadPermit {
-            state: self.clone(),
-            key,
-            // Closed never: the semaphore lives as long as the state.
-            _global: match self.expensive_reads.clone().acquire_owned().await {
-                Ok(p) => p,
-                Err(e) => return Err(AppError::Internal(format!("read slots closed: {e}"))),
-            },
-        };
-        Ok(Some(permit))
+        self.reads
+            .admit(caller, &self.counters.reads_throttled)
+            .await
     }
 
-    /// The current plugin snapshot: the cached one if nothing was written
-    /// since and it is younger than `snapshot_refresh_secs`, else a new one.
+    /// The current plugin snapshot (`crate::snapshot`): the cached one if
+    /// nothing was written since and it is younger than
+    /// `snapshot_refresh_secs`, else a new one.
     pub async fn snapshot(&self, now: i64) -> AppResult<Arc<CachedSnapshot>> {
-        let mut cache = self.snapshot.lock().await;
-        if let Some(c) = cache.as_ref() {
-            let fresh = now - c.snapshot.generated_at < self.config.snapshot_refresh_secs
-                && now >= c.snapshot.generated_at;
-            if fresh
-                && c.generation == self.generation.load(Ordering::SeqCst)
-                && c.capacity == self.capacity()
-            {
-                return Ok(c.clone());
-            }
-        }
-        let capacity = self.capacity();
-        let computed = self
-            .with_store_controller(move |s| {
-                let generation = s.generation();
-                let cluster_gpus = capacity.as_ref().map(ClusterGpus::total);
-                // Weighted with the weights this snapshot carries (a weight
-                // change bumps the generation, so it is applied at once).
-                let weighted = capacity.as_ref().map(|c| c.weighted(s.weights()));
-                // The counts are in the version: counts read again within the
-                // same second and generation still change the ETag (the
-                // weighted one only where it differs from the raw one, so a
-                // uniform site's versions read as before).
-                let version = match (cluster_gpus, weighted) {
-                    (Some(n), Some(w)) if w != f64::from(n) => {
-                        format!("{generation}-{now}-{n}-{w}")
-                    }
-                    (Some(n), _) => format!("{generation}-{now}-{n}"),
-                    (None, _) => format!("{generation}-{now}"),
-                };
-                let snapshot = PluginSnapshot {
-                    version,
-                    generated_at: now,
-                    policy: s.policy().clone(),
-                    weights: s.weights().clone(),
-                    fair_share: s.fair_share(now),
-                    drains: crate::drains::snapshot_drains(s),
-                    cluster_gpus,
-                    cluster_weighted_gpus: weighted,
-                };
-                let body = Bytes::from(serde_json::to_vec(&snapshot)?);
-                Ok(CachedSnapshot {
-                    snapshot,
-                    body,
-                    generation,
-                    capacity,
-                })
-            })
-            .await?;
-        self.counters
-            .snapshot_computations
-            .fetch_add(1, Ordering::Relaxed);
-        let c = Arc::new(computed);
-        *cache = Some(c.clone());
-        Ok(c)
+        self.snapshot
+            .get(
+                now,
+                self.config.snapshot_refresh_secs,
+                &self.generation,
+                || self.capacity(),
+                |capacity| async move {
+                    let computed = self
+                        .with_store_controller(move |s| snapshot::assemble(s, capacity, now))
+                        .await?;
+                    self.counters
+                        .snapshot_computations
+                        .fetch_add(1, Ordering::Relaxed);
+                    Ok(computed)
+                },
+            )
+            .await
     }
 }
