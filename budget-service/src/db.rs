@@ -79,7 +79,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (job_id, run)
     ) WITHOUT ROWID;
     "#,
-    // 2: maintenance drains (docs/design.md §7) and the preemption record (issue 4).
+    // 2: maintenance drains (docs/design.md §7) and the preemption record (§6.5).
     r#"
     CREATE TABLE drains (
         node        TEXT PRIMARY KEY,
@@ -124,13 +124,13 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX idle_streaks_gpu_end ON idle_streaks(gpu_uuid, end);
     CREATE INDEX idle_streaks_end ON idle_streaks(end);
     "#,
-    // 4: a run's time limit and declared checkpoint interval (issue 9: the
-    // cost-aware rule's inputs, read by `budgetctl why`).
+    // 4: a run's time limit and declared checkpoint interval (the cost-aware
+    // rule's inputs, read by `budgetctl why`).
     r#"
     ALTER TABLE runs ADD COLUMN time_limit INTEGER;
     ALTER TABLE runs ADD COLUMN checkpoint INTEGER;
     "#,
-    // 5: the run key tells reused job ids apart (issue 11 item 7): Slurm's submit
+    // 5: the run key tells reused job ids apart: Slurm's submit
     // time of the run joins the key; rows stored before it have 0 (unknown) and
     // adopt the first submit time synced for them.
     r#"

@@ -34,7 +34,7 @@ pub struct RunRecord {
     pub job_id: u32,
     pub run: u32,
     /// Slurm's submit time of this run, 0 when unknown: part of the key, so a
-    /// reused job id is a new row (issue 11 item 7).
+    /// reused job id (a cold-started controller restarts its counter) is a new row.
     #[serde(default)]
     pub submit: i64,
     /// 0, or how many times slurmctld lost this run (a crash before its state
@@ -646,7 +646,7 @@ impl Ledger {
     ///
     /// The sums live in a map keyed by (leaf, GPU type) that holds only the
     /// pairs some run in the window touches: memory is linear in the runs,
-    /// never leaves x interned strings (that was ~3.5 GB at 10k users, issue 11).
+    /// never leaves x interned strings (gigabytes at 10k users).
     pub fn usage(&self, at: i64, len: i64) -> UsageSums {
         // (leaf, GPU type id or u32::MAX) -> (charged, free)
         let mut sums: HashMap<(u32, u32), (i128, i128)> = HashMap::new();

@@ -286,7 +286,7 @@ fn preemptions(x: &mut Exposition, store: &Store) {
     );
 }
 
-/// The site safety net (issue 9): rebalancing preemptions and the GPU-hours
+/// The site safety net (docs/design.md §6.4): rebalancing preemptions and the GPU-hours
 /// they lost in the window ending now, the caps `budgetctl policy set` gave,
 /// and whether a cap is reached (then `preempt/budget` refuses rebalancing
 /// and logs "site cap reached" in the slurmctld log).

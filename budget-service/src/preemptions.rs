@@ -1,4 +1,4 @@
-//! The preemption record (issue 4): every run that lost its GPUs to another job or
+//! The preemption record (docs/design.md §6.5): every run that lost its GPUs to another job or
 //! to a maintenance drain, with who took it, why, and the GPU-hours of the lost run.
 //!
 //! Two writers, one table keyed by `(job_id, run)` so either may repeat itself:
