@@ -34,8 +34,13 @@ def worst(r):
     return max(t["entitlement_shortfall_worst"] for t in teams(r))
 
 
+# Scenarios whose team `l` arrives late to a full cluster: the L goal's shapes.
+LATE_SHAPES = ("late-arrival", "late-whole-node", "late-whole-node-b", "late-wide",
+               "late-wide-b", "over-holds", "over-holds-b")
+
+
 def late_team(r):
-    """Team `l` of the late-arrival scenario (arrives on day 7)."""
+    """Team `l` of the late-arrival shapes (arrives on day 7, or 10)."""
     return next(t for t in r["teams"] if t["team"] == "l")
 
 
@@ -52,7 +57,7 @@ def misses(sc, b, s, dc):
         out += "M"
     if team_max(b) > 0.05:
         out += "T"
-    if sc == "late-arrival" and late_team(b)["entitlement_shortfall_worst"] > 0.10:
+    if sc in LATE_SHAPES and late_team(b)["entitlement_shortfall_worst"] > 0.10:
         out += "L"
     if b["preemptions_per_gpu_day"] > 0.05:
         out += "P"
