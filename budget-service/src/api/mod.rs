@@ -13,10 +13,15 @@
 
 mod drains;
 mod idle;
-mod jobs;
+mod import;
+mod metrics;
 mod preemptions;
+mod reports;
 mod site;
+mod snapshot;
+mod sync;
 mod tree;
+mod why;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -293,12 +298,12 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/v1/policy", get(tree::get_policy).patch(tree::set_policy))
         .route("/v1/audit", get(tree::audit))
-        .route("/v1/usage", get(jobs::usage))
-        .route("/v1/usage/import", post(jobs::import))
-        .route("/v1/share", get(jobs::share))
-        .route(budget_protocol::SNAPSHOT_PATH, get(jobs::snapshot))
-        .route(budget_protocol::SYNC_PATH, post(jobs::sync))
-        .route("/v1/jobs/{id}/why", get(jobs::why))
+        .route("/v1/usage", get(reports::usage))
+        .route("/v1/usage/import", post(import::import))
+        .route("/v1/share", get(reports::share))
+        .route(budget_protocol::SNAPSHOT_PATH, get(snapshot::snapshot))
+        .route(budget_protocol::SYNC_PATH, post(sync::sync))
+        .route("/v1/jobs/{id}/why", get(why::why))
         .route("/v1/drains", get(drains::list).post(drains::create))
         .route("/v1/drains/{nodes}", delete(drains::remove))
         .route(
@@ -307,7 +312,7 @@ pub fn app(state: AppState) -> Router {
         )
         .route(budget_protocol::AGENT_REPORT_PATH, post(idle::report))
         .route("/v1/idle", get(idle::list))
-        .route("/metrics", get(jobs::metrics))
+        .route("/metrics", get(metrics::metrics))
         .route(budget_protocol::service::BACKUP_PATH, post(site::backup))
         .route(budget_protocol::service::PLUGINS_PATH, get(site::plugins))
         .fallback(not_found)

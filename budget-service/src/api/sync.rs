@@ -1,0 +1,45 @@
+//! Job state from slurmctld's priority plugin: `POST /v1/sync/jobs`.
+
+use std::sync::atomic::Ordering;
+
+use axum::Json;
+use axum::extract::State;
+use budget_protocol::{JobSync, SyncOutcome};
+
+use super::ApiJson;
+use crate::auth::Caller;
+use crate::clock::now;
+use crate::error::AppResult;
+use crate::state::AppState;
+
+pub async fn sync(
+    State(st): State<AppState>,
+    caller: Caller,
+    ApiJson(batch): ApiJson<JobSync>,
+) -> AppResult<Json<SyncOutcome>> {
+    caller.require_controller(&st, "sync job state")?;
+    let t = now();
+    let out = st.with_store_controller(move |s| s.sync(&batch, t)).await?;
+    let c = &st.counters;
+    c.syncs.fetch_add(1, Ordering::Relaxed);
+    c.sync_runs_inserted
+        .fetch_add(out.inserted, Ordering::Relaxed);
+    c.sync_runs_updated
+        .fetch_add(out.updated, Ordering::Relaxed);
+    c.sync_runs_unchanged
+        .fetch_add(out.unchanged, Ordering::Relaxed);
+    c.last_sync_at
+        .store(u64::try_from(t).unwrap_or(0), Ordering::Relaxed);
+    for r in out.refused.iter().take(10) {
+        tracing::warn!(
+            job_id = r.job_id,
+            run = r.run,
+            "sync: run refused: {}",
+            r.error
+        );
+    }
+    if out.refused.len() > 10 {
+        tracing::warn!("sync: {} more runs refused", out.refused.len() - 10);
+    }
+    Ok(Json(out))
+}
