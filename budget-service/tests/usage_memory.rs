@@ -1,4 +1,4 @@
-//! The usage sums' memory is linear in runs + accounts + users (issue 11 item 6).
+//! The usage sums' memory is linear in runs + accounts + users.
 //!
 //! Its own test binary: the counting allocator below sees every allocation of
 //! the process, so no other test may run beside it.

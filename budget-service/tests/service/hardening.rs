@@ -1,12 +1,11 @@
-//! Issue 11 (hardening), on the real service: a plain user's large body is
-//! refused from its head, before any byte of it is read (item 1); slow and
-//! idle connections are closed and connections capped per peer while the
-//! controller still gets in (item 4); expensive reads are limited per caller
-//! (item 9); the controller role is exact (item 10); agent tokens report for
-//! their own nodes only, in bounded reports (item 11); `why` shows a user
-//! only the jobs they may see, and two budgetd refuse to share a database
-//! file, which is created 0600, a failed re-drain keeps the drain in force,
-//! and one job that cannot be requeued does not stop a drain pass (item 14).
+//! Hardening, on the real service: a plain user's large body is refused from
+//! its head, before any byte of it is read; slow and idle connections are
+//! closed and connections capped per peer while the controller still gets
+//! in; expensive reads are limited per caller; the controller role is exact;
+//! agent tokens report for their own nodes only, in bounded reports; `why`
+//! shows a user only the jobs they may see, and two budgetd refuse to share a
+//! database file, which is created 0600, a failed re-drain keeps the drain in
+//! force, and one job that cannot be requeued does not stop a drain pass.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

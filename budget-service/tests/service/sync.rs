@@ -62,8 +62,8 @@ fn sync_is_idempotent_and_exact_across_repeats() {
         "{u}"
     );
     // A bad run is refused on its own, named with the reason; the good runs
-    // of the same batch are stored (issue 11 item 2: one odd job must not
-    // stop the whole cluster's accounting).
+    // of the same batch are stored (one odd job must not stop the whole
+    // cluster's accounting).
     let long_nodes = "n".repeat(129);
     let bad = json!([
         {"job_id": 9, "run": 0, "account": "teama", "user": "alice", "gpus": 1, "state": "pending"},

@@ -1,4 +1,4 @@
-//! The wait line of `budgetctl why` for a pending job (issue 9, item 4): the
+//! The wait line of `budgetctl why` for a pending job: the
 //! cost-aware rule's own words (`policy_core::rebalance::describe_wait`), from the
 //! time limits, run starts and windows the controller synced. teamb holds 8 GPUs
 //! of a cluster where each team is entitled to 2; a teama job waits for 1.

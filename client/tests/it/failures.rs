@@ -40,8 +40,8 @@ fn missing_socket_is_a_connect_error_with_a_hint() {
 }
 
 /// A budgetd that stopped accepting (its accept backlog full): the connect
-/// itself is bounded by the request timeout (issue 11 item 4; before, a
-/// Unix-socket connect had no deadline and hung `slurmctld`'s `fini`).
+/// itself is bounded by the request timeout (a Unix-socket connect without a
+/// deadline would hang `slurmctld`'s `fini`).
 #[test]
 fn a_full_accept_backlog_times_out_the_unix_connect() {
     let path = temp_socket_path();

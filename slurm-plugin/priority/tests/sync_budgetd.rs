@@ -1,7 +1,7 @@
 //! The priority plugin's job-state sync against a real budgetd (in-process,
 //! real SQLite, real Unix socket): a first pass after a restart with more jobs
-//! than one request body may hold is sent in acknowledged chunks (issue 11
-//! item 3), and a run budgetd refuses is reported, not resent forever (item 2).
+//! than one request body may hold is sent in acknowledged chunks, and a run
+//! budgetd refuses is reported, not resent forever.
 
 use std::ffi::c_char;
 use std::time::Instant;

@@ -109,7 +109,7 @@ fn requeued_at(tb: &Testbed, id: JobId) -> Result<i64> {
         .unwrap_or(0))
 }
 
-/// Issue 11 item 5: job names and comments written to look like other
+/// Job names and comments written to look like other
 /// `scontrol show job -o` fields. The drain worker reads jobs from `squeue
 /// --json`, so a free job named `x JobState=PENDING AdminComment=...` is still
 /// RUNNING to it (requeued at once), and its preemption is charged to its own

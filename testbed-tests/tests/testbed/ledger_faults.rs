@@ -1,5 +1,5 @@
 //! Suite `testbed-faults`: the usage ledger when Slurm forgets or reuses jobs
-//! (issue 11 items 7 and 12), against a real slurmctld + 2 slurmd x 4 fake GPUs,
+//! (reused job ids, runs lost or forgotten), against a real slurmctld + 2 slurmd x 4 fake GPUs,
 //! priority/budget and budgetd, with `MinJobAge=10` (Slurm purges a finished job
 //! 10-20 s after its end) and a 1 s plugin period (a complete live set every 12 s).
 //!

@@ -1,5 +1,5 @@
 //! Suite `testbed-stability`: the cost-aware rule in `preempt/budget` under sustained
-//! overload (issue 9, item 4), against a real slurmctld + 2 slurmd x 2 fake GPUs with
+//! overload, against a real slurmctld + 2 slurmd x 2 fake GPUs with
 //! job_submit/budget, preempt/budget, priority/budget and budgetd.
 //!
 //! Two teams with equal, small allocations (2 GPU-hours per 1-hour window each: 2 of
