@@ -419,7 +419,9 @@ pub async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, App
                 }
                 None => {
                     state.counters.auth_refusals.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(%addr, with_token = token.is_some(), "unauthenticated TCP request refused");
+                    if let Some(left_out) = crate::loglimit::UNAUTHENTICATED.allow() {
+                        tracing::warn!(%addr, with_token = token.is_some(), left_out, "unauthenticated TCP request refused (one line a second at most; left_out: refusals not logged since the last line)");
+                    }
                     Err(AppError::Unauthorized(if token.is_some() {
                         "unknown bearer token".into()
                     } else {

@@ -227,6 +227,31 @@ pub enum ConfigError {
     Parse { path: String, message: String },
 }
 
+/// Why a config file that holds tokens is too open, as ssh judges key files:
+/// readable or writable by users outside its owner and group (group-readable
+/// is fine: budgetd may run as a group member of the file). `None`: fine, or
+/// no token in it.
+pub fn permission_warning(path: &Path, cfg: &Config) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    if cfg.tokens.is_empty() {
+        return None;
+    }
+    let mode = std::fs::metadata(path).ok()?.permissions().mode() & 0o777;
+    let open = if mode & 0o004 != 0 {
+        "readable by other users"
+    } else if mode & 0o022 != 0 {
+        "writable by users other than its owner"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "{} holds {} bearer token(s) and is {open} (mode {mode:04o}): anyone who reads it \
+         can act as those callers; chmod 0600 (or 0640 with budgetd's group) and rotate the tokens",
+        path.display(),
+        cfg.tokens.len()
+    ))
+}
+
 impl Config {
     /// Reads and checks a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {

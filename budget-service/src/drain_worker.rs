@@ -8,17 +8,44 @@
 //! with clean state, a manual resume). Each requeue it issues is recorded as a
 //! `drain` preemption.
 
-use std::collections::HashSet;
-use std::time::Duration;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use budget_protocol::preemption::{PreemptionReason, PreemptionRecord};
 use policy_core::preempt::{JobView, drain_may_take};
 use policy_core::protection::window_end;
 
-use crate::drains::{contract, on_drained_node};
+use crate::drains::{SlurmView, contract, on_drained_node};
 use crate::error::AppResult;
-use crate::scontrol;
+use crate::scontrol::{self, NodeInfo, SlurmJob};
 use crate::state::AppState;
+
+impl AppState {
+    /// Keeps what was just read from Slurm as the drains' view (served by
+    /// `GET /v1/drains`) and returns it.
+    pub fn publish_drain_view(
+        &self,
+        nodes: BTreeMap<String, NodeInfo>,
+        jobs: Vec<SlurmJob>,
+    ) -> Arc<SlurmView> {
+        let view = Arc::new(SlurmView {
+            nodes,
+            jobs,
+            read: Instant::now(),
+        });
+        *self.drain_view.lock().unwrap_or_else(|p| p.into_inner()) = Some(view.clone());
+        view
+    }
+
+    /// The drains' last view of Slurm, however old.
+    pub fn drain_view(&self) -> Option<Arc<SlurmView>> {
+        self.drain_view
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
 
 /// Starts the drain worker: one pass per second while budgetd runs.
 pub fn spawn(state: AppState) -> tokio::task::JoinHandle<()> {
@@ -69,6 +96,8 @@ async fn pass(state: &AppState, requeued: &mut HashSet<(u32, u32)>) -> AppResult
         }
     }
     let jobs = scontrol::show_jobs().await?;
+    let view = state.publish_drain_view(nodes, jobs);
+    let jobs = &view.jobs;
     let default_min = state
         .with_store(|s| Ok(s.policy().default_min_runtime_secs))
         .await?;
@@ -77,7 +106,7 @@ async fn pass(state: &AppState, requeued: &mut HashSet<(u32, u32)>) -> AppResult
     // One job that cannot be requeued (gone, already completing, refused)
     // must not hold up the others: failures are collected, the pass goes on.
     let mut failures: Vec<String> = Vec::new();
-    for j in &jobs {
+    for j in jobs {
         if !on_drained_node(j, &drained) || requeued.contains(&(j.job_id, j.run)) {
             continue;
         }

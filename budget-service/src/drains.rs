@@ -26,7 +26,7 @@ use policy_core::protection::window_end;
 use rusqlite::params;
 use serde_json::json;
 
-use crate::error::AppResult;
+use crate::error::{AppError, AppResult};
 use crate::scontrol::{NodeInfo, SlurmJob};
 use crate::store::{Change, Store};
 
@@ -351,5 +351,47 @@ mod tests {
             resume_undo(&["n1".into(), "n2".into()], &resumed, &rows2),
             BTreeMap::from([("fan".into(), vec!["n1".into()])])
         );
+    }
+}
+
+/// How old the drain worker's last reading of Slurm may be for `GET
+/// /v1/drains` to be answered from it (the worker reads Slurm once a second
+/// while drains exist). Older: 503, as the status would be a guess.
+pub const VIEW_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Slurm's nodes and jobs as a drain worker pass (or a drain request) last
+/// read them: `GET /v1/drains` answers from this, so reading drains starts no
+/// Slurm process however often it is asked.
+#[derive(Debug)]
+pub struct SlurmView {
+    pub nodes: BTreeMap<String, NodeInfo>,
+    pub jobs: Vec<SlurmJob>,
+    pub read: std::time::Instant,
+}
+
+/// The status of `drains` from the last [`SlurmView`], or why it cannot be
+/// given (no reading yet, or one older than [`VIEW_MAX_AGE`]).
+pub fn status_from_view(
+    drains: &[DrainRow],
+    view: Option<&SlurmView>,
+    default_min: i64,
+    now: i64,
+) -> AppResult<Vec<DrainStatus>> {
+    if drains.is_empty() {
+        return Ok(Vec::new());
+    }
+    match view {
+        Some(v) if v.read.elapsed() <= VIEW_MAX_AGE => {
+            Ok(status(drains, &v.nodes, &v.jobs, default_min, now))
+        }
+        Some(v) => Err(AppError::Unavailable(format!(
+            "drain status unknown: budgetd last read Slurm {} s ago (at most {} s is served); \
+             the drain worker cannot reach Slurm, see budgetd's log",
+            v.read.elapsed().as_secs(),
+            VIEW_MAX_AGE.as_secs()
+        ))),
+        None => Err(AppError::Unavailable(
+            "drain status unknown: budgetd has not read Slurm yet; try again in a second".into(),
+        )),
     }
 }

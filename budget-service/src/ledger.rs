@@ -127,6 +127,24 @@ impl RunRecord {
         Ok(rec)
     }
 
+    /// The checks a synced run gets ([`RunRecord::from_job_run`]), for a run
+    /// that came another way (an import): printable texts of bounded length,
+    /// and [`RunRecord::check`].
+    pub fn check_all(&self) -> Result<(), String> {
+        check_text("account", &self.account)?;
+        check_text("user", &self.user)?;
+        for (f, v) in [
+            ("partition", &self.partition),
+            ("gpu_type", &self.gpu_type),
+            ("nodes", &self.nodes),
+        ] {
+            if let Some(v) = v {
+                check_text(f, v)?;
+            }
+        }
+        self.check()
+    }
+
     /// Internal consistency of a record.
     pub fn check(&self) -> Result<(), String> {
         if self.gpus > MAX_GPUS {
@@ -303,10 +321,41 @@ pub fn merge(existing: Option<&RunRecord>, incoming: &RunRecord) -> Merge {
 /// id or a wrong file), or `None` when it may be. Only frozen fields count:
 /// account, user and GPUs once the run started, and the start itself.
 pub fn conflict(old: &RunRecord, incoming: &RunRecord) -> Option<String> {
-    if old.start.is_none() && !terminal(old.state) {
-        return None;
-    }
     let mut diffs = Vec::new();
+    if old.start.is_none() && !terminal(old.state) {
+        // Pending: its account and user are already the job's (a reused id
+        // brings another owner), and it cannot have started before it was
+        // submitted.
+        if old.account != incoming.account {
+            diffs.push(format!(
+                "account {} (stored pending as {})",
+                incoming.account, old.account
+            ));
+        }
+        if old.user != incoming.user {
+            diffs.push(format!(
+                "user {} (stored pending as {})",
+                incoming.user, old.user
+            ));
+        }
+        if let Some(s) = incoming.start
+            && old.submit > 0
+            && s < old.submit
+        {
+            diffs.push(format!(
+                "start {s} before the stored submission at {}",
+                old.submit
+            ));
+        }
+        return (!diffs.is_empty()).then(|| {
+            format!(
+                "job {} run {} is stored as another job: {}",
+                old.job_id,
+                old.run,
+                diffs.join(", ")
+            )
+        });
+    }
     if old.account != incoming.account {
         diffs.push(format!(
             "account {} (stored {})",

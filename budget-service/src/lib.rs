@@ -43,6 +43,7 @@ pub mod drains;
 pub mod error;
 pub mod idle;
 pub mod ledger;
+pub mod loglimit;
 pub mod metrics;
 pub mod openapi;
 pub mod policy;

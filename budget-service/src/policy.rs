@@ -6,6 +6,7 @@
 //! it, so a bad `budgetctl policy set` changes nothing.
 
 use budget_protocol::Policy;
+use policy_core::tree::MAX_ALLOCATION_GPU_HOURS;
 
 /// Checks a whole policy; the message names the offending field.
 pub fn validate(p: &Policy) -> Result<(), String> {
@@ -40,10 +41,11 @@ pub fn validate(p: &Policy) -> Result<(), String> {
         ));
     }
     if let Some(h) = p.site_max_lost_gpu_hours
-        && !(h.is_finite() && h >= 0.0)
+        && !(h.is_finite() && (0.0..=MAX_ALLOCATION_GPU_HOURS).contains(&h))
     {
         return Err(format!(
-            "site_max_lost_gpu_hours must be a number of GPU-hours >= 0, got {h}"
+            "site_max_lost_gpu_hours must be a number of GPU-hours between 0 and \
+             {MAX_ALLOCATION_GPU_HOURS:e}, got {h}"
         ));
     }
     for (name, value, what) in [

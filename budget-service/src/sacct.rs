@@ -168,10 +168,30 @@ pub fn parse(
     }
     for ((job_id, task), mut runs) in by_job {
         runs.sort_by_key(|l| (l.start, l.line));
-        runs.dedup_by(|b, a| {
-            a.start == b.start && a.end == b.end && a.account == b.account && a.gpus == b.gpus
-        });
-        for (n, l) in runs.into_iter().enumerate() {
+        // One job and one start is one run, whatever its lines say about its
+        // end: a RUNNING line and the COMPLETED line of the same run (sacct
+        // read twice) keep the one that ended. Lines of one start that differ
+        // in who ran it, its GPUs, or two different ends, are errors.
+        let mut merged: Vec<Line> = Vec::with_capacity(runs.len());
+        for l in runs {
+            match merged.last_mut() {
+                Some(a) if a.start == l.start => {
+                    if let Some(why) = same_run(a, &l) {
+                        out.invalid.push(LineError {
+                            line: l.line,
+                            error: format!(
+                                "job {job_id} has another line (line {}) with the same Start: {why}",
+                                a.line
+                            ),
+                        });
+                    } else if a.end.is_none() && l.end.is_some() {
+                        *a = l;
+                    }
+                }
+                _ => merged.push(l),
+            }
+        }
+        for (n, l) in merged.into_iter().enumerate() {
             let run = match task {
                 None => u32::try_from(n).unwrap_or(u32::MAX),
                 Some(t) if t < (1 << 22) && n < 256 => ARRAY_RUN_BASE + t * 256 + n as u32,
@@ -183,7 +203,8 @@ pub fn parse(
                     continue;
                 }
             };
-            out.records.push(RunRecord {
+            let line = l.line;
+            let rec = RunRecord {
                 job_id,
                 run,
                 // sacct's Submit is not read: an imported run matches the
@@ -205,11 +226,34 @@ pub fn parse(
                 first_seen: now,
                 time_limit_secs: None,
                 checkpoint_secs: None,
-            });
+            };
+            // The checks a synced run gets (bounded GPUs and times,
+            // printable names).
+            match rec.check_all() {
+                Ok(()) => out.records.push(rec),
+                Err(error) => out.invalid.push(LineError { line, error }),
+            }
         }
     }
     out.invalid.sort_by_key(|e| e.line);
     Ok(out)
+}
+
+/// Why two lines with the same job and Start are not the same run.
+fn same_run(a: &Line, b: &Line) -> Option<String> {
+    if a.account != b.account || a.user != b.user {
+        return Some(format!(
+            "{}/{} and {}/{}",
+            a.account, a.user, b.account, b.user
+        ));
+    }
+    if a.gpus != b.gpus || a.gpu_type != b.gpu_type {
+        return Some(format!("{} and {} GPUs", a.gpus, b.gpus));
+    }
+    match (a.end, b.end) {
+        (Some(x), Some(y)) if x != y => Some(format!("two different Ends ({x} and {y})")),
+        _ => None,
+    }
 }
 
 type Cols = (usize, usize, usize, usize, usize, usize, usize);

@@ -79,6 +79,9 @@ pub struct Inner {
     /// by `budgetctl undrain` drained again 0.1 s later). A tokio mutex: it is held
     /// across `scontrol`/`squeue` awaits.
     pub drain_ops: tokio::sync::Mutex<()>,
+    /// Slurm's nodes and jobs as last read for the drains, which `GET
+    /// /v1/drains` answers from (`None`: not read yet).
+    pub drain_view: Mutex<Option<Arc<crate::drains::SlurmView>>>,
     /// The cluster's GPUs by type as [`crate::capacity`] last read them from
     /// Slurm (`None`: unknown), published as the snapshot's `cluster_gpus` and,
     /// weighted with the store's weights, `cluster_weighted_gpus`.
@@ -124,6 +127,7 @@ impl AppState {
             started_at: crate::clock::now(),
             plugin_fetches: Mutex::new(BTreeMap::new()),
             drain_ops: tokio::sync::Mutex::new(()),
+            drain_view: Mutex::new(None),
             capacity: Mutex::new(None),
         }))
     }

@@ -312,3 +312,131 @@ fn fuzz_every_json_body_of_the_api() {
     let (st, _) = budgetd_testkit::call(&c, "GET", "/v1/health", None);
     assert_eq!(st, 200, "budgetd still answers");
 }
+
+/// A real snapshot's JSON with 1-4 values replaced: numbers by any f64 (what
+/// serde_json cannot write becomes `null`), huge integers, strings or
+/// nothing; node indices by any integer.
+#[test]
+fn fuzz_snapshot_decoder() {
+    use budget_protocol::{PluginSnapshot, Policy};
+    use policy_core::{AccountSpec, FairShare, GpuWeights, MemberSpec, TreeSpec};
+    use serde_json::Value;
+    let acct = |name: &str, parent: Option<&str>, alloc: f64| AccountSpec {
+        name: name.into(),
+        parent: parent.map(Into::into),
+        allocation_gpu_hours: alloc,
+        overcommit: false,
+    };
+    let tree = TreeSpec {
+        root_allocation_gpu_hours: None,
+        accounts: vec![
+            acct("bio", None, 100.0),
+            acct("bio-a", Some("bio"), 60.0),
+            acct("phys", None, 50.0),
+        ],
+        members: vec![
+            MemberSpec {
+                user: "alice".into(),
+                account: "bio-a".into(),
+                allocation_gpu_hours: None,
+            },
+            MemberSpec {
+                user: "bob".into(),
+                account: "phys".into(),
+                allocation_gpu_hours: Some(10.0),
+            },
+        ],
+    };
+    let usage = [(("phys".to_string(), "bob".to_string()), 90_000.0)]
+        .into_iter()
+        .collect();
+    let mut weights = GpuWeights::default();
+    weights.set("h100", 1.5).expect("weight");
+    let snap = PluginSnapshot {
+        version: "1-1".into(),
+        generated_at: 1,
+        policy: Policy::default(),
+        weights,
+        fair_share: FairShare::compute(&tree, &usage, 1, 7 * 86_400),
+        drains: vec![],
+        cluster_gpus: Some(8),
+        cluster_weighted_gpus: Some(10.0),
+    };
+    let good = serde_json::to_value(&snap).expect("json");
+    assert_eq!(
+        PluginSnapshot::decode(good.to_string().as_bytes()).expect("a real snapshot decodes"),
+        snap
+    );
+    // Every number's place in the JSON, for the mutations.
+    fn numbers(v: &Value, at: String, out: &mut Vec<String>) {
+        match v {
+            Value::Number(_) | Value::Null => out.push(at),
+            Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    numbers(x, format!("{at}/{i}"), out);
+                }
+            }
+            Value::Object(o) => {
+                for (k, x) in o {
+                    numbers(x, format!("{at}/{k}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut places = Vec::new();
+    numbers(&good, String::new(), &mut places);
+    let places: &'static [String] = Box::leak(places.into_boxed_slice());
+    let value = prop_oneof![
+        4 => any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+        2 => any::<i64>().prop_map(Value::from),
+        1 => any::<u64>().prop_map(Value::from),
+        1 => prop::sample::select(&[1e306, -1e306, 1e-300, -0.0, 5e-324][..]).prop_map(Value::from),
+        1 => Just(Value::Null),
+        1 => "[ -~]{0,8}".prop_map(Value::String),
+    ];
+    let mutation = prop::collection::vec((prop::sample::select(places), value), 1..5);
+    let input = prop_oneof![
+        8 => mutation.prop_map(move |m| {
+            let mut v = good.clone();
+            for (at, x) in m {
+                if let Some(slot) = v.pointer_mut(&at) {
+                    *slot = x;
+                }
+            }
+            serde_json::to_vec(&v).unwrap_or_default()
+        }),
+        1 => prop::collection::vec(any::<u8>(), 0..300),
+    ];
+    fuzz("snapshot decoder", 1, input, |bytes| {
+        let Ok(s) = PluginSnapshot::decode(&bytes) else {
+            return Ok(());
+        };
+        // What was accepted is finite and in range, and using it cannot panic.
+        let fs = &s.fair_share;
+        for (i, n) in fs.nodes.iter().enumerate() {
+            prop_assert!(n.allocation.is_finite() && n.allocation >= 0.0, "{n:?}");
+            prop_assert!(n.usage.is_finite() && n.usage >= 0.0, "{n:?}");
+            prop_assert!(n.ratio.is_finite() && n.ratio >= 0.0, "{n:?}");
+            let _ = fs.path(i);
+            let _ = fs.usage_gpu_hours(i);
+            if let Some(r) = n.leaf_rank {
+                prop_assert!(fs.factor(r).is_finite());
+            }
+        }
+        for (a, u) in [
+            ("bio", "alice"),
+            ("bio-a", "alice"),
+            ("phys", "bob"),
+            ("phys", "x"),
+        ] {
+            let _ = fs.place(a, u);
+        }
+        prop_assert!(s.weights.default.is_finite() && s.weights.default > 0.0);
+        prop_assert!(s.capacity_gpus().is_none_or(f64::is_finite));
+        // A budgetd snapshot round-trips through the decoder.
+        let again = serde_json::to_vec(&s).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert!(PluginSnapshot::decode(&again).is_ok());
+        Ok(())
+    });
+}

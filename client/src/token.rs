@@ -20,7 +20,8 @@ pub struct TokenFileError {
 }
 
 /// The token in `path`: the file's text without surrounding white space;
-/// refused when unreadable, empty, larger than [`MAX_TOKEN_FILE_BYTES`], or
+/// refused when readable or writable by other users (mode `o+r`, `o+w`),
+/// unreadable, empty, larger than [`MAX_TOKEN_FILE_BYTES`], or
 /// holding white space or control characters inside (it goes into an HTTP
 /// header, where a line break would forge another header).
 pub fn read_token_file(path: &Path) -> Result<String, TokenFileError> {
@@ -29,6 +30,23 @@ pub fn read_token_file(path: &Path) -> Result<String, TokenFileError> {
         why,
     };
     let f = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
+    {
+        // As ssh does with key files: a token others can read is a token
+        // others may already hold, one they can write may not be ours.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = f
+            .metadata()
+            .map_err(|e| bad(e.to_string()))?
+            .permissions()
+            .mode()
+            & 0o777;
+        if mode & 0o006 != 0 {
+            return Err(bad(format!(
+                "mode {mode:04o}: readable or writable by other users, so the token may be \
+                 known to them; chmod 0600 (or 0640 for a group) and use a new token"
+            )));
+        }
+    }
     let mut text = String::new();
     f.take(MAX_TOKEN_FILE_BYTES + 1)
         .read_to_string(&mut text)
@@ -60,6 +78,18 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         let f = dir.join("t");
         std::fs::write(&f, "  abc-123\n").expect("write");
+        use std::os::unix::fs::PermissionsExt;
+        for mode in [0o644, 0o666, 0o602] {
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            let e = read_token_file(&f).expect_err("world-readable").to_string();
+            assert!(
+                e.contains("readable or writable by other users"),
+                "{mode:o}: {e}"
+            );
+        }
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        assert_eq!(read_token_file(&f).expect("token"), "abc-123");
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         assert_eq!(read_token_file(&f).expect("token"), "abc-123");
         for (text, why) in [
             ("\n \n", "empty"),

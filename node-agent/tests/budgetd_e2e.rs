@@ -113,12 +113,15 @@ fn once_fails_when_budgetd_is_unreachable() {
 
 #[test]
 fn the_agent_reads_its_token_from_a_file_and_refuses_a_bad_one() {
+    use std::fs::Permissions;
+    use std::os::unix::fs::PermissionsExt;
     let d = budgetd();
     let url = format!("http://{}", d.tcp.expect("tcp listener"));
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("agent.token");
     // Surrounding white space (an editor's final newline) is not part of the token.
     std::fs::write(&file, format!("{AGENT_TOKEN}\n")).expect("write token");
+    std::fs::set_permissions(&file, Permissions::from_mode(0o600)).expect("chmod");
     let out = agent("e2e-file", &url)
         .arg("--token-file")
         .arg(&file)
@@ -137,10 +140,17 @@ fn the_agent_reads_its_token_from_a_file_and_refuses_a_bad_one() {
     std::fs::write(&empty, "\n").expect("write");
     let two = dir.path().join("two.token");
     std::fs::write(&two, format!("{AGENT_TOKEN}\nX-Other: 1\n")).expect("write");
+    std::fs::set_permissions(&empty, Permissions::from_mode(0o600)).expect("chmod");
+    std::fs::set_permissions(&two, Permissions::from_mode(0o600)).expect("chmod");
+    // The right token in a file everyone may read: refused, as ssh refuses such a key.
+    let open = dir.path().join("open.token");
+    std::fs::write(&open, format!("{AGENT_TOKEN}\n")).expect("write");
+    std::fs::set_permissions(&open, Permissions::from_mode(0o644)).expect("chmod");
     for (path, why) in [
         (&missing, "No such file"),
         (&empty, "empty"),
         (&two, "white space"),
+        (&open, "readable or writable by other users"),
     ] {
         let before = idle_report(&d);
         let out = agent("e2e-bad", &url)

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::HOUR;
-use crate::tree::{ROOT, TreeSpec};
+use crate::tree::{MAX_ALLOCATION_GPU_HOURS, ROOT, TreeSpec};
 
 /// Ratio reported for a node with no allocation: finite (so it survives JSON)
 /// and far above 1, so such a node is always over budget.
@@ -132,9 +132,11 @@ impl From<FairShare> for FairShareData {
     }
 }
 
+/// `usage / allocation`, finite whatever the inputs: above `f64::MAX` it is
+/// `f64::MAX` (still above every real ratio, and JSON can carry it).
 fn ratio(usage: f64, allocation: f64) -> f64 {
     if allocation > 0.0 {
-        usage / allocation
+        (usage / allocation).min(f64::MAX)
     } else {
         RATIO_NO_ALLOCATION
     }
@@ -295,8 +297,27 @@ struct Draft {
 
 fn hours_to_secs(h: f64) -> f64 {
     // Allocations are GPU-hours *per window*: the window length does not scale
-    // them, so the conversion is plain hours -> seconds.
+    // them, so the conversion is plain hours -> seconds. Validation bounds
+    // them already; a stored value from before that bound is taken at the
+    // bound (and anything not a number as 0), so the tree stays finite.
+    let h = if h.is_finite() {
+        h.clamp(0.0, MAX_ALLOCATION_GPU_HOURS)
+    } else if h > 0.0 {
+        MAX_ALLOCATION_GPU_HOURS
+    } else {
+        0.0
+    };
     h * HOUR as f64
+}
+
+/// Usage as charged: finite and not negative (anything else counts as 0), at
+/// most `f64::MAX / 4` so that sums up a path stay finite.
+fn finite_usage(u: f64) -> f64 {
+    if u.is_finite() {
+        u.clamp(0.0, f64::MAX / 4.0)
+    } else {
+        0.0
+    }
 }
 
 fn new_node(name: &str, kind: NodeKind, allocation: f64, budget_bearing: bool) -> Node {
@@ -391,13 +412,14 @@ impl Draft {
             let Some(&acc) = self.accounts.get(account) else {
                 continue;
             };
+            let u = finite_usage(u);
             if let Some(&ui) = self.users.get(&(account.clone(), user.clone())) {
-                nodes[ui].usage += u;
+                nodes[ui].usage = (nodes[ui].usage + u).min(f64::MAX);
             }
             let mut cur = Some(acc);
             let mut guard = 0;
             while let Some(c) = cur {
-                nodes[c].usage += u;
+                nodes[c].usage = (nodes[c].usage + u).min(f64::MAX);
                 cur = nodes[c].parent;
                 guard += 1;
                 if guard > nodes.len() {
@@ -547,6 +569,45 @@ mod tests {
             .iter()
             .map(|(a, u, h)| ((a.to_string(), u.to_string()), h * 3600.0))
             .collect()
+    }
+
+    /// A tree that skipped validation (a row stored before the bounds) and
+    /// usage that is not a number still give a tree of finite numbers only,
+    /// which JSON carries without a `null`.
+    #[test]
+    fn out_of_range_inputs_give_a_finite_tree() {
+        let mut t = tree(
+            &[
+                ("huge", None, 1e306),
+                ("inf", None, f64::INFINITY),
+                ("nan", None, f64::NAN),
+                ("tiny", None, 1e-300),
+                ("neg", None, -5.0),
+            ],
+            &[("alice", "huge"), ("bob", "tiny")],
+        );
+        t.members[0].allocation_gpu_hours = Some(f64::INFINITY);
+        let u: UsageByLeaf = [
+            (("huge".to_string(), "alice".to_string()), f64::INFINITY),
+            (("inf".to_string(), "x".to_string()), f64::MAX),
+            (("nan".to_string(), "x".to_string()), f64::NAN),
+            (("tiny".to_string(), "bob".to_string()), 1e300),
+            (("neg".to_string(), "x".to_string()), f64::MAX),
+        ]
+        .into_iter()
+        .collect();
+        let fs = FairShare::compute(&t, &u, 0, 7 * 86_400);
+        for n in &fs.nodes {
+            assert!(n.allocation.is_finite() && n.allocation >= 0.0, "{n:?}");
+            assert!(n.usage.is_finite() && n.usage >= 0.0, "{n:?}");
+            assert!(n.ratio.is_finite() && n.ratio >= 0.0, "{n:?}");
+        }
+        let json = serde_json::to_string(&fs).unwrap();
+        for field in ["allocation", "usage", "ratio"] {
+            assert!(!json.contains(&format!("\"{field}\":null")), "{json}");
+        }
+        let back: FairShare = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.nodes.len(), 8);
     }
 
     #[test]

@@ -13,6 +13,11 @@ use serde::{Deserialize, Serialize};
 /// Name of the implicit root account.
 pub const ROOT: &str = "root";
 
+/// The largest allocation accepted, in weighted GPU-hours per window (a
+/// million GPUs for a thousand hours). Bounded so that every sum and
+/// conversion to GPU-seconds of the fair-share tree stays finite.
+pub const MAX_ALLOCATION_GPU_HOURS: f64 = 1e9;
+
 /// One declared account.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AccountSpec {
@@ -65,7 +70,10 @@ pub enum TreeError {
     UnknownAccount(String),
     #[error("account {0:?} would be its own ancestor (cycle)")]
     Cycle(String),
-    #[error("allocation of {name:?} must be a finite number >= 0 GPU-hours, got {value}")]
+    #[error(
+        "allocation of {name:?} must be a number of GPU-hours between 0 and {max:e}, got {value}",
+        max = MAX_ALLOCATION_GPU_HOURS
+    )]
     BadAllocation { name: String, value: f64 },
     #[error(
         "children of {parent:?} would have {children:.3} GPU-hours, above its allocation of {allocation:.3}; \
@@ -96,7 +104,7 @@ pub fn validate_name(name: &str) -> Result<(), TreeError> {
 }
 
 fn validate_allocation(name: &str, value: f64) -> Result<(), TreeError> {
-    if value.is_finite() && value >= 0.0 {
+    if value.is_finite() && (0.0..=MAX_ALLOCATION_GPU_HOURS).contains(&value) {
         Ok(())
     } else {
         Err(TreeError::BadAllocation {
@@ -308,6 +316,27 @@ mod tests {
         let mut t = ok.clone();
         t.accounts[1].allocation_gpu_hours = -1.0;
         assert!(matches!(t.validate(), Err(TreeError::BadAllocation { .. })));
+
+        // Above the bound: x 3600 it would overflow GPU-seconds to infinity.
+        for bad in [
+            1e306,
+            f64::INFINITY,
+            f64::NAN,
+            MAX_ALLOCATION_GPU_HOURS * 2.0,
+        ] {
+            let mut t = ok.clone();
+            t.accounts[2].allocation_gpu_hours = bad;
+            t.accounts[0].overcommit = true;
+            let err = t.validate().unwrap_err();
+            assert!(
+                matches!(err, TreeError::BadAllocation { .. }),
+                "{bad}: {err}"
+            );
+            assert!(err.to_string().contains("between 0 and 1e9"), "{err}");
+            let mut t = ok.clone();
+            t.root_allocation_gpu_hours = Some(bad);
+            assert!(matches!(t.validate(), Err(TreeError::BadAllocation { .. })));
+        }
 
         let mut t = ok.clone();
         t.accounts[2].allocation_gpu_hours = 700.0;

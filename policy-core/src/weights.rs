@@ -6,6 +6,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// The largest billing weight accepted: bounded so that GPUs x seconds x
+/// weight stays finite however many runs a window holds.
+pub const MAX_WEIGHT: f64 = 1e6;
+
 /// Billing weight per GPU type.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuWeights {
@@ -27,7 +31,7 @@ impl Default for GpuWeights {
 /// Why a weight was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum WeightError {
-    #[error("weight for {0:?} must be a finite number > 0, got {1}")]
+    #[error("weight for {0:?} must be a number > 0 and at most {max:e}, got {1}", max = MAX_WEIGHT)]
     NotPositive(String, f64),
     #[error("GPU type name {0:?} must be 1-64 characters of letters, digits, '-', '_' or '.'")]
     BadName(String),
@@ -60,7 +64,7 @@ pub fn validate_weight(gpu_type: &str, weight: f64) -> Result<(), WeightError> {
     if !name_ok {
         return Err(WeightError::BadName(gpu_type.to_string()));
     }
-    if !(weight.is_finite() && weight > 0.0) {
+    if !(weight.is_finite() && weight > 0.0 && weight <= MAX_WEIGHT) {
         return Err(WeightError::NotPositive(gpu_type.to_string(), weight));
     }
     Ok(())

@@ -25,6 +25,7 @@
 //! This crate holds types and formats only: no I/O, no HTTP, no policy.
 //! Field names are the JSON names.
 
+mod decode;
 pub mod drains;
 pub mod idle;
 pub mod preemption;
@@ -35,6 +36,7 @@ pub mod time;
 pub mod tree;
 pub mod why;
 
+pub use decode::SnapshotError;
 use policy_core::{FairShare, GpuWeights};
 use serde::{Deserialize, Serialize};
 
@@ -650,6 +652,107 @@ mod tests {
             drains: vec![],
             cluster_gpus: None,
             cluster_weighted_gpus: None,
+        }
+    }
+
+    /// A snapshot with a non-finite or out-of-range number, or a node index
+    /// outside the tree, is refused with an error naming the field; none of
+    /// it panics.
+    #[test]
+    fn decode_refuses_non_finite_and_out_of_range_values() {
+        let snap = small_snapshot();
+        let good = serde_json::to_value(&snap).expect("json");
+        let back = PluginSnapshot::decode(good.to_string().as_bytes()).expect("good decodes");
+        assert_eq!(back, snap);
+        let cases: Vec<(&str, serde_json::Value, &str)> = vec![
+            // What serde_json writes for an infinite allocation.
+            (
+                "/fair_share/nodes/1/allocation",
+                serde_json::Value::Null,
+                "nodes[1].allocation",
+            ),
+            (
+                "/fair_share/nodes/1/allocation",
+                serde_json::json!(1e306),
+                "\"teama\").allocation",
+            ),
+            (
+                "/fair_share/nodes/1/usage",
+                serde_json::json!(-1.0),
+                "usage",
+            ),
+            (
+                "/fair_share/nodes/1/ratio",
+                serde_json::json!(-0.5),
+                "ratio",
+            ),
+            ("/fair_share/nodes/1/parent", serde_json::json!(7), "parent"),
+            (
+                "/fair_share/nodes/0/children/0",
+                serde_json::json!(99),
+                "children",
+            ),
+            (
+                "/fair_share/nodes/1/leaf_rank",
+                serde_json::json!(5),
+                "leaf_rank",
+            ),
+            (
+                "/weights/default",
+                serde_json::json!(0.0),
+                "weights.default",
+            ),
+            (
+                "/weights/by_type/b300",
+                serde_json::json!(1e300),
+                "weights.by_type.b300",
+            ),
+            (
+                "/policy/hysteresis",
+                serde_json::json!(11.0),
+                "policy.hysteresis",
+            ),
+            (
+                "/policy/tier_band",
+                serde_json::json!(2.0),
+                "policy.tier_band",
+            ),
+            (
+                "/cluster_weighted_gpus",
+                serde_json::json!(-3.0),
+                "cluster_weighted_gpus",
+            ),
+            (
+                "/fair_share/window_secs",
+                serde_json::json!(0),
+                "window_secs",
+            ),
+        ];
+        for (pointer, value, says) in cases {
+            let mut v = good.clone();
+            match v.pointer_mut(pointer) {
+                Some(slot) => *slot = value.clone(),
+                None => {
+                    // A field left out when unset: add it to its object.
+                    let (parent, key) = pointer.rsplit_once('/').expect(pointer);
+                    let obj = if parent.is_empty() {
+                        Some(&mut v)
+                    } else {
+                        v.pointer_mut(parent)
+                    };
+                    obj.and_then(serde_json::Value::as_object_mut)
+                        .expect(parent)
+                        .insert(key.to_string(), value.clone());
+                }
+            }
+            let err = PluginSnapshot::decode(v.to_string().as_bytes())
+                .expect_err(&format!("{pointer} = {value} must be refused"));
+            let text = err.to_string();
+            assert!(text.starts_with("snapshot is not valid: "), "{text}");
+            assert!(text.contains(says), "{pointer}: {text}");
+        }
+        for junk in [&b""[..], b"null", b"{", b"[1,2]", b"\xff\xfe"] {
+            assert!(PluginSnapshot::decode(junk).is_err());
         }
     }
 

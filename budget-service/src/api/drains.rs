@@ -172,17 +172,25 @@ async fn undo_drain(
     }
 }
 
-/// Reads Slurm and computes the status of `drains`.
+/// Reads Slurm and computes the status of `drains` (the read becomes the
+/// drains' view of Slurm, as a worker pass's does).
 async fn live_status(st: &AppState, drains: Vec<DrainRow>) -> AppResult<Vec<DrainStatus>> {
     if drains.is_empty() {
         return Ok(Vec::new());
     }
     let nodes = scontrol::show_nodes().await?;
     let jobs = scontrol::show_jobs().await?;
+    let view = st.publish_drain_view(nodes, jobs);
     let default_min = st
         .with_store(|s| Ok(s.policy().default_min_runtime_secs))
         .await?;
-    Ok(drains::status(&drains, &nodes, &jobs, default_min, now()))
+    Ok(drains::status(
+        &drains,
+        &view.nodes,
+        &view.jobs,
+        default_min,
+        now(),
+    ))
 }
 
 pub async fn create(
@@ -253,8 +261,18 @@ pub async fn list(
     State(st): State<AppState>,
     _caller: Caller,
 ) -> AppResult<Json<Vec<DrainStatus>>> {
-    let rows = st.with_store(|s| drains::list(s)).await?;
-    Ok(Json(live_status(&st, rows).await?))
+    // From the drain worker's last reading of Slurm, never a Slurm call of
+    // its own: any caller may ask as often as it likes.
+    let (rows, default_min) = st
+        .with_store(|s| Ok((drains::list(s)?, s.policy().default_min_runtime_secs)))
+        .await?;
+    let view = st.drain_view();
+    Ok(Json(drains::status_from_view(
+        &rows,
+        view.as_deref(),
+        default_min,
+        now(),
+    )?))
 }
 
 pub async fn remove(

@@ -69,7 +69,15 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let config = match &args.config {
-        Some(p) => Config::load(p)?,
+        Some(p) => {
+            let c = Config::load(p)?;
+            // Warned, not refused: sites and scripts that wrote it 0644 keep
+            // working, and the log says what to fix.
+            if let Some(w) = budget_service::config::permission_warning(p, &c) {
+                tracing::warn!("{w}");
+            }
+            c
+        }
         None => Config::default(),
     };
     // Before SQLite opens it: 0600 when new, and refused when another budgetd has it.

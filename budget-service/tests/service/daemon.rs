@@ -37,7 +37,9 @@ impl Daemon {
         Daemon::start_cmd(db, socket, c)
     }
 
-    fn start_cmd(db: &Path, socket: &Path, mut cmd: Command) -> Daemon {
+    /// Starts `cmd` (budgetd with arguments of the test's own) on `db` and
+    /// `socket` and waits until it answers.
+    pub fn start_cmd(db: &Path, socket: &Path, mut cmd: Command) -> Daemon {
         if cmd.get_envs().all(|(k, _)| k != "BUDGET_LOG") {
             cmd.env("BUDGET_LOG", "warn").stderr(Stdio::inherit());
         }

@@ -11,6 +11,7 @@ mod backup;
 mod crash;
 mod drains;
 mod hardening;
+mod hostile;
 mod idle;
 mod import;
 mod migrations;

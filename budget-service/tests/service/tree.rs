@@ -130,7 +130,7 @@ fn every_bad_tree_input_is_refused_and_changes_nothing() {
         "/v1/accounts",
         &post(json!({"name": "y", "allocation_gpu_hours": -5})),
         422,
-        "finite number >= 0",
+        "between 0 and 1e9",
     );
     refused(
         &c,
@@ -146,7 +146,7 @@ fn every_bad_tree_input_is_refused_and_changes_nothing() {
         "/v1/accounts/teama",
         &post(json!({"allocation_gpu_hours": -1})),
         422,
-        "finite number >= 0",
+        "between 0 and 1e9",
     );
     // children above parent without overcommit (new child, raised child, lowered parent)
     refused(
@@ -286,7 +286,7 @@ fn every_bad_tree_input_is_refused_and_changes_nothing() {
         "/v1/members/teama/alice",
         &post(json!({"allocation_gpu_hours": -1})),
         422,
-        "finite number >= 0",
+        "between 0 and 1e9",
     );
     refused(
         &c,
@@ -325,7 +325,7 @@ fn every_bad_tree_input_is_refused_and_changes_nothing() {
         "/v1/weights",
         &post(json!({"set": {"h100": -2}})),
         422,
-        "finite number > 0",
+        "must be a number > 0 and at most",
     );
     refused(
         &c,

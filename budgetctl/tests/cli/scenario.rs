@@ -196,7 +196,7 @@ fn budgetctl_reports_errors_with_exit_codes_and_changes_nothing() {
         (
             &["account", "add", "y", "--allocation", "-5"],
             1,
-            "finite number >= 0",
+            "between 0 and 1e9",
         ),
         (
             &["account", "add", "y", "--allocation", "lots"],
@@ -226,7 +226,7 @@ fn budgetctl_reports_errors_with_exit_codes_and_changes_nothing() {
         (&["share", "--at", "yesterday"], 2, "RFC 3339"),
         (&["why", "77"], 1, "not in the ledger"),
         (&["budget", "set", "teama", "none"], 2, "cannot be none"),
-        (&["budget", "set", "teama", "-1"], 1, "finite number >= 0"),
+        (&["budget", "set", "teama", "-1"], 1, "between 0 and 1e9"),
         (
             &["budget", "set", "teama", "5", "--user", "ghost"],
             1,

@@ -3,6 +3,7 @@
 //! plugins are stood in for by a thread that fetches the snapshot exactly as
 //! their fetcher does (`get_if_none_match_with`, the `X-Budget-Plugin` header).
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
@@ -259,6 +260,11 @@ fn budgetctl_says_when_a_change_is_in_effect_in_slurmctld_and_waits_for_it() {
     drop(p1);
 }
 
+/// Mode 0600, as a token file must have.
+fn private(f: &std::path::Path) {
+    std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+}
+
 #[test]
 fn token_file_authenticates_over_tcp_and_a_bad_file_is_a_clear_error() {
     let d = Budgetd::start(
@@ -268,6 +274,7 @@ fn token_file_authenticates_over_tcp_and_a_bad_file_is_a_clear_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("ops.token");
     std::fs::write(&file, "ops-token-file-0001\n").expect("write token");
+    private(&file);
     let path = file.display().to_string();
     // An admin change over TCP with the token read from the file.
     let o = ctl_in(
@@ -305,11 +312,18 @@ fn token_file_authenticates_over_tcp_and_a_bad_file_is_a_clear_error() {
     let two = dir.path().join("two.token");
     std::fs::write(&two, "ops-token-file-0001\nX-Injected: 1\n").expect("write");
     let missing = dir.path().join("missing.token");
+    private(&empty);
+    private(&two);
+    // The right token, readable by everyone: refused, as ssh refuses such a key.
+    let open = dir.path().join("open.token");
+    std::fs::write(&open, "ops-token-file-0001\n").expect("write");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     let before = ctl_ok(&d.socket, &["--json", "account", "show"]);
     for (f, why) in [
         (&missing, "No such file"),
         (&empty, "empty"),
         (&two, "white space"),
+        (&open, "readable or writable by other users"),
     ] {
         let p = f.display().to_string();
         let o = ctl_in(

@@ -320,6 +320,11 @@ mod tests {
         // init (or fixed after an error is logged at the next reconfigure) counts.
         let mut lazy = LazyClient::new(&s);
         std::fs::write(&path, "  s3cret-token-0123\n").expect("write");
+        // A token file readable by others is refused (ssh-style); 0600 is used.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        }
         assert!(lazy.get().is_ok());
         assert_eq!(read_token(&path_s).as_deref(), Ok("s3cret-token-0123"));
         for (text, why) in [

@@ -169,8 +169,9 @@ impl SnapshotSource for HttpSource {
         match client.get_if_none_match_with(SNAPSHOT_PATH, etag, &ident) {
             Ok(None) => Ok(Fetched::NotModified),
             Ok(Some(resp)) => {
-                let snap: PluginSnapshot = resp
-                    .json()
+                // Decoded and range-checked: a snapshot with a number out of
+                // range is refused whole (the cache keeps the previous one).
+                let snap = PluginSnapshot::decode(&resp.body)
                     .map_err(|e| format!("bad snapshot from budgetd: {e}"))?;
                 let tag = resp.etag().map(str::to_string);
                 Ok(Fetched::New(Box::new(snap), tag))
@@ -564,5 +565,63 @@ mod tests {
             err.contains("bad budgetd endpoint") && err.contains("https"),
             "{err}"
         );
+    }
+
+    /// A snapshot with a non-finite allocation (JSON `null`, as serde_json
+    /// writes infinity) or one out of range is refused with an error naming the
+    /// field, and the fetch fails instead of panicking.
+    #[test]
+    fn http_source_refuses_a_snapshot_with_a_bad_number() {
+        use std::io::{Read, Write};
+        use std::net::TcpListener;
+        let tree = TreeSpec {
+            root_allocation_gpu_hours: None,
+            accounts: vec![policy_core::AccountSpec {
+                name: "x9a".into(),
+                parent: None,
+                allocation_gpu_hours: 10.0,
+                overcommit: false,
+            }],
+            members: vec![],
+        };
+        let mut s = snap("v", 60);
+        s.fair_share = FairShare::compute(&tree, &Default::default(), 0, 7 * 86400);
+        let mut v = serde_json::to_value(&s).expect("json");
+        for (bad, says) in [
+            (serde_json::Value::Null, "fair_share.nodes[1].allocation"),
+            (
+                serde_json::json!(1e306),
+                "(\"x9a\").allocation must be a number",
+            ),
+        ] {
+            v["fair_share"]["nodes"][1]["allocation"] = bad;
+            let body = v.to_string();
+            let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+            let port = listener.local_addr().expect("addr").port();
+            let server = std::thread::spawn(move || {
+                let (mut c, _) = listener.accept().expect("accept");
+                let mut buf = [0u8; 4096];
+                let _ = c.read(&mut buf);
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = c.write_all(head.as_bytes());
+                let _ = c.write_all(body.as_bytes());
+            });
+            let settings = Settings {
+                endpoint: format!("http://127.0.0.1:{port}"),
+                ..Settings::default()
+            };
+            let Err(err) = HttpSource::new(&settings).fetch(None) else {
+                panic!("a snapshot with a bad number was accepted");
+            };
+            server.join().expect("server");
+            assert!(
+                err.starts_with("bad snapshot from budgetd: snapshot is not valid"),
+                "{err}"
+            );
+            assert!(err.contains(says), "{err}");
+        }
     }
 }

@@ -1,0 +1,355 @@
+//! Hardening, second pass, on the real service: numbers entering the tree
+//! are bounded where they enter, so the plugins' snapshot always decodes.
+
+use serde_json::json;
+
+use crate::common::*;
+
+/// An allocation, weight or loss limit too large for the tree's arithmetic
+/// (x 3600 overflowed to infinity, which JSON carries as `null`) is refused
+/// with a clear error and changes nothing; the snapshot stays readable.
+#[test]
+fn numbers_too_large_for_the_tree_are_refused_and_the_snapshot_stays_readable() {
+    let s = start();
+    let admin = s.tcp(Some(ADMIN_TOKEN));
+    add_account(&admin, "bio", None, 100.0);
+    add_member(&admin, "alice", "bio");
+    let before = observable(&admin);
+    let refused: Vec<(&str, String, serde_json::Value)> = vec![
+        (
+            "POST",
+            "/v1/accounts".into(),
+            json!({"name": "x9a", "parent": "bio", "allocation_gpu_hours": 1e306}),
+        ),
+        (
+            "POST",
+            "/v1/accounts".into(),
+            json!({"name": "x9b", "allocation_gpu_hours": 2e9}),
+        ),
+        (
+            "PATCH",
+            "/v1/accounts/bio".into(),
+            json!({"allocation_gpu_hours": 1e306}),
+        ),
+        (
+            "PATCH",
+            "/v1/members/bio/alice".into(),
+            json!({"allocation_gpu_hours": 1e306}),
+        ),
+        ("PATCH", "/v1/weights".into(), json!({"default": 1e300})),
+        (
+            "PATCH",
+            "/v1/weights".into(),
+            json!({"set": {"h100": 1e300}}),
+        ),
+        (
+            "PATCH",
+            "/v1/policy".into(),
+            json!({"site_max_lost_gpu_hours": 1e306}),
+        ),
+    ];
+    for (method, path, body) in &refused {
+        let (st, b) = call(&admin, method, path, Some(body));
+        assert!(st == 400 || st == 422, "{method} {path} {body}: {st} {b}");
+        let e = err(&b);
+        assert!(
+            e.contains("between 0 and 1e9") || e.contains("at most 1e6"),
+            "{method} {path}: {e}"
+        );
+    }
+    assert_eq!(
+        observable(&admin),
+        before,
+        "a refused request changed something"
+    );
+    let ctl = s.tcp(Some(CONTROLLER_TOKEN));
+    let r = ctl
+        .request("GET", budget_protocol::SNAPSHOT_PATH, &[], None)
+        .expect("snapshot");
+    assert_eq!(r.status, 200);
+    let snap = budget_protocol::PluginSnapshot::decode(&r.body).expect("snapshot decodes");
+    assert!(snap.fair_share.account("x9a").is_none());
+}
+
+/// Lines of the fake Slurm's call log that read nodes or jobs.
+fn slurm_reads(slurm: &std::path::Path) -> usize {
+    std::fs::read_to_string(slurm.join("calls"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("show node") || l.starts_with("squeue"))
+        .count()
+}
+
+/// `GET /v1/drains` answers from what the drain worker last read from Slurm:
+/// a flood of reads starts no Slurm process beyond the worker's own (one
+/// `scontrol show node` and one `squeue` a second); once the worker cannot
+/// read Slurm for longer than the bound, it answers 503 instead of a guess.
+#[test]
+fn drains_are_listed_from_the_workers_reading_not_a_slurm_call_each() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (d, slurm) = crate::daemon::fake_slurm_budgetd(dir.path());
+    let c = d.client();
+    let (st, b) = call(
+        &c,
+        "POST",
+        "/v1/drains",
+        Some(&json!({"nodes": "n1", "reason": "fan"})),
+    );
+    assert_eq!(st, 201, "{b}");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let before = slurm_reads(&slurm);
+    let t = std::time::Instant::now();
+    for _ in 0..200 {
+        let (st, b) = call(&c, "GET", "/v1/drains", None);
+        assert_eq!(st, 200, "{b}");
+        assert_eq!(b[0]["node"], "n1", "{b}");
+    }
+    let secs = t.elapsed().as_secs();
+    let made = slurm_reads(&slurm) - before;
+    // The worker's own: two a second, plus one pass in flight.
+    assert!(
+        made <= 2 * (secs as usize + 2),
+        "200 GETs in {secs} s made {made} Slurm reads"
+    );
+    println!(
+        "200 GET /v1/drains in {:?}: {made} Slurm reads",
+        t.elapsed()
+    );
+    // Slurm unreachable: served while the last reading is recent, then 503.
+    std::fs::write(slurm.join("ctld-down"), "").expect("marker");
+    let down = std::time::Instant::now();
+    loop {
+        let (st, b) = call(&c, "GET", "/v1/drains", None);
+        if st == 503 {
+            assert!(err(&b).contains("budgetd last read Slurm"), "{b}");
+            assert!(down.elapsed() >= std::time::Duration::from_secs(9), "{b}");
+            break;
+        }
+        assert_eq!(st, 200, "{b}");
+        assert!(
+            down.elapsed() < std::time::Duration::from_secs(20),
+            "no 503: {b}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+const SACCT_HEADER: &str = "JobID|Account|User|Partition|AllocTRES|Start|End|State";
+
+fn import(c: &budget_client::Client, text: &str, skip: bool) -> (u16, serde_json::Value) {
+    let r = c
+        .request(
+            "POST",
+            &format!("/v1/usage/import?tz=UTC&skip_invalid={skip}"),
+            &[("Content-Type", "text/plain")],
+            Some(text.as_bytes()),
+        )
+        .expect("import");
+    (
+        r.status,
+        serde_json::from_slice(&r.body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+fn usage_by_user(c: &budget_client::Client) -> serde_json::Value {
+    call(c, "GET", "/v1/usage?by=user&since=0&at=2000000000", None).1
+}
+
+/// An import line for a job id the ledger holds *pending* under another
+/// account or user (a reused id), or starting before the pending row's
+/// submission, is a conflict: the pending row is left as it was.
+#[test]
+fn an_import_does_not_merge_another_job_into_a_pending_row() {
+    let s = start();
+    let c = s.unix();
+    add_account(&c, "bio", None, 100.0);
+    add_account(&c, "lattice", None, 100.0);
+    let submit = 1_767_225_600; // 2026-01-01T00:00:00Z
+    let (st, b) = call(
+        &c,
+        "POST",
+        "/v1/sync/jobs",
+        Some(&json!({"collected_at": submit + 5, "runs": [
+            {"job_id": 556, "run": 0, "submit": submit, "account": "bio", "user": "nobody", "gpus": 4, "state": "pending"},
+            {"job_id": 557, "run": 0, "submit": submit, "account": "bio", "user": "nobody", "gpus": 4, "state": "pending"},
+        ]})),
+    );
+    assert_eq!(st, 200, "{b}");
+    let before = usage_by_user(&c);
+    let text = format!(
+        "{SACCT_HEADER}\n\
+         556|lattice|games|gpu|gres/gpu=4|2025-12-27T00:00:00|Unknown|RUNNING\n\
+         557|bio|nobody|gpu|gres/gpu=4|2025-12-27T00:00:00|Unknown|RUNNING\n"
+    );
+    let (st, b) = import(&c, &text, false);
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["updated"], 0, "{b}");
+    let conflicts = b["conflicts"].as_array().expect("conflicts");
+    assert_eq!(conflicts.len(), 2, "{b}");
+    let text = conflicts
+        .iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(text.contains("stored pending as bio"), "{text}");
+    assert!(text.contains("before the stored submission"), "{text}");
+    assert_eq!(
+        usage_by_user(&c),
+        before,
+        "a conflicting import charged someone"
+    );
+    // The same owner, started after the submission: the pending row runs.
+    let text = format!(
+        "{SACCT_HEADER}\n557|bio|nobody|gpu|gres/gpu=4|2026-01-01T01:00:00|2026-01-01T02:00:00|COMPLETED\n"
+    );
+    let (st, b) = import(&c, &text, false);
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(
+        (b["updated"].as_u64(), b["inserted"].as_u64()),
+        (Some(1), Some(0)),
+        "{b}"
+    );
+}
+
+/// Two lines of one job with one start (sacct read while it ran and after it
+/// ended) are one run, charged once; lines that disagree on who ran it are an
+/// error of the line.
+#[test]
+fn the_same_job_and_start_twice_is_one_run() {
+    let s = start();
+    let c = s.unix();
+    add_account(&c, "bio", None, 100.0);
+    let text = format!(
+        "{SACCT_HEADER}\n\
+         300|bio|alice|gpu|gres/gpu=4|2026-01-01T00:00:00|Unknown|RUNNING\n\
+         300|bio|alice|gpu|gres/gpu=4|2026-01-01T00:00:00|2026-01-01T01:00:00|COMPLETED\n"
+    );
+    let (st, b) = import(&c, &text, false);
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(
+        (b["inserted"].as_u64(), b["runs"].as_u64()),
+        (Some(1), Some(1)),
+        "{b}"
+    );
+    let (_, u) = call(&c, "GET", "/v1/usage?since=0&at=2000000000", None);
+    let text = u.to_string();
+    assert!(text.contains("\"usage_gpu_hours\":4.0"), "{u}");
+    let text = format!(
+        "{SACCT_HEADER}\n\
+         301|bio|alice|gpu|gres/gpu=4|2026-01-01T00:00:00|2026-01-01T01:00:00|COMPLETED\n\
+         301|bio|bob|gpu|gres/gpu=4|2026-01-01T00:00:00|2026-01-01T03:00:00|COMPLETED\n"
+    );
+    let (st, b) = import(&c, &text, false);
+    assert_eq!(st, 422, "{b}");
+    assert!(
+        err(&b).contains("line 3: job 301 has another line (line 2) with the same Start"),
+        "{b}"
+    );
+}
+
+/// An import gets the checks a sync gives each run: bounded GPUs, times
+/// within 1970-2100, printable names; a bad line is refused and nothing is
+/// imported.
+#[test]
+fn imports_get_the_checks_sync_applies() {
+    let s = start();
+    let c = s.unix();
+    add_account(&c, "bio", None, 100.0);
+    let before = usage_by_user(&c);
+    for (line, says) in [
+        (
+            "400|bio|alice|gpu|gres/gpu=4294967295|2026-01-01T00:00:00|2026-01-01T01:00:00|COMPLETED",
+            "gpus must be at most",
+        ),
+        (
+            "401|bio|alice|gpu|gres/gpu=1|1900-01-01T00:00:00|2199-01-01T00:00:00|COMPLETED",
+            "must be a Unix time between 0",
+        ),
+        (
+            "402|bio|al\u{1b}[2J\u{7}ice|gpu|gres/gpu=1|2026-01-01T00:00:00|2026-01-01T01:00:00|COMPLETED",
+            "user must be 1-",
+        ),
+    ] {
+        let (st, b) = import(&c, &format!("{SACCT_HEADER}\n{line}\n"), false);
+        assert_eq!(st, 422, "{line}: {b}");
+        assert!(
+            err(&b).contains("line 2: ") && err(&b).contains(says),
+            "{line}: {b}"
+        );
+    }
+    assert_eq!(usage_by_user(&c), before);
+}
+
+/// A client repeating an unauthenticated request on one keep-alive
+/// connection gets one WARN line a second at most (it wrote one per request:
+/// 13,883 in 2 s); a config file holding tokens that others may read is
+/// warned about at start.
+#[test]
+fn unauthenticated_refusals_are_logged_once_a_second_and_a_readable_config_is_warned_about() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("budgetd.toml");
+    std::fs::write(
+        &cfg,
+        format!("[[tokens]]\ntoken = \"{ADMIN_TOKEN}\"\nuser = \"ops\"\nrole = \"admin\"\n"),
+    )
+    .expect("config");
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let log = dir.path().join("budgetd.log");
+    let mut cmd = std::process::Command::new(crate::daemon::BUDGETD);
+    cmd.arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--config")
+        .arg(&cfg)
+        .env("BUDGET_LOG", "info")
+        .stderr(std::fs::File::create(&log).expect("log"));
+    let _d = crate::daemon::Daemon::start_cmd(
+        &dir.path().join("budget.db"),
+        &dir.path().join("budgetd.sock"),
+        cmd,
+    );
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        text.contains("WARN") && text.contains("readable by other users"),
+        "{text}"
+    );
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let mut r = BufReader::new(s.try_clone().expect("clone"));
+    let t = std::time::Instant::now();
+    let n = 3000;
+    for _ in 0..n {
+        s.write_all(b"GET /v1/accounts HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("write");
+        // Read one answer: status line, headers, then its body.
+        let mut len = 0usize;
+        loop {
+            let mut line = String::new();
+            r.read_line(&mut line).expect("read");
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                len = v.trim().parse().expect("length");
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut body = vec![0u8; len];
+        std::io::Read::read_exact(&mut r, &mut body).expect("body");
+    }
+    let secs = t.elapsed().as_secs();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let text = std::fs::read_to_string(&log).expect("log");
+    let lines = text
+        .lines()
+        .filter(|l| l.contains("unauthenticated TCP request refused"))
+        .count();
+    assert!(
+        lines >= 1 && lines <= secs as usize + 2,
+        "{n} refusals in {secs} s wrote {lines} log lines"
+    );
+}
