@@ -13,7 +13,8 @@
 //!   transaction, after a backup of the old file);
 //! - [`backup`]: consistent copies of the database (online backup API) and restore;
 //! - [`ledger`]: the run ledger's merge rule and in-memory mirror;
-//! - [`store`]: the state behind the lock and every mutation (one `commit`);
+//! - [`store`]: the state behind the lock and every mutation (one `commit`;
+//!   tree changes through `commit_tree`);
 //! - [`policy`], [`config`]: policy validation, the config file;
 //! - [`error`]: `AppError` and its HTTP mapping;
 //! - [`caller`]: who is calling and in which role;
