@@ -1,38 +1,61 @@
 # shellcheck shell=bash
 # The Slurm releases slurm-budget builds and tests for, and their pins.
-# Owns: which releases exist (22.05 = this Debian 12 machine's own packages; 24.11 and
-# 26.05 = Debian 13 "trixie" and Debian unstable "sid" packages in a debootstrap root),
-# the exact Debian package version each root is built from, the Slurm version number a
-# plugin must carry for it, and where its source comes from (sha256-pinned).
+# Owns: which releases exist and where each one's binaries come from
+#   22.05  this Debian 12 machine's own packages;
+#   24.11  Debian 13 "trixie" packages in a debootstrap root (rootfs.sh);
+#   25.11, 26.05  built from SchedMD's release tarball (sha256-pinned) into a prefix in the
+#          cache, daemons, clients and stock plugins from the same tree as our plugins
+#          (sb_release_build below);
+# the exact version each is pinned to, the Slurm version number a plugin must carry for
+# it, and where its source comes from.
 # Sourced by scripts/lib/rootfs.sh, scripts/setup, scripts/testbed, scripts/test.
 
 # Releases in test order; the first is the default of TESTBED_SLURM and scripts/setup.
-SB_RELEASES=(22.05 24.11 26.05)
+SB_RELEASES=(22.05 24.11 25.11 26.05)
 SB_DEFAULT_RELEASE=22.05
 
 # Debian suite the root of a release is made from (22.05: the host itself).
-declare -A SB_REL_SUITE=([24.11]=trixie [26.05]=sid)
-# Exact slurm-wlm package version installed in the root. Debian unstable moves daily:
-# when the archive no longer has this version, building a NEW root fails with a clear
-# message (a cached root keeps working); bump the pin and the source pin together.
-declare -A SB_REL_DEB=([24.11]=24.11.5-4+deb13u1 [26.05]=26.05.5-1)
+declare -A SB_REL_SUITE=([24.11]=trixie)
+# Exact slurm-wlm package version installed in the root. When the archive no longer has
+# this version, building a NEW root fails with a clear message (a cached root keeps
+# working); bump the pin and the source pin together.
+declare -A SB_REL_DEB=([24.11]=24.11.5-4+deb13u1)
 # SLURM_VERSION_NUMBER of that package: plugin_version must equal it exactly.
-declare -A SB_REL_VERNUM=([24.11]=0x180b05 [26.05]=0x1a0505)
-# Source: 24.11 = Debian's copy of the upstream tarball (the mirror 404s the .dsc and
-# Debian's patches, so none are applied; Debian 13 ships none that touch the plugin
-# interfaces' structs); 26.05 = the slurm-26.05 branch tree kept in ../shared/slurm-src
-# (the mirror has none of sid's source; see its SOURCES.md).
+declare -A SB_REL_VERNUM=([24.11]=0x180b05)
+# Source of a root release: Debian's copy of the upstream tarball (the mirror 404s the
+# .dsc and Debian's patches, so none are applied; Debian 13 ships none that touch the
+# plugin interfaces' structs).
 declare -A SB_REL_SRC_URL=(
     [24.11]=pool/main/s/slurm-wlm/slurm-wlm_24.11.5.orig.tar.gz
 )
 declare -A SB_REL_SRC_FILE=(
     [24.11]=slurm-wlm_24.11.5.orig.tar.gz
-    [26.05]=slurm-26.05-531c4b2.tar.xz
 )
 declare -A SB_REL_SRC_SHA256=(
     [24.11]=e1a5547edd212c38b5e3230a284133f777b32746551f094aaa81cc4af375e332
-    [26.05]=6557de8ec078a31cf90b8dfbeab8ed7885e7b792c71ee7dd177c295fd4416aeb
 )
+
+# Releases built from SchedMD's release tarballs (git archive of the release tag, kept in
+# ../shared/slurm-src; see its SOURCES.md): the tarball, its sha256, its exact version.
+# No mirror reachable here serves Debian's 26.05 source, and a plugin built from another
+# tree does not match a Debian binary's struct layout; built from the same tarball, the
+# daemons and the plugins match by construction.
+declare -A SB_REL_TARBALL=(
+    [25.11]=slurm-25.11.7.tar.xz
+    [26.05]=slurm-26.05.3.tar.xz
+)
+declare -A SB_REL_TARBALL_SHA256=(
+    [25.11]=f71f1e5f33a72e7864104a6857e86862eac3c4e5e348c92dd0c10dbe03a82dec
+    [26.05]=b7c7c7c8d78f7fde485ac7fc811034c5dd1a067d0167dba1a044e731c0374b13
+)
+declare -A SB_REL_UPSTREAM=([25.11]=25.11.7 [26.05]=26.05.3)
+# configure: what the testbed needs and nothing a site would lack. No
+# --enable-multiple-slurmd (sites build without it; the testbed gives every node its own
+# NodeHostname instead); auth/none and cred/none are built by default. --with-json
+# (libjson-c): without it configure only warns and skips serializer/json, and every
+# `--json` client call fails ("serializer_required: could not find plugin for
+# application/json"): budgetd's drain worker reads `squeue --json`.
+SB_SRC_CONFIGURE=(--disable-debug --with-json)
 
 # 0 if $1 is a release we know.
 sb_release_known() {
@@ -48,6 +71,125 @@ sb_release_check() {
 
 # 0 if release $1 runs from a debootstrap root (not the host's own packages).
 sb_release_in_root() { [[ -n "${SB_REL_SUITE[$1]:-}" ]]; }
+
+# 0 if release $1 is built from SchedMD's release tarball into a prefix in the cache.
+sb_release_from_source() { [[ -n "${SB_REL_TARBALL[$1]:-}" ]]; }
+
+# 0 if release $1 is not this machine's own packages (its plugins go to target/slurm-V).
+sb_release_secondary() { [[ "$1" != "$SB_DEFAULT_RELEASE" ]]; }
+
+# Folder of one source build: builds/<exact version>/{src/slurm-<version>,prefix,*.log}.
+sb_build_dir() { printf '%s/builds/%s\n' "$(sb_cache_dir)" "$1"; }
+
+# Install prefix of a source-built release (bin/, sbin/, lib/slurm/, include/slurm/).
+sb_release_prefix() { printf '%s/prefix\n' "$(sb_build_dir "${SB_REL_UPSTREAM[$1]}")"; }
+
+# The pinned tarball of a source-built release $1, copied into the cache (so a cached
+# build survives without ../shared) and checked against its sha256; prints its path.
+sb_release_tarball() {
+    local rel="$1" file dl sum shared
+    file="${SB_REL_TARBALL[$rel]}"
+    dl="$(sb_cache_dir)/dl"
+    mkdir -p "$dl"
+    if [[ ! -f "$dl/$file" ]]; then
+        shared="$SB_ROOT/../shared/slurm-src/$file"
+        [[ -f "$shared" ]] || sb_die "$file not found in ../shared/slurm-src (SchedMD's Slurm ${SB_REL_UPSTREAM[$rel]} release tarball): put it there or in $dl"
+        cp "$shared" "$dl/$file.part" && mv "$dl/$file.part" "$dl/$file"
+    fi
+    sum="$(sha256sum "$dl/$file" | cut -d' ' -f1)"
+    [[ "$sum" == "${SB_REL_TARBALL_SHA256[$rel]}" ]] \
+        || { rm -f "$dl/$file"; sb_die "$file: sha256 $sum, pinned ${SB_REL_TARBALL_SHA256[$rel]}: refusing it"; }
+    printf '%s\n' "$dl/$file"
+}
+
+# Prints the version (Major.Minor.Micro of META) of the Slurm tree $1.
+sb_src_version() {
+    awk '$1 == "Major:" {ma = $2} $1 == "Minor:" {mi = $2} $1 == "Micro:" {mc = $2}
+         END {if (ma != "") printf "%s.%02d.%s\n", ma, mi, mc}' "$1/META"
+}
+
+# Unpacks (tarball) or copies (folder) Slurm source $1 into folder $2 (made empty first)
+# and prints the tree's path (the tarball's top folder).
+sb_src_unpack() {
+    local src="$1" into="$2" top
+    rm -rf "$into"; mkdir -p "$into"
+    if [[ -d "$src" ]]; then
+        top="$into/$(basename "$src")"
+        cp -a "$src" "$top"
+    else
+        tar -xf "$src" -C "$into" || sb_die "cannot unpack $src"
+        top="$(find "$into" -mindepth 1 -maxdepth 1 -type d | head -n1)"
+    fi
+    [[ -f "$top/META" ]] || sb_die "$src: no META in $top: not a Slurm source tree"
+    printf '%s\n' "$top"
+}
+
+# Builds Slurm from source (once, cached): unpack, configure --prefix into the build
+# folder, make -j<cores>, make install. $1 release, $2 the source (tarball or folder),
+# $3 the build folder, $4 "install" to build and install the daemons, "configure" to stop
+# after configure (a site's own tree: only config.h and slurm_version.h are needed for
+# the plugins). Idempotent: a finished build (marker holding the source's identity and
+# the configure line) is reused. Prints the configured source tree. Logs in $3/*.log.
+sb_src_build() {
+    local rel="$1" src="$2" dir="$3" mode="$4" id marker tree t0 t1 t2 t3 lock
+    marker="$dir/.slurm-budget-$mode"
+    if [[ -f "$src" ]]; then
+        id="$(sha256sum "$src" | cut -d' ' -f1)"
+    else
+        id="dir:$(readlink -f "$src")"
+    fi
+    id+=" configure: ${SB_SRC_CONFIGURE[*]}"
+    mkdir -p "$dir"
+    # One builder at a time per folder (scripts/test, a suite and a developer may race).
+    exec {lock}>"$dir.lock"
+    flock "$lock"
+    if [[ -f "$marker" && "$(head -n1 "$marker")" == "$id" ]]; then
+        sed -n 2p "$marker"
+        exec {lock}>&-
+        return 0
+    fi
+    rm -f "$dir"/.slurm-budget-*
+    t0=$(date +%s)
+    tree="$(sb_src_unpack "$src" "$dir/src")"
+    sb_src_layout_check "$tree" "$rel"
+    sb_log "configure Slurm $(sb_src_version "$tree") ($tree, --prefix=$dir/prefix ${SB_SRC_CONFIGURE[*]}; log $dir/configure.log)"
+    (cd "$tree" && ./configure --prefix="$dir/prefix" --sysconfdir="$dir/prefix/etc" \
+        "${SB_SRC_CONFIGURE[@]}") >"$dir/configure.log" 2>&1 \
+        || sb_die "configure failed, see $dir/configure.log: $(tail -n 3 "$dir/configure.log")"
+    t1=$(date +%s)
+    if [[ "$mode" == install ]]; then
+        sb_log "make -j$(nproc) (the longest step: 12-15 min on 2 idle cores; log $dir/make.log)"
+        (cd "$tree" && make -j"$(nproc)") >"$dir/make.log" 2>&1 \
+            || sb_die "make failed, see $dir/make.log: $(tail -n 5 "$dir/make.log")"
+        t2=$(date +%s)
+        rm -rf "$dir/prefix"
+        (cd "$tree" && make install) >"$dir/install.log" 2>&1 \
+            || sb_die "make install failed, see $dir/install.log"
+        t3=$(date +%s)
+        sb_log "Slurm $(sb_src_version "$tree") built into $dir/prefix: configure $((t1 - t0)) s, make $((t2 - t1)) s, install $((t3 - t2)) s"
+    fi
+    printf '%s\n%s\n' "$id" "$tree" > "$marker"
+    exec {lock}>&-
+    printf '%s\n' "$tree"
+}
+
+# Makes sure source-built release $1 is built and installed (pinned tarball) and prints
+# its configured source tree, the SLURM_SRC_DIR of its plugins.
+sb_release_build() {
+    local rel="$1" tarball
+    tarball="$(sb_release_tarball "$rel")"
+    sb_src_build "$rel" "$tarball" "$(sb_build_dir "${SB_REL_UPSTREAM[$rel]}")" install
+}
+
+# A site's own SchedMD tarball or tree $2 of release series $1: configured only (its
+# daemons are the site's), in a folder named after its version and identity; prints the
+# tree. Plugins built against it carry that tree's exact version.
+sb_site_src_prepare() {
+    local rel="$1" src="$2" id ver tmp
+    [[ -e "$src" ]] || sb_die "--slurm-src $src does not exist"
+    id="$(if [[ -f "$src" ]]; then sha256sum "$src"; else readlink -f "$src" | sha256sum; fi | cut -c1-12)"
+    sb_src_build "$rel" "$src" "$(sb_cache_dir)/builds/site-$rel-$id" configure
+}
 
 # Debian mirror of this machine's own apt sources (no mirror host hard-coded here).
 sb_debian_mirror() {
@@ -122,11 +264,7 @@ sb_release_src_prepare() {
             cat "$base/.slurm-budget-ready"; return 0
         fi
         mkdir -p "$cache/dl"
-        if [[ "$rel" == 26.05 ]]; then
-            cp "$SB_ROOT/../shared/slurm-src/$file" "$cache/dl/$file" 2>/dev/null \
-                || [[ -f "$cache/dl/$file" ]] \
-                || sb_die "$file not found in ../shared/slurm-src: pass --slurm-src DIR (a Slurm 26.05 tree)"
-        elif [[ ! -f "$cache/dl/$file" ]]; then
+        if [[ ! -f "$cache/dl/$file" ]]; then
             sb_log "downloading $file"
             curl -sSfL -o "$cache/dl/$file.part" "$(sb_debian_mirror)/${SB_REL_SRC_URL[$rel]}" \
                 || sb_die "download of ${SB_REL_SRC_URL[$rel]} failed"
@@ -202,16 +340,26 @@ sb_layout_offset_in_bindings() {
 # Checks the bindings of a build against the installed release's own binaries: for every
 # anchor above, the offset bindgen computed from the source tree must equal the one the
 # release's own stock plugin uses (objdump). A source tree of another micro release can
-# shift these structs (seen: the 26.05 branch head in ../shared/slurm-src vs Debian's
-# 26.05.5: job_record_t +8 from burst_buffer on), and a
+# shift these structs (seen: a 26.05 branch-head tree vs Debian's 26.05.5 binaries:
+# job_record_t +8 from burst_buffer on, 7 of 13 comparisons), and a
 # plugin reading the wrong offsets loads fine but reads garbage. Also compares the
 # public headers slurm.h and slurm_errno.h of the tree with the installed release's
 # (comments ignored). $1 release, $2 the cargo target folder. Prints one line per
 # comparison and a summary; returns 1 on any mismatch, 2 when nothing could be compared.
 sb_layout_check() {
     local rel="$1" target="$2" root="" bindings anchor so fn field pat ours theirs
-    local same=0 differ=0 unknown=0 h src_dir inst
-    sb_release_in_root "$rel" && root="$(sb_root_dir "$rel")"
+    local same=0 differ=0 unknown=0 h src_dir inst plugdir incdir
+    plugdir="$SB_SYSTEM_PLUGIN_DIR"
+    incdir=/usr/include/slurm
+    if sb_release_in_root "$rel"; then
+        root="$(sb_root_dir "$rel")"
+        plugdir="$root$plugdir"
+        incdir="$root$incdir"
+    elif sb_release_from_source "$rel"; then
+        # The prefix's own stock plugins: same tree, same compiler as the daemons.
+        plugdir="$(sb_release_prefix "$rel")/lib/slurm"
+        incdir="$(sb_release_prefix "$rel")/include/slurm"
+    fi
     bindings="$(ls -t "$target"/release/build/slurm-ffi-*/out/bindings.rs 2>/dev/null | head -n1)"
     [[ -n "$bindings" ]] || { echo "layout check: cannot tell (no bindings.rs under $target)"; return 2; }
     command -v objdump >/dev/null || { echo "layout check: cannot tell (no objdump)"; return 2; }
@@ -219,8 +367,8 @@ sb_layout_check() {
         IFS='|' read -r so fn field pat <<<"$anchor"
         ours="$(sb_layout_offset_in_bindings "$bindings" "$field")"
         theirs=""
-        [[ -f "$root$SB_SYSTEM_PLUGIN_DIR/$so" ]] \
-            && theirs="$(sb_layout_offset_in_binary "$root$SB_SYSTEM_PLUGIN_DIR/$so" "$fn" "$pat")"
+        [[ -f "$plugdir/$so" ]] \
+            && theirs="$(sb_layout_offset_in_binary "$plugdir/$so" "$fn" "$pat")"
         if [[ -z "$ours" || -z "$theirs" ]]; then
             echo "  $field: cannot tell (bindings: ${ours:-?}, $so $fn: ${theirs:-?})"
             unknown=$((unknown + 1))
@@ -236,7 +384,7 @@ sb_layout_check() {
     # one's) against the release's libslurm-dev, comments stripped by the preprocessor.
     src_dir="$(grep -m1 -oE '^cargo::metadata=src_dir=.*' "$(dirname "$bindings")/../output" 2>/dev/null | cut -d= -f3- || true)"
     for h in slurm.h slurm_errno.h; do
-        inst="$root/usr/include/slurm/$h"
+        inst="$incdir/$h"
         if [[ -z "$src_dir" || ! -f "$src_dir/slurm/$h" || ! -f "$inst" ]] || ! command -v cpp >/dev/null; then
             echo "  slurm/$h: cannot tell (no source tree or installed header)"
             unknown=$((unknown + 1))
