@@ -26,6 +26,12 @@ pub struct SlurmTools {
     pub timeout: Duration,
 }
 
+/// Deadline of one `scontrol`/`squeue` call. Above Slurm's default `MessageTimeout`
+/// (10 s): with slurmctld down, Slurm's clients retry the connection for that long
+/// (`_open_controller` in `src/common/slurm_protocol_api.c`; 25.11 counts it by clock,
+/// measured 10.5 s) before they print their own reason, which budgetd passes on.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(20);
+
 static TOOLS: OnceLock<SlurmTools> = OnceLock::new();
 
 /// Sets the tools once per process (budgetd's `main`); later calls are ignored.
@@ -39,7 +45,7 @@ fn tools() -> &'static SlurmTools {
         SlurmTools {
             squeue: std::env::var("BUDGET_SQUEUE").unwrap_or_else(|_| squeue_beside(&scontrol)),
             scontrol,
-            timeout: Duration::from_secs(10),
+            timeout: CALL_TIMEOUT,
         }
     })
 }

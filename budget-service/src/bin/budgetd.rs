@@ -93,7 +93,7 @@ fn main() -> anyhow::Result<()> {
             .clone()
             .unwrap_or_else(|| budget_service::scontrol::squeue_beside(&args.scontrol)),
         scontrol: args.scontrol.clone(),
-        timeout: std::time::Duration::from_secs(10),
+        timeout: budget_service::scontrol::CALL_TIMEOUT,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
