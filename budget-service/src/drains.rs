@@ -27,7 +27,7 @@ use rusqlite::params;
 use serde_json::json;
 
 use crate::error::{AppError, AppResult};
-use crate::scontrol::{NodeInfo, SlurmJob};
+use crate::scontrol::{NodeInfo, SlurmJob, bare_reason};
 use crate::store::{Change, Store};
 
 /// One drained node as stored.
@@ -169,15 +169,6 @@ pub fn status(
             }
         })
         .collect()
-}
-
-/// A node reason as it was set: what `scontrol show node` prints without the
-/// ` [user@time]` Slurm appends to it.
-pub fn bare_reason(shown: &str) -> &str {
-    match shown.rfind(" [") {
-        Some(i) if shown.ends_with(']') && shown[i..].contains('@') => &shown[..i],
-        _ => shown,
-    }
 }
 
 /// What undoing a failed `scontrol update ... state=drain` takes. slurmctld
@@ -336,8 +327,6 @@ mod tests {
         );
         // Nothing applied: nothing to undo.
         assert!(drain_undo(&req, &before, &before, &rows).is_empty());
-        assert_eq!(bare_reason("a [b] [root@2026-12-02T11:08:58]"), "a [b]");
-        assert_eq!(bare_reason("no suffix [x]"), "no suffix [x]");
         // A resume Slurm applied to n1 before refusing n2: n1 is drained again.
         let resumed = parse_nodes("NodeName=n1 State=MIXED\nNodeName=n2 State=IDLE+DRAIN");
         let rows2 = [

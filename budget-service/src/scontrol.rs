@@ -315,6 +315,15 @@ pub fn drain_reason(reason: &str) -> String {
     format!("budget: {reason}")
 }
 
+/// A node reason as it was set: what `scontrol show node` prints without the
+/// ` [user@time]` Slurm appends to it.
+pub fn bare_reason(shown: &str) -> &str {
+    match shown.rfind(" [") {
+        Some(i) if shown.ends_with(']') && shown[i..].contains('@') => &shown[..i],
+        _ => shown,
+    }
+}
+
 /// Sets DRAIN with the reason `budget: REASON` on `nodes` (one `scontrol update`).
 pub async fn drain(nodes: &[String], reason: &str) -> Result<(), SlurmError> {
     let n = format!("nodename={}", nodes.join(","));
@@ -563,6 +572,12 @@ pub(crate) mod tests {
         );
         assert!(nodes["gpu1"].draining() && !nodes["gpu3"].draining());
         assert_eq!(nodes["gpu3"].reason, None);
+    }
+
+    #[test]
+    fn bare_reason_drops_only_slurms_user_and_time() {
+        assert_eq!(bare_reason("a [b] [root@2026-12-02T11:08:58]"), "a [b]");
+        assert_eq!(bare_reason("no suffix [x]"), "no suffix [x]");
     }
 
     #[test]
