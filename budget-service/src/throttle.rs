@@ -40,12 +40,23 @@ pub struct ReadThrottle {
 /// Held while an unprivileged caller's expensive read runs.
 #[derive(Debug)]
 pub struct ReadPermit {
-    budgets: Budgets,
-    key: String,
+    _in_flight: InFlight,
     _global: tokio::sync::OwnedSemaphorePermit,
 }
 
-impl Drop for ReadPermit {
+/// One of a caller's reads counted in `in_flight`, from the moment it is
+/// counted (before it waits for the global slot) until it is dropped: when
+/// the read finishes, fails, or its request is cancelled (the client gave
+/// up) at any await, the waiting for the slot included. Counting by hand
+/// instead left a cancelled wait counted for good, and the caller refused
+/// every expensive read until budgetd restarted.
+#[derive(Debug)]
+struct InFlight {
+    budgets: Budgets,
+    key: String,
+}
+
+impl Drop for InFlight {
     fn drop(&mut self) {
         let mut m = self.budgets.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(b) = m.get_mut(&self.key) {
@@ -102,15 +113,65 @@ impl ReadThrottle {
             b.count += 1;
             b.in_flight += 1;
         }
-        let permit = ReadPermit {
+        // Counted from here on: a cancellation while waiting for the slot
+        // drops `in_flight` and so uncounts the read.
+        let in_flight = InFlight {
             budgets: self.budgets.clone(),
             key,
-            // Closed never: the semaphore lives as long as the throttle.
-            _global: match self.slots.clone().acquire_owned().await {
-                Ok(p) => p,
-                Err(e) => return Err(AppError::Internal(format!("read slots closed: {e}"))),
-            },
         };
-        Ok(Some(permit))
+        // Closed never: the semaphore lives as long as the throttle.
+        let global = match self.slots.clone().acquire_owned().await {
+            Ok(p) => p,
+            Err(e) => return Err(AppError::Internal(format!("read slots closed: {e}"))),
+        };
+        Ok(Some(ReadPermit {
+            _in_flight: in_flight,
+            _global: global,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::caller::Role;
+
+    fn user(name: &str) -> Caller {
+        Caller {
+            user: name.into(),
+            uid: None,
+            role: Role::User,
+            controller: false,
+            agent_nodes: Vec::new(),
+            via: "tcp",
+        }
+    }
+
+    /// A read cancelled while it waits for the slot held by another caller
+    /// is uncounted: the caller's next read is admitted.
+    #[test]
+    fn a_read_cancelled_while_waiting_for_the_slot_is_uncounted() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let throttle = ReadThrottle::new(100);
+            let refused = AtomicU64::new(0);
+            let held = throttle
+                .admit(&user("alice"), &refused)
+                .await
+                .expect("alice admitted");
+            let waited = tokio::time::timeout(
+                Duration::from_millis(5),
+                throttle.admit(&user("carol"), &refused),
+            )
+            .await;
+            assert!(waited.is_err(), "carol's read did not wait for the slot");
+            drop(held);
+            let again = throttle.admit(&user("carol"), &refused).await;
+            assert!(again.is_ok(), "carol locked out: {again:?}");
+            assert_eq!(refused.load(Ordering::Relaxed), 0);
+        });
     }
 }

@@ -353,3 +353,97 @@ fn unauthenticated_refusals_are_logged_once_a_second_and_a_readable_config_is_wa
         "{n} refusals in {secs} s wrote {lines} log lines"
     );
 }
+
+/// Requests of one user given up by the client (the connection closed after
+/// a few milliseconds) while others' reads hold the one shared read slot do
+/// not lock that user out of share/usage/why/idle: each cancelled request
+/// gives its place back.
+#[test]
+fn cancelled_expensive_reads_do_not_lock_the_user_out() {
+    let busy: Vec<String> = (0..4).map(|i| format!("busy-token-000{i}")).collect();
+    let mut config = format!(
+        "expensive_reads_per_minute = 1000000\n{}",
+        config_text().replace("body_limit_bytes = 65536", "body_limit_bytes = 4194304")
+    );
+    for (i, t) in busy.iter().enumerate() {
+        config.push_str(&format!(
+            "[[tokens]]\ntoken = \"{t}\"\nuser = \"busy{i}\"\n"
+        ));
+    }
+    let s = Server::start(&config);
+    let admin = s.unix();
+    add_account(&admin, "bio", None, 100.0);
+    add_member(&admin, "carol", "bio");
+    // A ledger of 20,000 runs, so a share report takes some milliseconds and
+    // the other users' reads keep the slot busy.
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    for batch in 0..5 {
+        let runs: Vec<serde_json::Value> = (0..4000)
+            .map(|j| {
+                let id = 1000 + batch * 4000 + j;
+                json!({"job_id": id, "run": 0, "account": "bio", "user": "carol", "gpus": 1,
+                       "state": "ended", "start": t - 86_400 + j, "end": t - 80_000 + j})
+            })
+            .collect();
+        let (st, b) = call(
+            &admin,
+            "POST",
+            "/v1/sync/jobs",
+            Some(&json!({"collected_at": t, "runs": runs})),
+        );
+        assert_eq!(st, 200, "{b}");
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loops: Vec<_> = busy
+        .iter()
+        .map(|token| {
+            let c = s.tcp(Some(token));
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut served = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if call(&c, "GET", "/v1/share", None).0 == 200 {
+                        served += 1;
+                    }
+                }
+                served
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let impatient = s
+        .tcp(Some(CAROL_TOKEN))
+        .with_timeout(std::time::Duration::from_millis(3));
+    // At least 5 given up while waiting (of at most 400 tries: how many wait
+    // past 3 ms depends on the machine's speed).
+    let (mut tries, mut given_up, mut refused) = (0, 0, 0);
+    while tries < 400 && given_up < 5 {
+        tries += 1;
+        match impatient.request("GET", "/v1/share", &[], None) {
+            Err(_) => given_up += 1,
+            Ok(r) if r.status == 429 => refused += 1,
+            Ok(_) => {}
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let served: u32 = loops.into_iter().map(|h| h.join().expect("loop")).sum();
+    assert!(served > 0, "the other users' reads were never served");
+    assert!(
+        given_up > 0,
+        "no request was given up ({refused} refused, others served {served})"
+    );
+    // budgetd sees a closed connection only when it next polls it: give it a
+    // moment, then carol's next share is answered (before the fix: 429
+    // "one expensive read ... at a time" until restart).
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let carol = s.tcp(Some(CAROL_TOKEN));
+    let (st, b) = call(&carol, "GET", "/v1/share", None);
+    assert_eq!(st, 200, "after {given_up} given-up requests: {b}");
+    println!(
+        "of {tries} share requests {given_up} given up, {refused} refused; \
+         other users served {served} times"
+    );
+}
