@@ -23,6 +23,16 @@ pub fn prefix() -> Option<&'static str> {
     PREFIX.get().copied()
 }
 
+/// The line a plugin logs when `init` is done: this build's version (one for the whole
+/// workspace) and the Slurm release it was built for.
+pub fn loaded() {
+    info(&format!(
+        "loaded: slurm-budget {} for Slurm {}",
+        env!("CARGO_PKG_VERSION"),
+        slurm_ffi::version::version_string(slurm_ffi::SLURM_VERSION_NUMBER)
+    ));
+}
+
 /// Slurm log levels we use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {

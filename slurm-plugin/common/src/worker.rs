@@ -117,6 +117,30 @@ impl Worker {
     }
 }
 
+/// What `fini` does with a plugin's background threads before Slurm `dlclose`s it: take
+/// them out of `slot` (poisoned or not), stop and join each ([`Worker::stop`]), and log
+/// each that did not stop within [`JOIN_BOUND`]. Returns how many stopped in time.
+pub fn stop_all<W>(slot: &Mutex<W>) -> usize
+where
+    W: Default + IntoIterator<Item = Worker>,
+{
+    let workers = match slot.lock() {
+        Ok(mut g) => std::mem::take(&mut *g),
+        Err(p) => std::mem::take(&mut *p.into_inner()),
+    };
+    let mut stopped = 0;
+    for mut w in workers {
+        if w.stop() {
+            stopped += 1;
+        } else {
+            crate::log::error(&format!(
+                "background thread did not stop within {JOIN_BOUND:?}; left to finish on its own"
+            ));
+        }
+    }
+    stopped
+}
+
 /// Longest `fini` waits for a background thread (above the plugins' default
 /// request timeout of 1 s, so a thread inside a request normally finishes).
 pub const JOIN_BOUND: Duration = Duration::from_secs(5);

@@ -31,20 +31,11 @@ use slurm_plugin_common::{controller, ffi_guard, install_panic_hook, log};
 
 use crate::validate::{ModifyRequest, RejectKind, Rejection, SubmitRequest};
 
-/// Human-readable plugin name (Slurm reads the bytes of this symbol).
-#[unsafe(no_mangle)]
-#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
-pub static plugin_name: [u8; 40] = *b"Job submit budget plugin (slurm-budget)\0";
-/// `JobSubmitPlugins=budget`.
-#[unsafe(no_mangle)]
-#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
-pub static plugin_type: [u8; 18] = *b"job_submit/budget\0";
-/// Must equal the loading Slurm's SLURM_VERSION_NUMBER (major.minor.micro).
-#[unsafe(no_mangle)]
-#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
-pub static plugin_version: u32 = slurm_ffi::SLURM_VERSION_NUMBER;
-
-const PLUGIN_TYPE: &str = "job_submit/budget";
+// The symbols Slurm's loader reads; `JobSubmitPlugins=budget`.
+slurm_plugin_common::plugin_symbols!(
+    name: "Job submit budget plugin (slurm-budget)",
+    type: "job_submit/budget",
+);
 
 /// What safe mode means for submissions (logged when entering it).
 const SAFE_MODE_EFFECT: &str = "jobs naming accounts outside the budget tree are accepted; \
@@ -81,36 +72,14 @@ pub extern "C" fn init() -> i32 {
                 }
             }
         }
-        log::info(&format!(
-            "loaded: slurm-budget {} for Slurm {}",
-            env!("CARGO_PKG_VERSION"),
-            slurm_ffi::version::version_string(slurm_ffi::SLURM_VERSION_NUMBER)
-        ));
+        log::loaded();
         sys::SLURM_SUCCESS
     })
 }
 const _: slurm_ffi::api::common::InitFn = init;
 
-/// `int fini(void)`: stop and join the fetcher before Slurm `dlclose`s us.
-#[unsafe(no_mangle)]
-pub extern "C" fn fini() -> i32 {
-    ffi_guard(sys::SLURM_SUCCESS, || {
-        let worker = match WORKER.lock() {
-            Ok(mut g) => g.take(),
-            Err(p) => p.into_inner().take(),
-        };
-        if let Some(mut w) = worker
-            && !w.stop()
-        {
-            log::error(&format!(
-                "background thread did not stop within {:?}; left to finish on its own",
-                slurm_plugin_common::worker::JOIN_BOUND
-            ));
-        }
-        sys::SLURM_SUCCESS
-    })
-}
-const _: slurm_ffi::api::common::FiniFn = fini;
+// `int fini(void)`: stop and join the fetcher before Slurm `dlclose`s us.
+slurm_plugin_common::plugin_fini!(&WORKER);
 
 fn is_privileged(uid: u32) -> bool {
     // SAFETY: slurm_conf is libslurmfull's global configuration; our callers hold the

@@ -58,20 +58,11 @@ use policy_core::rebalance::{Allowed, Clause, Denied};
 use crate::jobs::{JobFacts, facts, is_running};
 use crate::rule::{Grants, JobNow, Period, decide};
 
-/// Human-readable plugin name (Slurm reads the bytes of this symbol).
-#[unsafe(no_mangle)]
-#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
-pub static plugin_name: [u8; 37] = *b"Preempt budget plugin (slurm-budget)\0";
-/// `PreemptType=preempt/budget`.
-#[unsafe(no_mangle)]
-#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
-pub static plugin_type: [u8; 15] = *b"preempt/budget\0";
-/// Must equal the loading Slurm's SLURM_VERSION_NUMBER (major.minor.micro).
-#[unsafe(no_mangle)]
-#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
-pub static plugin_version: u32 = slurm_ffi::SLURM_VERSION_NUMBER;
-
-const PLUGIN_TYPE: &str = "preempt/budget";
+// The symbols Slurm's loader reads; `PreemptType=preempt/budget`.
+slurm_plugin_common::plugin_symbols!(
+    name: "Preempt budget plugin (slurm-budget)",
+    type: "preempt/budget",
+);
 
 /// What safe mode means for preemption (logged when entering it).
 const SAFE_MODE_EFFECT: &str = "contracts still honoured, budgeted jobs not rebalanced, \
@@ -167,36 +158,14 @@ pub extern "C" fn init() -> i32 {
                  REQUEUE; set PreemptMode=REQUEUE so slurm.conf says what happens"
             ));
         }
-        log::info(&format!(
-            "loaded: slurm-budget {} for Slurm {}",
-            env!("CARGO_PKG_VERSION"),
-            slurm_ffi::version::version_string(slurm_ffi::SLURM_VERSION_NUMBER)
-        ));
+        log::loaded();
         sys::SLURM_SUCCESS
     })
 }
 const _: slurm_ffi::api::common::InitFn = init;
 
-/// `void fini(void)`: stop and join our threads before Slurm `dlclose`s us.
-#[unsafe(no_mangle)]
-pub extern "C" fn fini() -> i32 {
-    ffi_guard(sys::SLURM_SUCCESS, || {
-        let workers = match plugin().workers.lock() {
-            Ok(mut g) => std::mem::take(&mut *g),
-            Err(p) => std::mem::take(&mut *p.into_inner()),
-        };
-        for mut w in workers {
-            if !w.stop() {
-                log::error(&format!(
-                    "background thread did not stop within {:?}; left to finish on its own",
-                    slurm_plugin_common::worker::JOIN_BOUND
-                ));
-            }
-        }
-        sys::SLURM_SUCCESS
-    })
-}
-const _: slurm_ffi::api::common::FiniFn = fini;
+// `void fini(void)`: stop and join our threads before Slurm `dlclose`s us.
+slurm_plugin_common::plugin_fini!(&plugin().workers);
 
 /// Background refresh of the period state (holdings, demand, forecast).
 ///

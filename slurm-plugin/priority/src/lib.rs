@@ -34,27 +34,18 @@ use slurm_plugin_common::controller::Controller;
 use slurm_plugin_common::log;
 use slurm_plugin_common::settings::Settings;
 use slurm_plugin_common::snapshot::{SnapshotFetcher, unix_now};
-use slurm_plugin_common::worker::Worker;
+use slurm_plugin_common::worker::{self, Worker};
 use slurm_plugin_common::{ffi_guard, install_panic_hook};
 
 use crate::pass::Budgetd;
 use crate::state::{SAFE_MODE_EFFECT, state};
 use crate::sync::Syncer;
 
-/// Human-readable plugin name (Slurm reads the bytes of this symbol).
-#[unsafe(no_mangle)]
-#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
-pub static plugin_name: [u8; 38] = *b"Priority budget plugin (slurm-budget)\0";
-/// `PriorityType=priority/budget`.
-#[unsafe(no_mangle)]
-#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
-pub static plugin_type: [u8; 16] = *b"priority/budget\0";
-/// Must equal the loading Slurm's SLURM_VERSION_NUMBER (major.minor.micro).
-#[unsafe(no_mangle)]
-#[allow(non_upper_case_globals)] // the names Slurm dlsym()s
-pub static plugin_version: u32 = slurm_ffi::SLURM_VERSION_NUMBER;
-
-const PLUGIN_TYPE: &str = "priority/budget";
+// The symbols Slurm's loader reads; `PriorityType=priority/budget`.
+slurm_plugin_common::plugin_symbols!(
+    name: "Priority budget plugin (slurm-budget)",
+    type: "priority/budget",
+);
 
 fn start_worker() {
     let st = state();
@@ -121,16 +112,8 @@ const _: slurm_ffi::api::common::InitFn = init;
 #[unsafe(no_mangle)]
 pub extern "C" fn fini() -> i32 {
     ffi_guard(sys::SLURM_ERROR, || {
-        let worker = state().worker.lock().ok().and_then(|mut w| w.take());
-        if let Some(mut w) = worker {
-            if w.stop() {
-                log::info("background thread stopped");
-            } else {
-                log::error(&format!(
-                    "background thread did not stop within {:?}; left to finish on its own",
-                    slurm_plugin_common::worker::JOIN_BOUND
-                ));
-            }
+        if worker::stop_all(&state().worker) > 0 {
+            log::info("background thread stopped");
         }
         sys::SLURM_SUCCESS
     })
