@@ -70,7 +70,9 @@ sb_docker_base_image() { # IMAGE NAME SUITE PKG...
     sb_docker_rootfs "$name" "$@"
     local root stamp have
     root="$(sb_docker_rootfs_dir "$name")"
-    stamp="$(cat "$root/.sb-rootfs") $(stat -c %Y "$root/.sb-rootfs")"
+    # SB_SYSTEMD_ARGS: arguments for systemd as PID 1 (in a container systemd reads its
+    # own command line where it would read the kernel's), part of the image's identity.
+    stamp="$(cat "$root/.sb-rootfs") $(stat -c %Y "$root/.sb-rootfs")${SB_SYSTEMD_ARGS:+ $SB_SYSTEMD_ARGS}"
     have="$(docker image inspect -f '{{ index .Config.Labels "sb.rootfs" }}' "$image" 2>/dev/null || true)"
     [[ "$have" == "$stamp" ]] && return 0
     sb_log "docker import $root as $image"
@@ -79,8 +81,10 @@ sb_docker_base_image() { # IMAGE NAME SUITE PKG...
     # `docker import --change` takes no STOPSIGNAL: a one-line build on the imported image
     # (local, nothing pulled) adds what systemd as PID 1 needs. container=docker tells
     # systemd where it runs; SIGRTMIN+3 is its clean shutdown.
-    printf 'FROM %s\nLABEL sb.rootfs="%s"\nENV container=docker\nSTOPSIGNAL SIGRTMIN+3\nCMD ["/lib/systemd/systemd"]\n' \
-        "$image-rootfs" "$stamp" | docker build -q -t "$image" - >/dev/null 2>"$(sb_docker_cache)/$name.build.log" \
+    local cmd='"/lib/systemd/systemd"' arg
+    for arg in ${SB_SYSTEMD_ARGS:-}; do cmd+=", \"$arg\""; done
+    printf 'FROM %s\nLABEL sb.rootfs="%s"\nENV container=docker\nSTOPSIGNAL SIGRTMIN+3\nCMD [%s]\n' \
+        "$image-rootfs" "$stamp" "$cmd" | docker build -q -t "$image" - >/dev/null 2>"$(sb_docker_cache)/$name.build.log" \
         || sb_die "docker build of $image failed: $(tail -n 5 "$(sb_docker_cache)/$name.build.log")"
     docker rmi "$image-rootfs" >/dev/null 2>&1 || true
 }
