@@ -73,174 +73,18 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::ops::Bound::{Excluded, Unbounded};
 
-use policy_core::rebalance::RebalancePolicy;
-
 use crate::checker::{self, CheckReport, JobFacts, RunRecord};
 use crate::cluster::{Alloc, Cluster, plan};
-use crate::limits::TimeLimitModel;
+pub use crate::config::{
+    ALL_RESERVATIONS, Backfill, DEFAULT_BACKFILL_WINDOW, MinRuntimeRule, SimConfig,
+};
 pub use crate::policy::PolicyKind;
 use crate::policy::{Candidate, SchedPolicy};
 use crate::rng::{Purpose, unit};
 use crate::trace::JobSpec;
 use crate::usage::SlidingUsage;
-
-/// How a job's minimum runtime is chosen when the trace does not declare one.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum MinRuntimeRule {
-    /// `min(duration, cap)`.
-    Cap(i64),
-    /// `fraction x duration`, rounded down.
-    Fraction(f64),
-}
-
-impl MinRuntimeRule {
-    /// `cap:2h` / `2h` (a duration: min(duration, 2h)), `frac:0.25`, `none` (= cap 0).
-    pub fn parse(s: &str) -> Result<MinRuntimeRule, String> {
-        let s = s.trim();
-        if s == "none" {
-            return Ok(MinRuntimeRule::Cap(0));
-        }
-        if let Some(f) = s.strip_prefix("frac:") {
-            return match f.parse::<f64>() {
-                Ok(v) if (0.0..=1.0).contains(&v) => Ok(MinRuntimeRule::Fraction(v)),
-                _ => Err(format!(
-                    "min-runtime rule {s:?}: fraction must be a number in [0, 1]"
-                )),
-            };
-        }
-        let d = s.strip_prefix("cap:").unwrap_or(s);
-        policy_core::parse_duration(d)
-            .map(MinRuntimeRule::Cap)
-            .map_err(|e| {
-                format!(
-                    "min-runtime rule {s:?}: expected cap:DURATION, DURATION, frac:F or none ({e})"
-                )
-            })
-    }
-
-    pub fn apply(&self, duration: i64) -> i64 {
-        match *self {
-            MinRuntimeRule::Cap(c) => duration.min(c),
-            MinRuntimeRule::Fraction(f) => (duration as f64 * f).floor() as i64,
-        }
-    }
-
-    pub fn describe(&self) -> String {
-        match *self {
-            MinRuntimeRule::Cap(0) => "none (0)".to_string(),
-            MinRuntimeRule::Cap(c) => format!("min(duration, {})", policy_core::format_duration(c)),
-            MinRuntimeRule::Fraction(f) => format!("{f} x duration"),
-        }
-    }
-}
-
-/// Everything a replay needs besides the trace and the policy.
-#[derive(Debug, Clone)]
-pub struct SimConfig {
-    pub nodes: u32,
-    pub gpus_per_node: u32,
-    /// Sliding window length (seconds).
-    pub window: i64,
-    /// Priority / fair-share recalculation period (seconds).
-    pub recalc: i64,
-    /// Ratio hysteresis of the old rule (`budget-v1`).
-    pub hysteresis: f64,
-    /// Knobs of the cost-aware rule (`budget`).
-    pub rule: RebalancePolicy,
-    /// Checkpoint interval in seconds for jobs whose trace declares none; 0: no
-    /// checkpoints (a preempted run loses all its work). Jobs declare what they keep.
-    pub checkpoint: i64,
-    pub min_runtime: MinRuntimeRule,
-    /// Requested time limits.
-    pub time_limits: TimeLimitModel,
-    /// The partition's maximum time limit (seconds).
-    pub max_time_limit: i64,
-    /// Pending jobs examined per scheduling pass.
-    pub backfill_depth: usize,
-    /// What the top blocked job's reservation holds ([`Backfill`]).
-    pub backfill: Backfill,
-    /// Blocked jobs per pass that hold nodes with `Backfill::Nodes`
-    /// ([`ALL_RESERVATIONS`], the default: every blocked job the pass examines,
-    /// as Slurm's backfill plans them; 1: EASY, the first blocked job only).
-    /// Each later one is planned on the nodes the earlier ones do not hold.
-    pub backfill_reservations: usize,
-    /// How far ahead a reservation may be planned (seconds; Slurm's
-    /// `bf_window`): a blocked job that cannot start within it holds no
-    /// nodes. `Backfill::Nodes` only.
-    pub backfill_window: i64,
-    /// Preemption attempts per scheduling pass.
-    pub preempt_attempts: usize,
-    /// Metric sample period (seconds).
-    pub sample_every: i64,
-    pub decay_half_life: i64,
-    pub seed: u64,
-    /// Fraction of jobs drawn (by seed) into the free tier, besides the trace's `free` column.
-    pub free_fraction: f64,
-    /// Check the incremental window usage against `policy_core::window_usage`
-    /// at every recalculation (slow: tests and small traces).
-    pub verify_window: bool,
-    /// Simulated time at which the replay gives up (seconds since the first
-    /// submission). Without checkpoints, rebalancing can requeue a long job
-    /// forever (each run is preempted right after its window and loses all its
-    /// work); the replay then stops here and reports the unfinished jobs.
-    pub horizon: i64,
-}
-
-/// `SimConfig::backfill_reservations` for "every blocked job the pass
-/// examines" (Slurm's backfill; bounded by `backfill_depth`).
-pub const ALL_RESERVATIONS: usize = usize::MAX;
-
-/// The backfill window the engine models by default: 7 days, the partition's
-/// maximum time limit, as `slurm-conf/slurm.conf.in` sets `bf_window` (Slurm's
-/// own default is one day; its documentation advises a window at least as
-/// long as the longest time limit, so that long jobs are not starved).
-pub const DEFAULT_BACKFILL_WINDOW: i64 = 7 * 86_400;
-
-impl Default for SimConfig {
-    fn default() -> Self {
-        SimConfig {
-            nodes: 1,
-            gpus_per_node: 8,
-            window: policy_core::DEFAULT_WINDOW_SECS,
-            recalc: 300,
-            hysteresis: policy_core::preempt::PreemptPolicy::default().hysteresis,
-            rule: RebalancePolicy::default(),
-            checkpoint: 0,
-            min_runtime: MinRuntimeRule::Cap(2 * 3600),
-            time_limits: TimeLimitModel::Exact,
-            max_time_limit: 7 * 86_400,
-            backfill_depth: 200,
-            backfill: Backfill::Nodes,
-            backfill_reservations: ALL_RESERVATIONS,
-            backfill_window: DEFAULT_BACKFILL_WINDOW,
-            preempt_attempts: 16,
-            sample_every: 3600,
-            decay_half_life: 7 * 86_400,
-            seed: 1,
-            free_fraction: 0.0,
-            verify_window: false,
-            horizon: i64::MAX,
-        }
-    }
-}
-
-/// What the reservation of a blocked job holds (`--backfill`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Backfill {
-    /// Slurm's `sched/backfill`: the blocked job's start is planned on nodes
-    /// (the running jobs' time-limit ends, node by node), and the nodes it
-    /// will start on are held from then on: a later job may use a held node
-    /// only if its limit ends before the planned start.
-    #[default]
-    Nodes,
-    /// GPU counts only (the engine's older model, kept to reproduce its
-    /// figures): a later job may
-    /// start if its limit ends before the shadow time or it takes no more than
-    /// the GPUs left over at the shadow time, on any node; node fragmentation
-    /// at the shadow time is ignored, so a multi-node job can be delayed
-    /// indefinitely by small jobs that land on the nodes it waits for.
-    Gpus,
-}
+pub use crate::view::TeamInfo;
+use crate::view::{EngineView, JobInit, JobState};
 
 /// The reservation of the first blocked job of a pass, when only that one
 /// holds anything (`--backfill gpus`, or `--backfill-reservations 1`).
@@ -252,14 +96,6 @@ enum Reservation {
     /// The job cannot start even when every running job has ended (it is
     /// larger than the cluster, or held by nothing we model): nothing held.
     Never,
-}
-
-/// A team and its allocation.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TeamInfo {
-    pub name: String,
-    /// Allocation in GPUs (allocation = GPUs x window).
-    pub gpus: f64,
 }
 
 /// Outcome of one job.
@@ -326,48 +162,6 @@ const EV_PROTECT: u8 = 1;
 const EV_TICK: u8 = 2;
 const EV_SAMPLE: u8 = 3;
 
-/// A job as the engine tracks it.
-#[derive(Debug, Clone)]
-pub(crate) struct JobState {
-    pub leaf: u32,
-    pub team: u32,
-    pub class: u32,
-    pub submit: i64,
-    pub gpus: u32,
-    pub duration: i64,
-    pub min_runtime: i64,
-    /// Free tier as the policy sees it (always false for baselines).
-    pub free: bool,
-    /// Checkpoint interval it keeps and declares (0: none).
-    pub checkpoint: i64,
-    /// Requested time limit; `None` with `exact` limits (each run: its remaining work).
-    pub limit: Option<i64>,
-    pub remaining: i64,
-    /// Number of the current (or next) run; also the times it was requeued.
-    pub run: u32,
-    pub running: bool,
-    pub done: bool,
-    pub run_start: i64,
-    /// End of the current run at its time limit.
-    pub limit_end: i64,
-    /// End of the current run when it completes (the engine's knowledge, never the policy's).
-    pub true_end: i64,
-    pub alloc: Alloc,
-    pub first_start: Option<i64>,
-    pub end: i64,
-    pub wait_class: &'static str,
-    pub preemptions: u32,
-    /// Index of the open run in `runs`.
-    pub open_run: usize,
-}
-
-impl JobState {
-    /// Time limit of a run starting now.
-    pub fn run_limit(&self) -> i64 {
-        self.limit.unwrap_or(self.remaining)
-    }
-}
-
 /// Outcome of one preemption attempt.
 pub(crate) enum Attempt {
     Started,
@@ -403,8 +197,9 @@ impl Merge {
     }
 }
 
-/// The engine's state that every policy may read: jobs, cluster, usage,
-/// pending classes. Policies keep their own state ([`SchedPolicy`]).
+/// The engine's state: jobs, cluster, usage, pending classes, events and the
+/// figures it collects. Policies keep their own state ([`SchedPolicy`]) and read
+/// this one through [`EngineView`] ([`Core::view`]).
 pub(crate) struct Core<'a> {
     pub cfg: &'a SimConfig,
     pub specs: &'a [JobSpec],
@@ -458,16 +253,6 @@ pub fn simulate(
     let (mut core, mut pol) = Core::new(jobs, shares, policy, cfg);
     core.run(pol.as_mut());
     core.finish(pol.as_ref())
-}
-
-/// What a policy needs to know about a job to classify it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct JobInit {
-    pub index: u32,
-    pub leaf: u32,
-    pub team: u32,
-    /// The trace's free flag or the seed's free-tier draw.
-    pub free: bool,
 }
 
 impl<'a> Core<'a> {
@@ -597,9 +382,20 @@ impl<'a> Core<'a> {
         (core, policy)
     }
 
-    /// Every run so far (the open ones without an end).
-    pub fn runs(&self) -> &[RunRecord] {
-        &self.runs
+    /// What the policy hooks read: the shared state, borrowed for one call.
+    fn view(&self) -> EngineView<'_> {
+        EngineView {
+            now: self.now,
+            jobs: &self.jobs,
+            leaves: &self.leaves,
+            leaf_team: &self.leaf_team,
+            teams: &self.teams,
+            cluster: &self.cluster,
+            usage: &self.usage,
+            running_by_limit: &self.running_by_limit,
+            pending_gpus: &self.pending_gpus,
+            runs: &self.runs,
+        }
     }
 
     fn push(&mut self, t: i64, kind: u8, job: u32, run: u32) {
@@ -734,7 +530,7 @@ impl<'a> Core<'a> {
     fn start_on(&mut self, pol: &mut dyn SchedPolicy, j: u32, alloc: Alloc) -> bool {
         let now = self.now;
         let gpus = self.jobs[j as usize].gpus;
-        let wait_class = pol.wait_class(self, j);
+        let wait_class = pol.wait_class(&self.view(), j);
         let run_index = self.runs.len();
         let job = &mut self.jobs[j as usize];
         self.classes[job.class as usize].remove(&(job.submit, j));
@@ -779,7 +575,7 @@ impl<'a> Core<'a> {
         if !free {
             self.usage.change(leaf as usize, now, i64::from(gpus));
         }
-        pol.on_start(self, j);
+        pol.on_start(&self.view(), j);
         if pol.preempts() && !free && until > now {
             self.push(until, EV_PROTECT, j, run);
         }
@@ -789,7 +585,7 @@ impl<'a> Core<'a> {
     /// Ends the current run of `j` (completion or preemption) and frees its GPUs.
     fn stop_run(&mut self, pol: &mut dyn SchedPolicy, j: u32, preempted_by: Option<u32>) {
         let now = self.now;
-        pol.on_stop(self, j);
+        pol.on_stop(&self.view(), j);
         let job = &mut self.jobs[j as usize];
         let ckpt = job.checkpoint;
         let elapsed = now - job.run_start;
@@ -847,7 +643,7 @@ impl<'a> Core<'a> {
     fn protect_end(&mut self, pol: &mut dyn SchedPolicy, j: u32, run: u32) {
         let job = &self.jobs[j as usize];
         if job.running && job.run == run {
-            pol.on_exposed(self, j);
+            pol.on_exposed(&self.view(), j);
             self.dirty = true;
         }
     }
@@ -860,22 +656,23 @@ impl<'a> Core<'a> {
     }
 
     fn tick(&mut self, pol: &mut dyn SchedPolicy) {
-        pol.recompute(self);
+        // The window usage is read here because reading it drops history the
+        // sliding window no longer needs (`SlidingUsage::window_usage`); the
+        // priorities leave the state for the call, so the policy writes them
+        // while it reads the rest through the view.
+        let now = self.now;
+        let window_usage: Vec<i64> = (0..self.leaves.len())
+            .map(|leaf| self.usage.window_usage(leaf, now))
+            .collect();
+        let mut class_prio = std::mem::take(&mut self.class_prio);
+        pol.recompute(&self.view(), &window_usage, &mut class_prio);
+        self.class_prio = class_prio;
         self.dirty = true;
         self.schedule_next(EV_TICK, self.cfg.recalc);
     }
 
-    /// Cumulative charged GPU-seconds of each team at `t` (>= the last change).
-    pub fn team_cumulative(&self, t: i64) -> Vec<i64> {
-        let mut out = vec![0i64; self.teams.len()];
-        for (leaf, &team) in self.leaf_team.iter().enumerate() {
-            out[team as usize] += self.usage.cumulative(leaf, t);
-        }
-        out
-    }
-
     fn sample(&mut self) {
-        let cum = self.team_cumulative(self.now);
+        let cum = self.view().team_cumulative(self.now);
         self.samples.push(cum);
         self.advance_entitled(self.now);
         self.entitled_samples.push(self.entitled_cum.clone());
@@ -1165,7 +962,7 @@ impl<'a> Core<'a> {
     }
 
     fn try_preempt(&mut self, pol: &mut dyn SchedPolicy, p: u32) -> Attempt {
-        let mut cands = pol.candidates(self, p);
+        let mut cands = pol.candidates(&self.view(), p);
         if cands.is_empty() {
             return Attempt::NoVictims;
         }
@@ -1174,7 +971,7 @@ impl<'a> Core<'a> {
         let Some(victims) = self.fit(p, &cands) else {
             return Attempt::NotEnough;
         };
-        pol.on_preempt(self, p, &victims);
+        pol.on_preempt(&self.view(), p, &victims);
         for c in &victims {
             self.preemptions_by_reason[usize::from(c.reason)] += 1;
             let (pt, v) = (self.jobs[p as usize].team, &self.jobs[c.job as usize]);
@@ -1206,7 +1003,7 @@ impl<'a> Core<'a> {
         let period = self.cfg.sample_every.max(1);
         while (self.samples.len() as i64 - 1) * period < makespan {
             let t = self.samples.len() as i64 * period;
-            self.samples.push(self.team_cumulative(t));
+            self.samples.push(self.view().team_cumulative(t));
             self.advance_entitled(t);
             self.entitled_samples.push(self.entitled_cum.clone());
         }
@@ -1229,7 +1026,7 @@ impl<'a> Core<'a> {
         );
         check.window_mismatches = pol.window_mismatches();
         // Charged usage plus free-tier usage must equal all busy GPU-seconds.
-        let charged: i64 = self.team_cumulative(makespan).iter().sum();
+        let charged: i64 = self.view().team_cumulative(makespan).iter().sum();
         let free_busy: i64 = self
             .runs
             .iter()
@@ -1272,25 +1069,5 @@ impl<'a> Core<'a> {
             unfinished_jobs: unfinished,
             passes: self.passes,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn min_runtime_rules() {
-        assert_eq!(
-            MinRuntimeRule::parse("2h").map(|r| r.apply(10_000)),
-            Ok(7_200)
-        );
-        assert_eq!(MinRuntimeRule::parse("2h").map(|r| r.apply(600)), Ok(600));
-        assert_eq!(
-            MinRuntimeRule::parse("frac:0.5").map(|r| r.apply(601)),
-            Ok(300)
-        );
-        assert_eq!(MinRuntimeRule::parse("none").map(|r| r.apply(601)), Ok(0));
-        assert!(MinRuntimeRule::parse("2x").is_err());
     }
 }

@@ -7,14 +7,17 @@
 //!
 //! Entry points: [`SimulateArgs`] + [`run_cli`] (used by `budgetctl simulate`
 //! and the `budget-sim` binary); [`engine::simulate`] for programs and tests.
-//! Module map: [`trace`] (input formats, the site CSV format), [`engine`]
-//! (events, priorities, backfill, preemption), [`usage`] (exact incremental
+//! Module map: [`trace`] (input formats, the site CSV format), [`config`] (what a
+//! replay is configured with), [`engine`] (events, priorities, backfill,
+//! preemption), [`policy`] (the policies compared, which see the engine only
+//! through `view.rs`'s `EngineView`), [`usage`] (exact incremental
 //! sliding window), [`cluster`] (first-fit placement), [`checker`]
 //! (invariants), [`metrics`] (figures and their definitions), [`svg`] (charts).
 
 pub mod checker;
 pub mod cli;
 pub mod cluster;
+pub mod config;
 pub mod engine;
 pub mod limits;
 pub mod metrics;
@@ -24,5 +27,6 @@ pub mod scenario;
 pub mod svg;
 pub mod trace;
 pub mod usage;
+mod view;
 
 pub use cli::{SimulateArgs, run_cli};

@@ -4,7 +4,8 @@
 //! Slurm's `priority/multifactor` with `PreemptType=preempt/none`).
 
 use super::{PolicyKind, SchedPolicy};
-use crate::engine::{Core, JobInit, SimConfig};
+use crate::config::SimConfig;
+use crate::view::{EngineView, JobInit};
 
 pub struct DecayedFairShare {
     half_life: i64,
@@ -41,9 +42,9 @@ impl SchedPolicy for DecayedFairShare {
         (job.team, false, "all")
     }
 
-    fn recompute(&mut self, core: &mut Core<'_>) {
-        let now = core.now;
-        let cum = core.team_cumulative(now);
+    fn recompute(&mut self, sim: &EngineView<'_>, _window_usage: &[i64], class_prio: &mut [u64]) {
+        let now = sim.now;
+        let cum = sim.team_cumulative(now);
         let dt = (now - self.last_t) as f64;
         let factor = 0.5f64.powf(dt / self.half_life.max(1) as f64);
         for (t, c) in cum.iter().enumerate() {
@@ -52,8 +53,8 @@ impl SchedPolicy for DecayedFairShare {
         self.last_cum = cum;
         self.last_t = now;
         let total_u: f64 = self.usage.iter().sum();
-        let total_s: f64 = core.teams.iter().map(|t| t.gpus).sum();
-        for (t, team) in core.teams.iter().enumerate() {
+        let total_s: f64 = sim.teams.iter().map(|t| t.gpus).sum();
+        for (t, team) in sim.teams.iter().enumerate() {
             let u = if total_u > 0.0 {
                 self.usage[t] / total_u
             } else {
@@ -65,7 +66,7 @@ impl SchedPolicy for DecayedFairShare {
                 0.0
             };
             let f = if s > 0.0 { 2f64.powf(-u / s) } else { 0.0 };
-            core.class_prio[t] = (f * 1e9).round() as u64;
+            class_prio[t] = (f * 1e9).round() as u64;
         }
     }
 }

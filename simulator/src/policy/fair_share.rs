@@ -35,7 +35,8 @@ use policy_core::rebalance::{
 use policy_core::tree::{AccountSpec, MemberSpec, TreeSpec};
 
 use super::{Candidate, PolicyKind, SchedPolicy};
-use crate::engine::{Core, JobInit, SimConfig, TeamInfo};
+use crate::config::SimConfig;
+use crate::view::{EngineView, JobInit, TeamInfo};
 
 pub(crate) struct FairSharePolicy {
     kind: PolicyKind,
@@ -109,8 +110,8 @@ impl FairSharePolicy {
         }
     }
 
-    fn add_exposed(&mut self, core: &Core<'_>, j: u32) {
-        let job = &core.jobs[j as usize];
+    fn add_exposed(&mut self, sim: &EngineView<'_>, j: u32) {
+        let job = &sim.jobs[j as usize];
         if self
             .exposed
             .entry((job.leaf, job.free))
@@ -132,11 +133,11 @@ impl FairSharePolicy {
     }
 
     /// Compares the incremental window with the policy core's definition over every run.
-    fn verify(&mut self, core: &Core<'_>, usage: &UsageByLeaf) {
-        let now = core.now;
-        let mut by_leaf: Vec<Vec<policy_core::Run>> = vec![Vec::new(); core.leaves.len()];
-        for r in core.runs().iter().filter(|r| !r.free) {
-            let leaf = core.jobs[r.job as usize].leaf as usize;
+    fn verify(&mut self, sim: &EngineView<'_>, usage: &UsageByLeaf) {
+        let now = sim.now;
+        let mut by_leaf: Vec<Vec<policy_core::Run>> = vec![Vec::new(); sim.leaves.len()];
+        for r in sim.runs.iter().filter(|r| !r.free) {
+            let leaf = sim.jobs[r.job as usize].leaf as usize;
             by_leaf[leaf].push(policy_core::Run {
                 start: r.start,
                 end: r.end,
@@ -144,7 +145,7 @@ impl FairSharePolicy {
                 weight: 1.0,
             });
         }
-        for (i, (team, user)) in core.leaves.iter().enumerate() {
+        for (i, (team, user)) in sim.leaves.iter().enumerate() {
             let expect = policy_core::window_usage(&by_leaf[i], now, self.window);
             if usage.get(&(team.clone(), user.clone())).copied() != Some(expect) {
                 self.window_mismatches += 1;
@@ -152,9 +153,9 @@ impl FairSharePolicy {
         }
     }
 
-    fn view<'c>(core: &'c Core<'_>, j: u32) -> JobView<'c> {
-        let job = &core.jobs[j as usize];
-        let (account, user) = &core.leaves[job.leaf as usize];
+    fn view<'c>(sim: &'c EngineView<'_>, j: u32) -> JobView<'c> {
+        let job = &sim.jobs[j as usize];
+        let (account, user) = &sim.leaves[job.leaf as usize];
         JobView {
             job_id: j,
             account,
@@ -168,15 +169,15 @@ impl FairSharePolicy {
 
     /// What the plugin reads from a running job's record, with the leaf node
     /// placed at the last recalculation (the snapshot the state is built from).
-    fn running<'c>(&self, core: &'c Core<'_>, j: u32) -> RunningJob<'c> {
-        let job = &core.jobs[j as usize];
+    fn running<'c>(&self, sim: &'c EngineView<'_>, j: u32) -> RunningJob<'c> {
+        let job = &sim.jobs[j as usize];
         let self_leaf = self
             .leaf_place
             .get(job.leaf as usize)
             .copied()
             .flatten()
             .map(|p| p.node);
-        let (account, user) = &core.leaves[job.leaf as usize];
+        let (account, user) = &sim.leaves[job.leaf as usize];
         RunningJob {
             job_id: j,
             account,
@@ -197,23 +198,23 @@ impl FairSharePolicy {
 
     /// The old rule: one decision per group of exposed jobs (every member
     /// shares the leaf, the free flag and "past its window", all it reads).
-    fn candidates_v1(&self, core: &Core<'_>, p: u32) -> Vec<Candidate> {
+    fn candidates_v1(&self, sim: &EngineView<'_>, p: u32) -> Vec<Candidate> {
         let Some(fs) = self.fs.as_ref() else {
             return Vec::new();
         };
-        let pview = Self::view(core, p);
+        let pview = Self::view(sim, p);
         let ctx = Context {
             fair_share: Some(fs),
             held: &self.held,
             policy: PreemptPolicy {
                 hysteresis: self.hysteresis,
             },
-            now: core.now,
+            now: sim.now,
         };
         let mut out = Vec::new();
         for set in self.exposed.values() {
             let Some(&first) = set.first() else { continue };
-            let reason = match preempt::may_preempt(&ctx, &pview, &Self::view(core, first)) {
+            let reason = match preempt::may_preempt(&ctx, &pview, &Self::view(sim, first)) {
                 Ok(preempt::Allowed::VictimFreeTier) => 0u8,
                 Ok(preempt::Allowed::VictimOverBudget) => 1,
                 Ok(preempt::Allowed::Rebalance { .. }) => 2,
@@ -222,7 +223,7 @@ impl FairSharePolicy {
             for &v in set {
                 out.push(Candidate {
                     job: v,
-                    order: preempt::victim_order(Some(fs), &Self::view(core, v), core.now),
+                    order: preempt::victim_order(Some(fs), &Self::view(sim, v), sim.now),
                     reason,
                 });
             }
@@ -231,14 +232,14 @@ impl FairSharePolicy {
     }
 
     /// The state the plugin's thread computes each period, from what it has.
-    fn period_state(&self, core: &Core<'_>, fs: &FairShare) -> PreemptState {
-        let now = core.now;
-        let leaves = &core.leaves;
-        let running = core
+    fn period_state(&self, sim: &EngineView<'_>, fs: &FairShare) -> PreemptState {
+        let now = sim.now;
+        let leaves = &sim.leaves;
+        let running = sim
             .running_by_limit
             .iter()
-            .map(|&(_, j)| self.running(core, j));
-        let pending = core
+            .map(|&(_, j)| self.running(sim, j));
+        let pending = sim
             .pending_gpus
             .iter()
             .enumerate()
@@ -270,15 +271,15 @@ impl FairSharePolicy {
             running,
             pending,
             history,
-            Some(core.cluster.capacity() as f64),
+            Some(sim.cluster.capacity() as f64),
             self.rule,
             now,
         )
     }
 
     /// The cost-aware rule, exactly as the plugin's callback would answer.
-    fn candidates_v2(&mut self, core: &Core<'_>, p: u32) -> Vec<Candidate> {
-        let now = core.now;
+    fn candidates_v2(&mut self, sim: &EngineView<'_>, p: u32) -> Vec<Candidate> {
+        let now = sim.now;
         // The preemption record keeps one window.
         while self
             .history
@@ -291,13 +292,13 @@ impl FairSharePolicy {
             return Vec::new();
         };
         if self.state.is_none() {
-            self.state = Some(self.period_state(core, fs));
+            self.state = Some(self.period_state(sim, fs));
         }
         let Some(state) = self.state.as_ref() else {
             return Vec::new();
         };
-        let pj = &core.jobs[p as usize];
-        let (pa, pu) = &core.leaves[pj.leaf as usize];
+        let pj = &sim.jobs[p as usize];
+        let (pa, pu) = &sim.leaves[pj.leaf as usize];
         let pview = PendingJob {
             job_id: p,
             account: pa,
@@ -317,7 +318,7 @@ impl FairSharePolicy {
         for (&(_, free), set) in &self.exposed {
             if free {
                 for &v in set {
-                    let rv = self.running(core, v);
+                    let rv = self.running(sim, v);
                     if let Ok(Allowed::VictimFreeTier) =
                         rebalance::decide(state, Some(fs), &self.in_flight, &pview, &rv, now)
                     {
@@ -337,12 +338,12 @@ impl FairSharePolicy {
                 Some(fs),
                 &self.in_flight,
                 &pview,
-                &self.running(core, first),
+                &self.running(sim, first),
             ) else {
                 continue;
             };
             for &v in set {
-                let rv = self.running(core, v);
+                let rv = self.running(sim, v);
                 if let Ok(Allowed::Rebalance(r)) = rebalance::judge_victim(state, &sides, &rv, now)
                 {
                     granted = true;
@@ -378,29 +379,26 @@ impl SchedPolicy for FairSharePolicy {
         (job.leaf * 2 + u32::from(job.free), job.free, "")
     }
 
-    fn recompute(&mut self, core: &mut Core<'_>) {
-        let now = core.now;
+    fn recompute(&mut self, sim: &EngineView<'_>, window_usage: &[i64], class_prio: &mut [u64]) {
+        let now = sim.now;
         let mut usage = UsageByLeaf::new();
-        for (i, (team, user)) in core.leaves.iter().enumerate() {
-            usage.insert(
-                (team.clone(), user.clone()),
-                core.usage.window_usage(i, now) as f64,
-            );
+        for (i, (team, user)) in sim.leaves.iter().enumerate() {
+            usage.insert((team.clone(), user.clone()), window_usage[i] as f64);
         }
         if self.verify_window {
-            self.verify(core, &usage);
+            self.verify(sim, &usage);
         }
         let fs = FairShare::compute(&self.tree, &usage, now, self.window);
         // Places in the new snapshot first: the period state below reads them.
-        for (i, (team, user)) in core.leaves.iter().enumerate() {
+        for (i, (team, user)) in sim.leaves.iter().enumerate() {
             let place = fs.place(team, user);
             self.leaf_path[i] = place.map(|p| fs.path(p.node)).unwrap_or_default();
             self.leaf_place[i] = place;
         }
         // The cost-aware policy ranks teams below their entitled GPUs first
         // (`PreemptState::priority_place`); the old one by Fair-Tree alone.
-        let order = (self.kind == PolicyKind::Budget).then(|| self.period_state(core, &fs));
-        for (i, (team, user)) in core.leaves.iter().enumerate() {
+        let order = (self.kind == PolicyKind::Budget).then(|| self.period_state(sim, &fs));
+        for (i, (team, user)) in sim.leaves.iter().enumerate() {
             let place = self.leaf_place[i];
             let placed = match &order {
                 Some(st) => st.priority_place(&fs, team, user),
@@ -413,14 +411,13 @@ impl SchedPolicy for FairSharePolicy {
                 tier,
             });
             let (tier, rank) = placed.unwrap_or((Tier::OverBudget, fs.num_leaves));
-            core.class_prio[i * 2] = u64::from(job_priority(tier, rank, fs.num_leaves, 0));
-            core.class_prio[i * 2 + 1] =
-                u64::from(job_priority(Tier::Free, rank, fs.num_leaves, 0));
+            class_prio[i * 2] = u64::from(job_priority(tier, rank, fs.num_leaves, 0));
+            class_prio[i * 2 + 1] = u64::from(job_priority(Tier::Free, rank, fs.num_leaves, 0));
         }
-        let jobs = &core.jobs;
-        let leaves = &core.leaves;
+        let jobs = &sim.jobs;
+        let leaves = &sim.leaves;
         self.held = fs.holdings(
-            core.running_by_limit
+            sim.running_by_limit
                 .iter()
                 .map(|&(_, j)| &jobs[j as usize])
                 .filter(|j| !j.free)
@@ -436,8 +433,8 @@ impl SchedPolicy for FairSharePolicy {
         self.state = None;
     }
 
-    fn wait_class(&self, core: &Core<'_>, j: u32) -> Option<&'static str> {
-        let job = &core.jobs[j as usize];
+    fn wait_class(&self, sim: &EngineView<'_>, j: u32) -> Option<&'static str> {
+        let job = &sim.jobs[j as usize];
         Some(if job.free {
             Tier::Free.as_str()
         } else {
@@ -448,19 +445,19 @@ impl SchedPolicy for FairSharePolicy {
         })
     }
 
-    fn on_start(&mut self, core: &Core<'_>, j: u32) {
-        let job = &core.jobs[j as usize];
+    fn on_start(&mut self, sim: &EngineView<'_>, j: u32) {
+        let job = &sim.jobs[j as usize];
         let (leaf, gpus, free) = (job.leaf, job.gpus, job.free);
         if free || job.min_runtime <= 0 {
-            self.add_exposed(core, j);
+            self.add_exposed(sim, j);
         }
         if !free {
             self.held_add(leaf, gpus, true);
         }
     }
 
-    fn on_stop(&mut self, core: &Core<'_>, j: u32) {
-        let job = &core.jobs[j as usize];
+    fn on_stop(&mut self, sim: &EngineView<'_>, j: u32) {
+        let job = &sim.jobs[j as usize];
         let key = (job.leaf, job.free);
         if let Some(set) = self.exposed.get_mut(&key) {
             if set.remove(&j) {
@@ -475,8 +472,8 @@ impl SchedPolicy for FairSharePolicy {
         }
     }
 
-    fn on_exposed(&mut self, core: &Core<'_>, j: u32) {
-        self.add_exposed(core, j);
+    fn on_exposed(&mut self, sim: &EngineView<'_>, j: u32) {
+        self.add_exposed(sim, j);
     }
 
     fn preempts(&self) -> bool {
@@ -492,20 +489,20 @@ impl SchedPolicy for FairSharePolicy {
         self.in_flight = InFlight::default();
     }
 
-    fn candidates(&mut self, core: &Core<'_>, p: u32) -> Vec<Candidate> {
+    fn candidates(&mut self, sim: &EngineView<'_>, p: u32) -> Vec<Candidate> {
         match self.kind {
-            PolicyKind::BudgetV1 => self.candidates_v1(core, p),
-            _ => self.candidates_v2(core, p),
+            PolicyKind::BudgetV1 => self.candidates_v1(sim, p),
+            _ => self.candidates_v2(sim, p),
         }
     }
 
-    fn on_preempt(&mut self, core: &Core<'_>, p: u32, victims: &[Candidate]) {
-        let pl = core.jobs[p as usize].leaf;
+    fn on_preempt(&mut self, sim: &EngineView<'_>, p: u32, victims: &[Candidate]) {
+        let pl = sim.jobs[p as usize].leaf;
         for c in victims.iter().filter(|c| c.reason != 0) {
-            let v = self.running(core, c.job);
-            let lost = rebalance::expected_lost_gpu_secs(&v, core.now);
+            let v = self.running(sim, c.job);
+            let lost = rebalance::expected_lost_gpu_secs(&v, sim.now);
             self.history
-                .push_back((core.now, pl, core.jobs[c.job as usize].leaf, lost));
+                .push_back((sim.now, pl, sim.jobs[c.job as usize].leaf, lost));
         }
     }
 

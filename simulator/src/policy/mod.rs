@@ -1,6 +1,7 @@
 //! The policies the simulator compares, each with its own state behind
-//! [`SchedPolicy`]; the engine ([`crate::engine`]) owns everything they share
-//! (jobs, cluster, usage, pending classes) and calls them at a few points:
+//! [`SchedPolicy`]; the engine owns everything they share (jobs, cluster, usage,
+//! pending classes), lends it to them read-only as an [`EngineView`] (`view.rs`:
+//! the policies never import the engine) and calls them at a few points:
 //! classification at load, priorities at each recalculation tick, run
 //! start/stop, the end of a protected window, and preemption candidates.
 //!
@@ -15,7 +16,8 @@ pub mod decay;
 pub mod fair_share;
 pub mod static_priority;
 
-use crate::engine::{Core, JobInit, SimConfig, TeamInfo};
+use crate::config::SimConfig;
+use crate::view::{EngineView, JobInit, TeamInfo};
 
 /// The policies the simulator compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -74,7 +76,8 @@ pub struct Candidate {
 }
 
 /// What differs between policies. Every hook gets the engine's shared state
-/// read-only, except the recalculation, which writes class priorities.
+/// read-only ([`EngineView`]); the recalculation also gets the class priorities
+/// to write.
 pub(crate) trait SchedPolicy {
     fn kind(&self) -> PolicyKind;
     /// Number of pending classes (jobs of a class differ only by age).
@@ -83,18 +86,20 @@ pub(crate) trait SchedPolicy {
     fn initial_priorities(&self) -> Vec<u64>;
     /// `(class, free tier as this policy sees it, wait class)` of a job.
     fn classify(&self, job: &JobInit) -> (u32, bool, &'static str);
-    /// Recalculation tick: sets `core.class_prio`.
-    fn recompute(&mut self, core: &mut Core<'_>);
+    /// Recalculation tick: sets `class_prio` (one entry per class) from the state
+    /// and `window_usage`, each leaf's charged GPU-seconds in the sliding window
+    /// ending now.
+    fn recompute(&mut self, sim: &EngineView<'_>, window_usage: &[i64], class_prio: &mut [u64]);
     /// Wait class at first start, if the policy decides it then.
-    fn wait_class(&self, _core: &Core<'_>, _j: u32) -> Option<&'static str> {
+    fn wait_class(&self, _sim: &EngineView<'_>, _j: u32) -> Option<&'static str> {
         None
     }
     /// Job `j` just started (the engine's state already says so).
-    fn on_start(&mut self, _core: &Core<'_>, _j: u32) {}
+    fn on_start(&mut self, _sim: &EngineView<'_>, _j: u32) {}
     /// Job `j`'s run is about to stop (the engine's state still shows it running).
-    fn on_stop(&mut self, _core: &Core<'_>, _j: u32) {}
+    fn on_stop(&mut self, _sim: &EngineView<'_>, _j: u32) {}
     /// Job `j`'s protected window just ended.
-    fn on_exposed(&mut self, _core: &Core<'_>, _j: u32) {}
+    fn on_exposed(&mut self, _sim: &EngineView<'_>, _j: u32) {}
     /// Whether the policy ever preempts (protection events are only kept then).
     fn preempts(&self) -> bool {
         false
@@ -106,11 +111,11 @@ pub(crate) trait SchedPolicy {
     /// A scheduling pass begins (the plugin's period state is refreshed).
     fn begin_pass(&mut self) {}
     /// The running jobs pending job `p` may preempt, with their victim order.
-    fn candidates(&mut self, _core: &Core<'_>, _p: u32) -> Vec<Candidate> {
+    fn candidates(&mut self, _sim: &EngineView<'_>, _p: u32) -> Vec<Candidate> {
         Vec::new()
     }
     /// Slurm preempted `victims` for `p` (called before they stop).
-    fn on_preempt(&mut self, _core: &Core<'_>, _p: u32, _victims: &[Candidate]) {}
+    fn on_preempt(&mut self, _sim: &EngineView<'_>, _p: u32, _victims: &[Candidate]) {}
     /// Recalculations where the incremental window differed from the policy core's.
     fn window_mismatches(&self) -> u64 {
         0

@@ -4,8 +4,8 @@
 //! low. Never preempts.
 
 use super::{PolicyKind, SchedPolicy};
-use crate::engine::{Core, JobInit};
 use crate::rng::{Purpose, unit};
+use crate::view::{EngineView, JobInit};
 
 pub struct StaticPriority {
     pub seed: u64,
@@ -44,5 +44,6 @@ impl SchedPolicy for StaticPriority {
         )
     }
 
-    fn recompute(&mut self, _core: &mut Core<'_>) {}
+    fn recompute(&mut self, _sim: &EngineView<'_>, _window_usage: &[i64], _class_prio: &mut [u64]) {
+    }
 }
