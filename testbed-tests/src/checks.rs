@@ -18,9 +18,8 @@ use std::time::{Duration, Instant};
 
 use crate::logs::LogFile;
 use crate::slurm::JobId;
-
-/// Poll interval of [`wait_until`].
-pub const POLL: Duration = Duration::from_millis(200);
+// Polling lives in `wait.rs` (Slurm's commands poll too); the suites import it from here.
+pub use crate::wait::{POLL, Waited, wait_secs, wait_until};
 
 /// Log lines printed per log file under a failed check.
 const CONTEXT_LINES: usize = 12;
@@ -203,66 +202,6 @@ impl Checks {
     }
 }
 
-/// The outcome of [`wait_until`].
-#[derive(Debug, Clone)]
-pub struct Waited {
-    /// The condition held before the deadline.
-    pub ok: bool,
-    /// How long it took (or the whole wait).
-    pub after: Duration,
-    /// The last error of the condition, if its last poll failed.
-    pub last_error: Option<String>,
-}
-
-impl Waited {
-    /// `ok after 1.2 s`, or why not.
-    pub fn describe(&self) -> String {
-        match (&self.ok, &self.last_error) {
-            (true, _) => format!("after {:.1} s", self.after.as_secs_f64()),
-            (false, Some(e)) => format!(
-                "not within {:.0} s (last error: {e})",
-                self.after.as_secs_f64()
-            ),
-            (false, None) => format!("not within {:.0} s", self.after.as_secs_f64()),
-        }
-    }
-}
-
-/// Polls `cond` every [`POLL`] until it returns `Ok(true)` or `timeout` has passed.
-/// An error counts as "not yet" (a daemon may be restarting); the last one is kept.
-pub fn wait_until<E: Display>(
-    timeout: Duration,
-    mut cond: impl FnMut() -> Result<bool, E>,
-) -> Waited {
-    let t0 = Instant::now();
-    loop {
-        let last_error = match cond() {
-            Ok(true) => {
-                return Waited {
-                    ok: true,
-                    after: t0.elapsed(),
-                    last_error: None,
-                };
-            }
-            Ok(false) => None,
-            Err(e) => Some(e.to_string()),
-        };
-        if t0.elapsed() >= timeout {
-            return Waited {
-                ok: false,
-                after: t0.elapsed(),
-                last_error,
-            };
-        }
-        std::thread::sleep(POLL);
-    }
-}
-
-/// [`wait_until`] with a timeout in seconds.
-pub fn wait_secs<E: Display>(secs: u64, cond: impl FnMut() -> Result<bool, E>) -> Waited {
-    wait_until(Duration::from_secs(secs), cond)
-}
-
 /// How much of a failed check's observation is repeated at the end of a suite.
 pub const DETAIL_CHARS: usize = 600;
 
@@ -343,22 +282,6 @@ mod tests {
         assert!(!c.record("d", Check::within(6, 0, 5)));
         assert_eq!(c.summary(), "testbed-x: 2 passed, 2 failed");
         assert_eq!(c.failed(), ["c", "d"]);
-    }
-
-    #[test]
-    fn waits() {
-        let mut n = 0;
-        let w = wait_until(Duration::from_secs(5), || -> Result<bool, String> {
-            n += 1;
-            Ok(n >= 2)
-        });
-        assert!(w.ok && n == 2);
-        let w = wait_until(Duration::from_millis(10), || -> Result<bool, String> {
-            Err("down".into())
-        });
-        assert!(!w.ok);
-        assert_eq!(w.last_error.as_deref(), Some("down"));
-        assert!(w.describe().contains("down"));
     }
 
     #[test]

@@ -15,19 +15,23 @@
 //! - [`logs`]: reading `slurmctld.log` (counting lines, the time of a line);
 //! - [`time`]: clock, Slurm and log time stamps;
 //! - [`checks`]: named checks, their output, and the per-suite summary line that
-//!   `scripts/test` adds up.
+//!   `scripts/test` adds up;
+//! - [`wait`]: polling until a condition holds;
+//! - [`env`]: the environment `scripts/testbed env` exports, applied to Slurm's commands.
 //!
 //! Nothing here hard-codes a Slurm binary path or a release-specific output format.
 
 pub mod api;
 pub mod checks;
 mod command;
+pub mod env;
 pub mod error;
 pub mod ledger;
 pub mod logs;
 pub mod slurm;
 pub mod testbed;
 pub mod time;
+pub mod wait;
 
 pub use error::{Error, Result};
 

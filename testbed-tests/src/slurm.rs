@@ -18,8 +18,8 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use crate::command;
+use crate::env::TestbedEnv;
 use crate::error::{Error, Result};
-use crate::testbed::TestbedEnv;
 use crate::time::slurm_time;
 
 /// A Slurm job id.
@@ -273,7 +273,7 @@ impl Slurm {
 
     /// Waits (up to `secs`) until job `id` is in `state`.
     pub fn wait_state(&self, id: JobId, state: &str, secs: u64) -> bool {
-        crate::checks::wait_secs(secs, || Ok::<_, Error>(self.state(id)? == state)).ok
+        crate::wait::wait_secs(secs, || Ok::<_, Error>(self.state(id)? == state)).ok
     }
 
     /// The priority of job `id` (`squeue %Q`).
