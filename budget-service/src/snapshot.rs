@@ -33,10 +33,17 @@ pub struct CachedSnapshot {
 /// The snapshot of the store `s` at `now` with the cluster's GPUs `capacity`.
 pub fn assemble(s: &Store, capacity: Option<ClusterGpus>, now: i64) -> AppResult<CachedSnapshot> {
     let generation = s.generation();
-    let cluster_gpus = capacity.as_ref().map(ClusterGpus::total);
+    // No GPUs found, or a weighted sum that rounds to nothing (weights near
+    // their lower bound), is published as unknown: the snapshot's contract is
+    // a capacity above 0 or none, which the plugins read as "allocations
+    // stand as they are".
+    let cluster_gpus = capacity.as_ref().map(ClusterGpus::total).filter(|&n| n > 0);
     // Weighted with the weights this snapshot carries (a weight
     // change bumps the generation, so it is applied at once).
-    let weighted = capacity.as_ref().map(|c| c.weighted(s.weights()));
+    let weighted = capacity
+        .as_ref()
+        .map(|c| c.weighted(s.weights()))
+        .filter(|w| w.is_finite() && *w > 0.0);
     // The counts are in the version: counts read again within the
     // same second and generation still change the ETag (the
     // weighted one only where it differs from the raw one, so a

@@ -716,3 +716,26 @@ fn without_a_cluster_count_why_ranks_by_the_allocations_as_they_are() {
         "{a}\n{b}"
     );
 }
+
+#[test]
+fn a_weighted_capacity_that_rounds_to_nothing_is_published_as_unknown() {
+    // Weights may go down to just above 0; 12 GPUs x 1e-13 rounds to 0 at the
+    // snapshot's 1e-9 precision. The snapshot promises a capacity above 0 or
+    // none (its schema's exclusiveMinimum), so it leaves the field out and the
+    // plugins fall back to the raw count.
+    let (_dir, d, _snap) =
+        budgetd_over_nodes("h1 gpu:h100:8(S:0-1) IDLE\nb1 gpu:B300:4(S:0-1) MIXED\n");
+    let c = d.client();
+    let (s, b) = call(&c, "PATCH", "/v1/weights", Some(&json!({"default": 1e-13})));
+    assert_eq!(s, 200, "{b}");
+    let (s, snap) = call(&c, "GET", "/v1/snapshot", None);
+    assert_eq!(s, 200, "{snap}");
+    assert_eq!(
+        (
+            snap["cluster_gpus"].clone(),
+            snap.get("cluster_weighted_gpus").cloned()
+        ),
+        (json!(12), None),
+        "{snap}"
+    );
+}
