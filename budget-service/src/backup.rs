@@ -9,6 +9,9 @@
 //! file written. The copy goes to a temporary name in the target's folder, is
 //! synced, then linked into place (refusing an existing file) or renamed over it
 //! (`overwrite`): a reader never sees a half-written backup under the final name.
+//! Backups are confined to one folder ([`Confinement`]: `backup_dir`, by default
+//! `backups` beside the database), and never replace the database's own files
+//! (`-wal`, `-shm`, `-journal` included) or the socket.
 //!
 //! A restore ([`restore`], `budgetd --restore FILE`) runs with budgetd stopped: it
 //! checks the file (SQLite, `integrity_check`, a budgetd schema not newer than
@@ -113,12 +116,101 @@ fn fsync_dir(dir: &Path) -> Result<(), BackupError> {
         .map_err(io(dir))
 }
 
+/// Where a backup may be written, and what it must never replace.
+#[derive(Debug, Clone)]
+pub struct Confinement {
+    /// Backups go into this folder or a folder below it (`backup_dir`;
+    /// default: `backups` beside the database, [`default_folder`]).
+    pub folder: PathBuf,
+    /// The Unix socket budgetd serves, if any: replacing it leaves a
+    /// restarted budgetd unable to bind.
+    pub socket: Option<PathBuf>,
+}
+
+/// The default backup folder: `backups` beside the database (under systemd
+/// `/var/lib/slurm-budget/backups/`, which the unit creates).
+pub fn default_folder(db: &Path) -> PathBuf {
+    db.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .join("backups")
+}
+
+/// `path` with its folder resolved (symlinks, `..`) and its last component
+/// kept as it is: what a file at `path` would be, existing or not.
+fn resolved(path: &Path) -> Option<PathBuf> {
+    let name = path.file_name()?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    Some(std::fs::canonicalize(dir).ok()?.join(name))
+}
+
+/// Refuses a `target` (in the existing folder `dir`) outside the backup
+/// folder, or naming one of the database's files or the socket: a backup
+/// renamed over the `-wal` file lost acknowledged writes at the next crash,
+/// one over the socket kept budgetd from starting again.
+fn check_confined(
+    db: &Path,
+    target: &Path,
+    dir: &Path,
+    confinement: &Confinement,
+) -> Result<(), BackupError> {
+    let folder = std::fs::canonicalize(&confinement.folder).map_err(|e| {
+        BackupError::Refused(format!(
+            "backup folder {}: {e} (create it, or set backup_dir in budgetd's config)",
+            confinement.folder.display()
+        ))
+    })?;
+    let in_dir = std::fs::canonicalize(dir).map_err(io(dir))?;
+    if !in_dir.starts_with(&folder) {
+        return Err(BackupError::Refused(format!(
+            "{} is outside the backup folder {} (budgetd writes backups only there; \
+             backup_dir in budgetd's config sets it)",
+            target.display(),
+            folder.display()
+        )));
+    }
+    let name = target.file_name().unwrap_or_default();
+    let at = in_dir.join(name);
+    if let Some(db) = resolved(db) {
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut own = db.clone().into_os_string();
+            own.push(suffix);
+            if at == Path::new(&own) {
+                return Err(BackupError::Refused(format!(
+                    "{} is one of budgetd's database files ({}, -wal, -shm, -journal)",
+                    target.display(),
+                    db.display()
+                )));
+            }
+        }
+    }
+    if confinement.socket.as_deref().and_then(resolved).as_deref() == Some(at.as_path()) {
+        return Err(BackupError::Refused(format!(
+            "{} is budgetd's socket",
+            target.display()
+        )));
+    }
+    match std::fs::symlink_metadata(&at) {
+        Ok(m) if !m.file_type().is_file() => Err(BackupError::Refused(format!(
+            "{} exists and is not a regular file",
+            target.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Writes a consistent copy of the database at `db` to `target` (absolute; its
-/// folder must exist). Refuses an existing `target` unless `overwrite`.
+/// folder must exist, inside `confinement`'s folder). Refuses an existing
+/// `target` unless `overwrite`, and always the database's own files and the
+/// socket.
 pub fn backup(
     db: &Path,
     target: &Path,
     overwrite: bool,
+    confinement: &Confinement,
     now: i64,
 ) -> Result<BackupReport, BackupError> {
     if !target.is_absolute() {
@@ -148,6 +240,7 @@ pub fn backup(
             )));
         }
     }
+    check_confined(db, target, dir, confinement)?;
     if same_file(db, target) {
         return Err(BackupError::Refused(format!(
             "{} is budgetd's own database",

@@ -13,6 +13,7 @@
 //! max_connections = 2048          # open connections, privileged uids not counted
 //! max_connections_per_peer = 256  # per uid (socket) or IP address (TCP)
 //! expensive_reads_per_minute = 120 # share/usage/why/idle per caller
+//! backup_dir = "/var/lib/slurm-budget/backups" # `budgetctl backup` writes only here (default: `backups` beside the database)
 //!
 //! [admins]
 //! uids = [990]                    # uid 0 and the uid running budgetd are always admins
@@ -152,6 +153,10 @@ pub struct Config {
     /// Expensive reads (share, usage, why, idle) per caller per minute.
     #[serde(default = "default_expensive_reads")]
     pub expensive_reads_per_minute: u32,
+    /// The folder `POST /v1/backup` (`budgetctl backup`) writes into, or into
+    /// a folder below it; `None`: `backups` beside the database.
+    #[serde(default)]
+    pub backup_dir: Option<std::path::PathBuf>,
 }
 
 fn default_user_body_limit() -> usize {
@@ -211,6 +216,7 @@ impl Default for Config {
             max_connections: default_max_connections(),
             max_connections_per_peer: default_max_per_peer(),
             expensive_reads_per_minute: default_expensive_reads(),
+            backup_dir: None,
         }
     }
 }

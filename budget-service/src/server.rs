@@ -263,6 +263,13 @@ pub async fn run(
     });
     let mut tasks = Vec::new();
     if let Some(l) = listeners.unix {
+        if let Some(path) = l
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(Path::to_path_buf))
+        {
+            *state.socket_path.lock().unwrap_or_else(|p| p.into_inner()) = Some(path);
+        }
         tasks.push(tokio::spawn(accept_loop(
             state.clone(),
             app.clone(),

@@ -86,6 +86,9 @@ pub struct Inner {
     /// Slurm (`None`: unknown), published as the snapshot's `cluster_gpus` and,
     /// weighted with the store's weights, `cluster_weighted_gpus`.
     capacity: Mutex<Option<ClusterGpus>>,
+    /// The Unix socket being served (set by `server::run`), which a backup
+    /// must never replace.
+    pub socket_path: Mutex<Option<std::path::PathBuf>>,
 }
 
 /// Cheap-to-clone handle given to every handler.
@@ -129,6 +132,7 @@ impl AppState {
             drain_ops: tokio::sync::Mutex::new(()),
             drain_view: Mutex::new(None),
             capacity: Mutex::new(None),
+            socket_path: Mutex::new(None),
         }))
     }
 

@@ -39,12 +39,25 @@ pub async fn backup(
         .await?;
     let t = now();
     let target = PathBuf::from(&req.path);
+    let confinement = crate::backup::Confinement {
+        folder: st
+            .config
+            .backup_dir
+            .clone()
+            .unwrap_or_else(|| crate::backup::default_folder(&db)),
+        socket: st
+            .socket_path
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone(),
+    };
     // Outside the store's lock: the copy reads through a connection of its own
     // and writers go on meanwhile (WAL).
-    let report =
-        tokio::task::spawn_blocking(move || crate::backup::backup(&db, &target, req.overwrite, t))
-            .await
-            .map_err(|e| AppError::Internal(format!("backup worker failed: {e}")))??;
+    let report = tokio::task::spawn_blocking(move || {
+        crate::backup::backup(&db, &target, req.overwrite, &confinement, t)
+    })
+    .await
+    .map_err(|e| AppError::Internal(format!("backup worker failed: {e}")))??;
     tracing::info!(
         caller = %caller.actor(),
         path = %report.path,

@@ -147,7 +147,9 @@ fn a_backup_under_load_is_one_consistent_instant_and_restores_exactly() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("budget.sqlite");
     let sock = dir.path().join("budgetd.sock");
-    let file = dir.path().join("backup.sqlite");
+    // The default backup folder: `backups` beside the database.
+    std::fs::create_dir(dir.path().join("backups")).expect("backups folder");
+    let file = dir.path().join("backups/backup.sqlite");
     let mut d = Daemon::start(&db, &sock);
     let c = d.client();
     common::add_account(&c, "syncs", None, 100.0);
@@ -429,8 +431,24 @@ fn a_backup_under_load_is_one_consistent_instant_and_restores_exactly() {
 fn backup_refuses_what_it_must_and_says_why() {
     let s = common::start();
     let c = s.unix();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("b.sqlite");
+    // The default backup folder: `backups` beside the database.
+    let folder = s.dir().join("backups");
+    let (st, b) = call(
+        &c,
+        "POST",
+        "/v1/backup",
+        Some(&json!({"path": s.dir().join("b.sqlite").display().to_string()})),
+    );
+    assert_eq!(st, 422, "{b}");
+    assert!(
+        b["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("backup folder") && e.contains("backup_dir")),
+        "{b}"
+    );
+    assert!(!s.dir().join("b.sqlite").exists());
+    std::fs::create_dir(&folder).expect("backups folder");
+    let file = folder.join("b.sqlite");
     let path = file.display().to_string();
     let req = |p: &str, overwrite: bool| json!({"path": p, "overwrite": overwrite});
 
@@ -442,7 +460,7 @@ fn backup_refuses_what_it_must_and_says_why() {
             .is_some_and(|e| e.contains("must be absolute")),
         "{b}"
     );
-    let missing = dir.path().join("no/such/b.sqlite");
+    let missing = folder.join("no/such/b.sqlite");
     let (st, b) = call(
         &c,
         "POST",
@@ -489,10 +507,103 @@ fn backup_refuses_what_it_must_and_says_why() {
         "{first} {second}"
     );
     // Nothing but the backup is left in the folder (no temporary file).
-    let names: Vec<String> = std::fs::read_dir(dir.path())
+    let names: Vec<String> = std::fs::read_dir(&folder)
         .expect("dir")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names, ["b.sqlite"]);
     let _: Value = second;
+}
+
+/// A backup is written only inside the backup folder, and never over the
+/// database's own files (`-wal`, `-shm`, `-journal` included) or the socket,
+/// even when the folder is the database's own (a careless `backup_dir`) and
+/// `overwrite` is asked: each is refused with a clear error, and nothing
+/// changes (a backup over the `-wal` file lost acknowledged writes at the next
+/// crash; one over the socket kept budgetd from starting).
+#[test]
+fn backup_is_confined_to_its_folder_and_never_replaces_budgetds_own_files() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("budget.db");
+    let sock = dir.path().join("budgetd.sock");
+    let config = budget_service::Config::parse(&format!(
+        "backup_dir = \"{}\"\n{}",
+        dir.path().display(),
+        common::config_text()
+    ))
+    .expect("config");
+    let store = budget_service::Store::open(&db, &config.policy).expect("store");
+    let s = common::Server::serve(budget_service::AppState::new(store, config), &sock, true);
+    let c = s.unix();
+    common::add_account(&c, "teama", None, 10.0);
+    let before = common::observable(&c);
+    // The database's files and the socket, as they are now.
+    let ino = |p: &Path| std::fs::symlink_metadata(p).map(|m| m.ino()).ok();
+    let own: Vec<_> = [
+        "budget.db",
+        "budget.db-wal",
+        "budget.db-shm",
+        "budgetd.sock",
+    ]
+    .iter()
+    .map(|n| (n.to_string(), ino(&dir.path().join(n))))
+    .collect();
+    assert!(own.iter().all(|(_, i)| i.is_some()), "{own:?}");
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).expect("sub");
+    let outside = tempfile::tempdir().expect("tempdir");
+    let refused = [
+        (dir.path().join("budget.db"), "database files"),
+        (dir.path().join("budget.db-wal"), "database files"),
+        (dir.path().join("budget.db-shm"), "database files"),
+        (dir.path().join("budget.db-journal"), "database files"),
+        (sub.join("../budget.db-wal"), "database files"),
+        (sock.clone(), "socket"),
+        (outside.path().join("b.sqlite"), "outside the backup folder"),
+    ];
+    for (path, why) in &refused {
+        for overwrite in [false, true] {
+            let (st, b) = call(
+                &c,
+                "POST",
+                "/v1/backup",
+                Some(&json!({"path": path.display().to_string(), "overwrite": overwrite})),
+            );
+            assert_eq!(st, 422, "{} (overwrite {overwrite}): {b}", path.display());
+            assert!(
+                b["error"].as_str().is_some_and(|e| e.contains(why)),
+                "{}: {b}",
+                path.display()
+            );
+        }
+    }
+    let now: Vec<_> = own
+        .iter()
+        .map(|(n, _)| (n.clone(), ino(&dir.path().join(n))))
+        .collect();
+    assert_eq!(now, own, "a refused backup replaced one of budgetd's files");
+    assert!(!dir.path().join("budget.db-journal").exists());
+    assert!(
+        std::fs::symlink_metadata(&sock)
+            .expect("socket")
+            .file_type()
+            .is_socket()
+    );
+    assert_eq!(std::fs::read_dir(outside.path()).expect("dir").count(), 0);
+    assert_eq!(
+        common::observable(&c),
+        before,
+        "a refused backup changed something"
+    );
+    // Inside the folder (and below it), a backup is written.
+    let (st, b) = call(
+        &c,
+        "POST",
+        "/v1/backup",
+        Some(&json!({"path": sub.join("b.sqlite").display().to_string()})),
+    );
+    assert_eq!(st, 200, "{b}");
+    let (st, b) = call(&c, "GET", "/v1/accounts", None);
+    assert_eq!(st, 200, "{b}");
 }

@@ -37,15 +37,18 @@ fn text(o: &Output) -> (String, String) {
 #[test]
 fn backup_writes_a_file_refuses_to_overwrite_and_force_replaces() {
     let d = budgetd();
-    let dir = tempfile::tempdir().expect("tempdir");
+    // budgetd writes backups only into its backup folder (by default
+    // `backups` beside the database).
+    let folder = d.dir().join("backups");
+    std::fs::create_dir(&folder).expect("backups folder");
     ctl_ok(
         &d.socket,
         &["account", "add", "teama", "--allocation", "10"],
     );
-    let o = ctl_in(dir.path(), &d.socket, &["backup", "nightly.sqlite"]);
+    let o = ctl_in(&folder, &d.socket, &["backup", "nightly.sqlite"]);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
-    let file = dir.path().join("nightly.sqlite");
+    let file = folder.join("nightly.sqlite");
     assert!(
         out.starts_with(&format!("backup written: {}", file.display())),
         "{out}"
@@ -60,7 +63,7 @@ fn backup_writes_a_file_refuses_to_overwrite_and_force_replaces() {
             .starts_with(b"SQLite format 3\0")
     );
 
-    let o = ctl_in(dir.path(), &d.socket, &["backup", "nightly.sqlite"]);
+    let o = ctl_in(&folder, &d.socket, &["backup", "nightly.sqlite"]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(
@@ -75,7 +78,7 @@ fn backup_writes_a_file_refuses_to_overwrite_and_force_replaces() {
         &["account", "add", "teamb", "--allocation", "10"],
     );
     let o = ctl_in(
-        dir.path(),
+        &folder,
         &d.socket,
         &["backup", "--force", "--json", "nightly.sqlite"],
     );
@@ -83,9 +86,25 @@ fn backup_writes_a_file_refuses_to_overwrite_and_force_replaces() {
     assert!(o.status.success(), "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
     assert_eq!(v["generation"], 2, "{v}");
+    // Outside the backup folder (here: over the database's -wal file) is
+    // refused, --force or not, and the file is left alone.
+    let wal = d.dir().join("budget.db-wal");
+    let before = std::fs::metadata(&wal).map(|m| m.len()).ok();
+    let o = ctl_in(
+        &folder,
+        &d.socket,
+        &["backup", "--force", "../budget.db-wal"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));
+    assert!(
+        text(&o).1.contains("outside the backup folder"),
+        "{:?}",
+        text(&o)
+    );
+    assert_eq!(std::fs::metadata(&wal).map(|m| m.len()).ok(), before);
     // With --url the file is on budgetd's host: a relative name is refused.
     let o = ctl_in(
-        dir.path(),
+        &folder,
         &d.socket,
         &[
             "--url",
