@@ -447,3 +447,68 @@ fn cancelled_expensive_reads_do_not_lock_the_user_out() {
          other users served {served} times"
     );
 }
+
+/// INSTALL.md's remote-controller setup (sections 5 and 9) as written: the
+/// `[[tokens]]` block it gives a slurmctld on another host, put in
+/// budgetd.toml, lets the plugins fetch the snapshot and sync jobs over TCP;
+/// an admin token (what the guide once said) is refused on both routes.
+#[test]
+fn the_install_guides_remote_controller_token_reaches_the_controller_routes() {
+    let guide = include_str!("../../../INSTALL.md");
+    let block = guide
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
+        .find(|b| b.contains("role = \"controller\""))
+        .expect("INSTALL.md shows the remote controller's [[tokens]] block");
+    assert!(
+        !guide.contains("an admin\n  token on both controllers")
+            && !guide.contains("gives the plugins an admin token"),
+        "INSTALL.md tells sites to give a controller an admin token"
+    );
+    let remote_token = "remote-controller-token-0001";
+    let block: String = block
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("token =") {
+                format!("token = \"{remote_token}\"")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let s = Server::start(&format!("{}{block}\n", config_text()));
+    let admin = s.unix();
+    add_account(&admin, "bio", None, 100.0);
+    let now = budget_service::clock::now();
+    let sync = json!({"collected_at": now, "runs": [
+        {"job_id": 71, "run": 0, "account": "bio", "user": "alice", "gpus": 2,
+         "state": "ended", "start": now - 7200, "end": now - 3600},
+    ]});
+    // The token as the guide configures it: what the plugins do over TCP.
+    let ctl = s.tcp(Some(remote_token));
+    let r = ctl
+        .request("GET", budget_protocol::SNAPSHOT_PATH, &[], None)
+        .expect("snapshot");
+    assert_eq!(r.status, 200);
+    let snap = budget_protocol::PluginSnapshot::decode(&r.body).expect("snapshot decodes");
+    assert!(snap.fair_share.account("bio").is_some());
+    let (st, b) = call(&ctl, "POST", budget_protocol::SYNC_PATH, Some(&sync));
+    assert_eq!(st, 200, "{b}");
+    let (_, usage) = call(&admin, "GET", "/v1/usage?since=0", None);
+    assert!(usage.to_string().contains("bio"), "{usage}");
+    let (_, health) = call(&admin, "GET", "/v1/health", None);
+    let g = health["generation"].clone();
+    // An admin token on a controller: refused on the controller's routes.
+    let wrong = s.tcp(Some(ADMIN_TOKEN));
+    assert_eq!(
+        call(&wrong, "GET", budget_protocol::SNAPSHOT_PATH, None).0,
+        403
+    );
+    assert_eq!(
+        call(&wrong, "POST", budget_protocol::SYNC_PATH, Some(&sync)).0,
+        403
+    );
+    assert_eq!(call(&admin, "GET", "/v1/health", None).1["generation"], g);
+}
