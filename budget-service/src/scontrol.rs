@@ -86,6 +86,12 @@ pub enum SlurmError {
     /// Slurm answered with output budgetd cannot read.
     #[error("{cmd}: unreadable output: {detail}")]
     Unreadable { cmd: String, detail: String },
+    /// The tool printed more than budgetd reads (`max` bytes: [`OUTPUT_MAX`],
+    /// [`HOSTNAMES_MAX`]); it was stopped and nothing it printed is used.
+    #[error(
+        "{cmd} printed more than {max} bytes, more than budgetd reads; it was stopped and its answer ignored"
+    )]
+    TooLarge { cmd: String, max: usize },
 }
 
 impl SlurmError {
@@ -159,7 +165,7 @@ impl From<SlurmError> for AppError {
             SlurmError::Unreachable { message, .. } => {
                 AppError::BadGateway(format!("could not reach Slurm: {message}"))
             }
-            SlurmError::Unreadable { .. } => {
+            SlurmError::Unreadable { .. } | SlurmError::TooLarge { .. } => {
                 AppError::BadGateway(format!("Slurm's answer could not be read: {e}"))
             }
             SlurmError::Spawn { .. } | SlurmError::Timeout { .. } => {
@@ -169,6 +175,20 @@ impl From<SlurmError> for AppError {
     }
 }
 
+/// Most bytes of a Slurm tool's stdout budgetd reads: a guard against a
+/// runaway answer, far above what a real cluster's nodes or jobs print
+/// (`squeue --json` runs to a few KiB a job: some 50,000 jobs fit).
+const OUTPUT_MAX: usize = 256 << 20;
+/// Most bytes of a hostlist's expansion (`show hostnames`) budgetd reads: the
+/// one answer a request shapes (a drain's node list). 400,000 names of ten
+/// characters, more than any cluster has; a 789-character expression that
+/// expanded to 57 MB of names made budgetd grow by 570 MB reading it whole.
+const HOSTNAMES_MAX: usize = 4 << 20;
+/// Most bytes of a tool's stderr kept (the rest is read and dropped, so the
+/// tool is never blocked on a full pipe); messages are cut to
+/// [`MESSAGE_MAX`] anyway.
+const STDERR_MAX: usize = 64 << 10;
+
 /// Runs `scontrol ARGS` and returns its stdout.
 async fn run(args: &[&str]) -> Result<String, SlurmError> {
     run_tool(&tools().scontrol, args).await
@@ -176,27 +196,101 @@ async fn run(args: &[&str]) -> Result<String, SlurmError> {
 
 /// Runs `tool ARGS` (a Slurm client) and returns its stdout.
 async fn run_tool(tool: &str, args: &[&str]) -> Result<String, SlurmError> {
-    let t = tools();
+    run_bounded(tool, args, tools().timeout, OUTPUT_MAX).await
+}
+
+/// Why reading a tool's output stopped early.
+enum ReadStop {
+    Io(std::io::Error),
+    /// More than the bound on stdout.
+    TooLarge,
+}
+
+/// Reads `r` to its end into at most `max` bytes: beyond that, stops
+/// ([`ReadStop::TooLarge`]) when `stop_over`, else reads on and drops the rest.
+async fn read_bounded<R: tokio::io::AsyncRead + Unpin>(
+    r: Option<R>,
+    max: usize,
+    stop_over: bool,
+) -> Result<Vec<u8>, ReadStop> {
+    use tokio::io::AsyncReadExt;
+    let Some(mut r) = r else {
+        return Ok(Vec::new());
+    };
+    let mut buf = Vec::new();
+    (&mut r)
+        .take(max as u64 + 1)
+        .read_to_end(&mut buf)
+        .await
+        .map_err(ReadStop::Io)?;
+    if buf.len() > max {
+        if stop_over {
+            return Err(ReadStop::TooLarge);
+        }
+        buf.truncate(max);
+        tokio::io::copy(&mut r, &mut tokio::io::sink())
+            .await
+            .map_err(ReadStop::Io)?;
+    }
+    Ok(buf)
+}
+
+/// Runs `tool ARGS` with a deadline, reading at most `max` bytes of its
+/// stdout: a tool that prints more is killed and the call fails
+/// ([`SlurmError::TooLarge`]) without budgetd holding more than `max` bytes.
+async fn run_bounded(
+    tool: &str,
+    args: &[&str],
+    timeout: Duration,
+    max: usize,
+) -> Result<String, SlurmError> {
     let cmd = format!("{} {}", tool, args.join(" "));
     let mut c = tokio::process::Command::new(tool);
     c.args(args)
         .env("SLURM_TIME_FORMAT", "%s")
         .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
-    let out = match tokio::time::timeout(t.timeout, c.output()).await {
+    let mut child = c.spawn().map_err(|source| SlurmError::Spawn {
+        cmd: cmd.clone(),
+        source,
+    })?;
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let outcome = tokio::time::timeout(timeout, async {
+        // Both pipes at once (a tool blocked on a full stderr never ends its
+        // stdout); stdout past `max` ends the join early and `child` is
+        // killed when dropped.
+        let (out, err) = tokio::try_join!(
+            read_bounded(stdout, max, true),
+            read_bounded(stderr, STDERR_MAX, false)
+        )?;
+        let status = child.wait().await.map_err(ReadStop::Io)?;
+        Ok::<_, ReadStop>((status, out, err))
+    })
+    .await;
+    let (status, out, err) = match outcome {
         Err(_) => {
             return Err(SlurmError::Timeout {
                 cmd,
-                secs: t.timeout.as_secs(),
+                secs: timeout.as_secs(),
             });
         }
-        Ok(Err(source)) => return Err(SlurmError::Spawn { cmd, source }),
+        Ok(Err(ReadStop::TooLarge)) => {
+            return Err(SlurmError::TooLarge { cmd, max });
+        }
+        Ok(Err(ReadStop::Io(e))) => {
+            return Err(SlurmError::Unreadable {
+                cmd,
+                detail: e.to_string(),
+            });
+        }
         Ok(Ok(o)) => o,
     };
-    if !out.status.success() {
-        return Err(failed(cmd, failure_message(&out.stdout, &out.stderr)));
+    if !status.success() {
+        return Err(failed(cmd, failure_message(&out, &err)));
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// Every node Slurm knows, by name (`scontrol show node -o`).
@@ -303,11 +397,17 @@ pub async fn unknown_node_message(name: &str) -> Option<String> {
 /// The node names of a hostlist expression (`scontrol show hostnames`);
 /// Slurm's refusal of a malformed expression is `SlurmError::Refused`.
 pub async fn hostnames(expr: &str) -> Result<Vec<String>, SlurmError> {
-    Ok(run(&["show", "hostnames", expr])
-        .await?
-        .split_whitespace()
-        .map(str::to_string)
-        .collect())
+    let t = tools();
+    Ok(run_bounded(
+        &t.scontrol,
+        &["show", "hostnames", expr],
+        t.timeout,
+        HOSTNAMES_MAX,
+    )
+    .await?
+    .split_whitespace()
+    .map(str::to_string)
+    .collect())
 }
 
 /// Slurm's node reason for a budget drain.
@@ -510,7 +610,49 @@ pub fn parse_jobs(text: &str) -> Vec<SlurmJob> {
 
 #[cfg(test)]
 pub(crate) mod tests {
+
     use super::*;
+
+    fn run_sh(script: &str, max: usize) -> Result<String, SlurmError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(run_bounded(
+            "sh",
+            &["-c", script],
+            Duration::from_secs(20),
+            max,
+        ))
+    }
+
+    /// A tool's stdout is read up to the bound: beyond it the tool is
+    /// stopped and the call fails with a clear error, at once (an endless
+    /// printer included); stderr past its bound is drained, never blocking
+    /// the tool; output within the bound is returned whole.
+    #[test]
+    fn tool_output_is_read_up_to_a_bound() {
+        let t = std::time::Instant::now();
+        let e = run_sh("head -c 3000000 /dev/zero", 1 << 20).expect_err("over the bound");
+        assert!(matches!(e, SlurmError::TooLarge { .. }), "{e}");
+        assert!(
+            e.to_string().contains("printed more than 1048576 bytes"),
+            "{e}"
+        );
+        let e = run_sh("yes node", 1 << 20).expect_err("endless");
+        assert!(matches!(e, SlurmError::TooLarge { .. }), "{e}");
+        let e = run_sh(
+            "head -c 5000000 /dev/zero | tr '\\0' x >&2; exit 1",
+            1 << 20,
+        )
+        .expect_err("fails");
+        assert!(matches!(e, SlurmError::Refused { .. }), "{e}");
+        assert!(e.to_string().len() < 2 * MESSAGE_MAX, "{e}");
+        assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+        let out = run_sh("head -c 1048576 /dev/zero | tr '\\0' n", 1 << 20).expect("at the bound");
+        assert_eq!(out.len(), 1 << 20);
+        assert_eq!(run_sh("echo n1 n2", 1 << 20).expect("small"), "n1 n2\n");
+    }
 
     /// One `show job -o` line: values with spaces, a contract, GPUs per node.
     pub(crate) const JOB: &str = "JobId=7 JobName=wrap UserId=alice(1001) Account=TeamA QOS=(null) JobState=RUNNING Restarts=2 StartTime=1000 Partition=gpu NodeList=gpu[1-2] NumNodes=2 AdminComment=budget:min_runtime=60  Comment=min_runtime=60s hello world  TresPerNode=gres:gpu:h100:2 ";

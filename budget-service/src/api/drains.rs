@@ -40,6 +40,17 @@ fn check_reason(r: &str) -> AppResult<String> {
     Ok(r.to_string())
 }
 
+/// At most 50 of `names` (`len` in all) joined with commas, then how many
+/// were left out: an error naming a whole cluster's nodes stays readable.
+fn first_names<'a>(names: impl Iterator<Item = &'a str>, len: usize) -> String {
+    const SHOWN: usize = 50;
+    let mut out = names.take(SHOWN).collect::<Vec<_>>().join(",");
+    if len > SHOWN {
+        out.push_str(&format!(" ... ({} more)", len - SHOWN));
+    }
+    out
+}
+
 /// Expands a Slurm hostlist with Slurm itself and checks every name is a node
 /// Slurm knows; returns the names and Slurm's nodes as read now. Bad input: 422
 /// naming the problem (with Slurm's own words for an unknown node), nothing changed.
@@ -60,6 +71,11 @@ async fn resolve_nodes(expr: &str) -> AppResult<(Vec<String>, BTreeMap<String, N
         Err(SlurmError::Refused { message, .. }) => {
             return Err(AppError::Invalid(format!(
                 "bad node list {expr:?}: {message}"
+            )));
+        }
+        Err(e @ SlurmError::TooLarge { .. }) => {
+            return Err(AppError::Invalid(format!(
+                "bad node list {expr:?}: it expands to more host names than any cluster has ({e})"
             )));
         }
         Err(e) => return Err(e.into()),
@@ -85,9 +101,9 @@ async fn resolve_nodes(expr: &str) -> AppResult<(Vec<String>, BTreeMap<String, N
             if unknown.is_empty() {
                 expr.to_string()
             } else {
-                unknown.join(",")
+                first_names(unknown.iter().copied(), unknown.len())
             },
-            nodes.keys().cloned().collect::<Vec<_>>().join(",")
+            first_names(nodes.keys().map(String::as_str), nodes.len())
         )));
     }
     Ok((names, nodes))

@@ -512,3 +512,48 @@ fn the_install_guides_remote_controller_token_reaches_the_controller_routes() {
     );
     assert_eq!(call(&admin, "GET", "/v1/health", None).1["generation"], g);
 }
+
+/// A drain's node list that expands to more names than any cluster has
+/// (here a million) is refused with a short 422: budgetd reads Slurm's
+/// expansion only up to a bound, stops the tool there, and an error naming
+/// unknown nodes lists the first few. Before, the whole expansion was read
+/// and every unknown name went into the error body.
+#[test]
+fn a_node_list_expanding_past_the_bound_is_refused_with_a_short_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (d, slurm) = crate::daemon::fake_slurm_budgetd(dir.path());
+    let c = d.client();
+    let r = c
+        .request(
+            "POST",
+            "/v1/drains",
+            &[("Content-Type", "application/json")],
+            Some(br#"{"nodes": "n[0-999999]", "reason": "x"}"#),
+        )
+        .expect("drain");
+    let b: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+    assert_eq!(r.status, 422, "{b}");
+    assert!(
+        r.body.len() < 4096,
+        "an error body of {} bytes",
+        r.body.len()
+    );
+    assert!(
+        err(&b).contains("more host names than any cluster has"),
+        "{b}"
+    );
+    // Unknown nodes: the first 50 are named, then how many more.
+    let (st, b) = call(
+        &c,
+        "POST",
+        "/v1/drains",
+        Some(&json!({"nodes": "x[0-999]", "reason": "x"})),
+    );
+    assert_eq!(st, 422, "{b}");
+    assert!(err(&b).contains("(950 more)"), "{b}");
+    assert_eq!(
+        std::fs::read_to_string(slurm.join("drained")).unwrap_or_default(),
+        "",
+        "a refused drain drained a node"
+    );
+}
