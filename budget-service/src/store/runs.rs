@@ -28,7 +28,7 @@ impl Store {
     /// Ingests job-state runs from the plugin, run by run: a run that fails
     /// its checks is refused (listed in the outcome with the reason) and the
     /// others are stored, so one odd job never blocks the whole cluster's
-    /// accounting (issue 11 item 2).
+    /// accounting.
     pub fn sync(&mut self, batch: &JobSync, now: i64) -> AppResult<SyncOutcome> {
         let mut recs = Vec::with_capacity(batch.runs.len());
         let mut refused = Vec::new();
@@ -64,7 +64,7 @@ impl Store {
     /// ended, so an ended run n whose start is the stored run n-1's start is
     /// run n-1 ending: it is taken as that run, which otherwise stayed open
     /// (charged until the live set closed it) beside a second charge for the
-    /// same time (issue 11 item 12, seen on the testbed).
+    /// same time (a requeue racing the job sync, seen on the testbed).
     fn fold_raced_requeue(&self, mut rec: RunRecord) -> RunRecord {
         if rec.run == 0 || !matches!(rec.state, RunState::Ended | RunState::Requeued) {
             return rec;

@@ -402,7 +402,7 @@ fn a_lost_run_started_again_without_a_pending_report_is_a_row_of_its_own() {
 }
 
 /// An import of a run whose id is stored as another job is a conflict,
-/// never "unchanged" (issue 11 item 7).
+/// never "unchanged": job ids are reused.
 #[test]
 fn an_import_conflict_is_reported_not_dropped() {
     let (_d, mut s) = store();
