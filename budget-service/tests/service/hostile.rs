@@ -414,27 +414,24 @@ fn cancelled_expensive_reads_do_not_lock_the_user_out() {
         })
         .collect();
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let impatient = s
-        .tcp(Some(CAROL_TOKEN))
-        .with_timeout(std::time::Duration::from_millis(3));
-    // At least 5 given up while waiting (of at most 400 tries: how many wait
-    // past 3 ms depends on the machine's speed).
-    let (mut tries, mut given_up, mut refused) = (0, 0, 0);
-    while tries < 400 && given_up < 5 {
-        tries += 1;
-        match impatient.request("GET", "/v1/share", &[], None) {
-            Err(_) => given_up += 1,
-            Ok(r) if r.status == 429 => refused += 1,
-            Ok(_) => {}
-        }
+    // Requests given up by their client, whatever the machine's speed: each
+    // is sent whole and its connection closed 1 ms later, while the other
+    // users' reads keep the slot busy, so most are dropped while they wait
+    // for it (budgetd drops a request whose client has closed).
+    let addr = s.tcp.expect("budgetd listens on TCP");
+    let request = format!(
+        "GET /v1/share HTTP/1.1\r\nHost: budgetd\r\nAuthorization: Bearer {CAROL_TOKEN}\r\n\r\n"
+    );
+    let given_up = 40;
+    for _ in 0..given_up {
+        let mut c = std::net::TcpStream::connect(addr).expect("connect");
+        std::io::Write::write_all(&mut c, request.as_bytes()).expect("send");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        drop(c);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let served: u32 = loops.into_iter().map(|h| h.join().expect("loop")).sum();
     assert!(served > 0, "the other users' reads were never served");
-    assert!(
-        given_up > 0,
-        "no request was given up ({refused} refused, others served {served})"
-    );
     // budgetd sees a closed connection only when it next polls it: give it a
     // moment, then carol's next share is answered (before the fix: 429
     // "one expensive read ... at a time" until restart).
@@ -442,10 +439,7 @@ fn cancelled_expensive_reads_do_not_lock_the_user_out() {
     let carol = s.tcp(Some(CAROL_TOKEN));
     let (st, b) = call(&carol, "GET", "/v1/share", None);
     assert_eq!(st, 200, "after {given_up} given-up requests: {b}");
-    println!(
-        "of {tries} share requests {given_up} given up, {refused} refused; \
-         other users served {served} times"
-    );
+    println!("{given_up} share requests given up; other users served {served} times");
 }
 
 /// INSTALL.md's remote-controller setup (sections 5 and 9) as written: the
