@@ -32,7 +32,7 @@ use policy_core::tree::ROOT;
 use tokio::net::{TcpListener, UnixListener};
 
 pub use crate::caller::{Caller, Role};
-use crate::config::TokenRole;
+use crate::config::{TokenRole, TokenSpec};
 use crate::error::AppError;
 use crate::state::AppState;
 use budget_protocol::tree::Coordinator;
@@ -340,6 +340,36 @@ pub enum Authenticated {
     Refused(AppError),
 }
 
+/// The bearer token of a request head, if any.
+fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
+/// The configured token `token` is. Every token is compared (no early exit
+/// on a match), each in constant time.
+fn token_spec<'a>(state: &'a AppState, token: Option<&str>) -> Option<&'a TokenSpec> {
+    let t = token?;
+    let mut hit = None;
+    for spec in &state.config.tokens {
+        if same_secret(spec.token.as_bytes(), t.as_bytes()) && hit.is_none() {
+            hit = Some(spec);
+        }
+    }
+    hit
+}
+
+/// Whether a request head carries a controller or agent token: the only
+/// callers a TCP connection in the reserve over the connection caps is
+/// served for (see `server.rs`).
+pub fn may_use_connection_reserve(state: &AppState, headers: &axum::http::HeaderMap) -> bool {
+    token_spec(state, bearer(headers))
+        .is_some_and(|spec| matches!(spec.role, TokenRole::Controller | TokenRole::Agent))
+}
+
 /// Authenticates a request from its head alone: the connection's peer
 /// credentials or its bearer token.
 pub async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, AppError> {
@@ -377,25 +407,8 @@ pub async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, App
             ))
         }
         Some(Peer::Tcp(addr)) => {
-            let header = parts
-                .headers
-                .get(axum::http::header::AUTHORIZATION)
-                .and_then(|h| h.to_str().ok());
-            let token = header
-                .and_then(|h| h.strip_prefix("Bearer "))
-                .map(str::trim);
-            // Every token is compared (no early exit on a match), each in
-            // constant time.
-            let found = token.and_then(|t| {
-                let mut hit = None;
-                for spec in &state.config.tokens {
-                    if same_secret(spec.token.as_bytes(), t.as_bytes()) && hit.is_none() {
-                        hit = Some(spec);
-                    }
-                }
-                hit
-            });
-            match found {
+            let token = bearer(&parts.headers);
+            match token_spec(state, token) {
                 Some(spec) => {
                     let role = match spec.role {
                         TokenRole::Admin => Role::Admin,

@@ -12,6 +12,8 @@
 //! request_timeout_secs = 60       # whole request, admins' imports excepted
 //! max_connections = 2048          # open connections, privileged uids not counted
 //! max_connections_per_peer = 256  # per uid (socket) or IP address (TCP)
+//! reserved_connections = 64       # TCP, over both caps: controller and agent tokens only
+//! trusted_addresses = ["10.0.0.5"] # TCP peers never capped (slurmctld's hosts)
 //! expensive_reads_per_minute = 120 # share/usage/why/idle per caller
 //! backup_dir = "/var/lib/slurm-budget/backups" # `budgetctl backup` writes only here (default: `backups` beside the database)
 //!
@@ -150,6 +152,18 @@ pub struct Config {
     /// Open connections per peer (uid on the socket, IP address on TCP).
     #[serde(default = "default_max_per_peer")]
     pub max_connections_per_peer: usize,
+    /// TCP connections beyond both caps that only controller and agent
+    /// tokens may use: a connection admitted into this reserve is served
+    /// only while its requests carry such a token (others are answered 503
+    /// and closed), so clients that hold the general share open cannot keep
+    /// slurmctld's plugins or the node agents out.
+    #[serde(default = "default_reserved_connections")]
+    pub reserved_connections: usize,
+    /// TCP peers (IP addresses) whose connections are never counted, as
+    /// privileged uids on the socket are not: slurmctld's hosts (primary
+    /// and backup) when they reach budgetd over TCP.
+    #[serde(default)]
+    pub trusted_addresses: Vec<std::net::IpAddr>,
     /// Expensive reads (share, usage, why, idle) per caller per minute.
     #[serde(default = "default_expensive_reads")]
     pub expensive_reads_per_minute: u32,
@@ -177,6 +191,10 @@ fn default_max_connections() -> usize {
 
 fn default_max_per_peer() -> usize {
     256
+}
+
+fn default_reserved_connections() -> usize {
+    64
 }
 
 fn default_expensive_reads() -> u32 {
@@ -215,6 +233,8 @@ impl Default for Config {
             request_timeout_secs: default_request_timeout(),
             max_connections: default_max_connections(),
             max_connections_per_peer: default_max_per_peer(),
+            reserved_connections: default_reserved_connections(),
+            trusted_addresses: Vec::new(),
             expensive_reads_per_minute: default_expensive_reads(),
             backup_dir: None,
         }

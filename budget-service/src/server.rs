@@ -10,6 +10,23 @@
 //! accepted socket) attached to every request. uid 0, budgetd's own uid and
 //! the configured admin/controller uids are never capped, so slurmctld's
 //! plugins get in however many connections users hold open.
+//!
+//! TCP has no kernel credentials, so the same guarantee needs two more
+//! rules. Addresses in `trusted_addresses` (slurmctld's hosts: a site knows
+//! them, as slurm.conf does) are never capped, like the privileged uids.
+//! And `reserved_connections` more connections, beyond both caps, are kept
+//! for controller and agent tokens: a connection that arrives when the
+//! general share (or its address's share) is full is admitted into the
+//! reserve, and each of its requests is served only if it carries such a
+//! token; anything else is answered 503 and the connection closed at once,
+//! and a reserved connection must send its head within
+//! `RESERVE_HEAD_TIMEOUT`. Who may use a connection is only known from its
+//! first request, hence admission first and the check on the request: a
+//! reserve decided at accept time could be filled by anyone. The reserve
+//! also sits over the per-address cap, because an agent's node is where
+//! users run jobs too and shares its address with them. A flood of idle
+//! connections can still occupy the reserve for that short deadline; the
+//! controller's certain way in is `trusted_addresses` (or the socket).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -23,12 +40,14 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
+use axum::response::IntoResponse;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::task::JoinSet;
 
 use crate::auth::Peer;
+use crate::error::AppError;
 use crate::state::AppState;
 
 /// The sockets to serve.
@@ -71,77 +90,130 @@ enum PeerKey {
     Unknown,
 }
 
-/// Open connections, overall and per peer.
+/// How long a connection in the reserve may take to send a request head
+/// (and to send the next one): the controller and agents send theirs as
+/// soon as they connect, so an idle client is closed well before the
+/// general `header_timeout_secs`.
+const RESERVE_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Open connections: the general share, overall and per peer, and the
+/// reserve over it.
 #[derive(Debug, Default)]
 struct ConnCount {
     total: usize,
     per_peer: HashMap<PeerKey, usize>,
+    reserved: usize,
 }
 
-/// A counted connection; uncounted when dropped.
+/// A counted connection; uncounted when dropped. `key: None`: in the
+/// reserve.
 struct ConnSlot {
     counts: Arc<Mutex<ConnCount>>,
-    key: PeerKey,
+    key: Option<PeerKey>,
 }
 
 impl Drop for ConnSlot {
     fn drop(&mut self) {
         let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(key) = &self.key else {
+            c.reserved = c.reserved.saturating_sub(1);
+            return;
+        };
         c.total = c.total.saturating_sub(1);
-        if let Some(n) = c.per_peer.get_mut(&self.key) {
+        if let Some(n) = c.per_peer.get_mut(key) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                c.per_peer.remove(&self.key);
+                c.per_peer.remove(key);
             }
         }
     }
 }
 
-/// Counts a new connection of `peer`, or refuses it (`None`) when a cap is
-/// reached. Privileged uids on the socket are not counted.
-fn admit(
-    state: &AppState,
-    counts: &Arc<Mutex<ConnCount>>,
-    peer: &Peer,
-) -> Option<Option<ConnSlot>> {
+/// How a new connection is let in.
+enum Admission {
+    /// Not counted: privileged uids on the socket, trusted TCP addresses.
+    Free,
+    /// In the general share.
+    Counted(ConnSlot),
+    /// In the reserve: served only for controller and agent tokens.
+    Reserved(ConnSlot),
+}
+
+/// Counts a new connection of `peer`, or refuses it (`None`) when the caps
+/// are reached (on TCP: the reserve too).
+fn admit(state: &AppState, counts: &Arc<Mutex<ConnCount>>, peer: &Peer) -> Option<Admission> {
     let key = match peer {
         Peer::Unix { uid: Some(uid), .. } => {
             if state.admin_uids.contains(uid) || state.controller_uids.contains(uid) {
-                return Some(None);
+                return Some(Admission::Free);
             }
             PeerKey::Uid(*uid)
         }
         Peer::Unix { uid: None, .. } => PeerKey::Unknown,
-        Peer::Tcp(addr) => PeerKey::Ip(addr.ip()),
+        Peer::Tcp(addr) => {
+            if state.config.trusted_addresses.contains(&addr.ip()) {
+                return Some(Admission::Free);
+            }
+            PeerKey::Ip(addr.ip())
+        }
     };
     let mut c = counts.lock().unwrap_or_else(|p| p.into_inner());
     let mine = c.per_peer.get(&key).copied().unwrap_or(0);
     if c.total >= state.config.max_connections || mine >= state.config.max_connections_per_peer {
+        // Tokens, and so the reserve, are TCP's; on the socket the
+        // privileged uids are never capped instead.
+        if matches!(key, PeerKey::Ip(_)) && c.reserved < state.config.reserved_connections {
+            c.reserved += 1;
+            return Some(Admission::Reserved(ConnSlot {
+                counts: counts.clone(),
+                key: None,
+            }));
+        }
         return None;
     }
     c.total += 1;
     *c.per_peer.entry(key.clone()).or_insert(0) += 1;
-    Some(Some(ConnSlot {
+    Some(Admission::Counted(ConnSlot {
         counts: counts.clone(),
-        key,
+        key: Some(key),
     }))
 }
 
 /// Serves one connection until it closes or `shutdown` fires (then the
 /// request in flight is finished and the connection closed).
+/// `reserve`: the connection is in the reserve, and each request is served
+/// only if it may use it (else 503 and the connection is closed).
 async fn serve_conn<S>(
     app: Router,
     io: S,
     peer: Peer,
     header_timeout: Duration,
+    reserve: Option<AppState>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        let refused = reserve
+            .as_ref()
+            .is_some_and(|s| !crate::auth::may_use_connection_reserve(s, req.headers()));
         req.extensions_mut().insert(ConnectInfo(peer.clone()));
         let mut app = app.clone();
-        async move { tower::Service::call(&mut app, req.map(Body::new)).await }
+        async move {
+            if refused {
+                // Connection: close makes hyper close the connection after
+                // this answer, freeing the reserved slot at once.
+                let mut r =
+                    AppError::Unavailable("too many open connections; try again later".into())
+                        .into_response();
+                r.headers_mut().insert(
+                    axum::http::header::CONNECTION,
+                    axum::http::HeaderValue::from_static("close"),
+                );
+                return Ok(r);
+            }
+            tower::Service::call(&mut app, req.map(Body::new)).await
+        }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -222,7 +294,7 @@ async fn accept_loop(
         let app = app.clone();
         let rx = shutdown.clone();
         // Admission is decided here, synchronously, before any byte is read.
-        let Some(slot) = admit(&state, &counts, &peer) else {
+        let Some(admission) = admit(&state, &counts, &peer) else {
             state
                 .counters
                 .connections_refused
@@ -231,12 +303,21 @@ async fn accept_loop(
             drop(stream);
             continue;
         };
+        let (slot, reserve, head_timeout) = match admission {
+            Admission::Free => (None, None, header_timeout),
+            Admission::Counted(slot) => (Some(slot), None, header_timeout),
+            Admission::Reserved(slot) => (
+                Some(slot),
+                Some(state.clone()),
+                header_timeout.min(RESERVE_HEAD_TIMEOUT),
+            ),
+        };
         conns.spawn(async move {
             // Released when the connection ends.
             let _slot = slot;
             match stream {
-                Either::Unix(s) => serve_conn(app, s, peer, header_timeout, rx).await,
-                Either::Tcp(s) => serve_conn(app, s, peer, header_timeout, rx).await,
+                Either::Unix(s) => serve_conn(app, s, peer, head_timeout, reserve, rx).await,
+                Either::Tcp(s) => serve_conn(app, s, peer, head_timeout, reserve, rx).await,
             }
         });
     }

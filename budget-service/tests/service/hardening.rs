@@ -149,15 +149,20 @@ fn idle_and_slow_connections_are_closed_and_capped_per_peer_while_root_gets_in()
         .write_all(b"GET /v1/health HTTP/1.1\r\nHo")
         .expect("write");
     std::thread::sleep(Duration::from_millis(200));
-    // Over the cap from this address: closed at once, without an answer.
+    // Over the cap from this address, without a controller or agent token:
+    // not served (503 from the reserve kept for those), and closed at once.
     let mut fifth = TcpStream::connect(addr).expect("connect");
     fifth
         .set_read_timeout(Some(Duration::from_secs(2)))
         .expect("timeout");
     let _ = fifth.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n");
-    let mut buf = [0u8; 64];
-    let n = fifth.read(&mut buf).unwrap_or(0);
-    assert_eq!(n, 0, "a connection over the per-peer cap was served");
+    let mut answer = Vec::new();
+    let _ = fifth.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 503 "),
+        "a connection over the per-peer cap was served: {answer}"
+    );
     // Root on the socket is never capped.
     assert_eq!(call(&s.unix(), "GET", "/v1/health", None).0, 200);
     // The idle and the slow connections are closed by the head deadline (1 s).
@@ -177,6 +182,61 @@ fn idle_and_slow_connections_are_closed_and_capped_per_peer_while_root_gets_in()
         call(&s.tcp(Some(ALICE_TOKEN)), "GET", "/v1/health", None).0,
         200
     );
+}
+
+#[test]
+fn the_controller_and_agents_get_in_over_tcp_while_idle_clients_hold_the_general_share() {
+    let s = budgetd_testkit::Budgetd::start(&format!(
+        "max_connections = 4\nmax_connections_per_peer = 4\n{}",
+        config_text()
+    ));
+    let addr = s.tcp.expect("tcp");
+    // Unauthenticated clients hold every connection of the general share,
+    // sending nothing.
+    let held: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(addr).expect("connect"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // The controller's snapshot still answers, over TCP, from the same address.
+    let r = s
+        .tcp(Some(CONTROLLER_TOKEN))
+        .request("GET", "/v1/snapshot", &[], None)
+        .map(|r| r.status);
+    assert_eq!(
+        r.ok(),
+        Some(200),
+        "the controller's snapshot over TCP while the general share is held"
+    );
+    // An agent's report path is reserved too (its token's own nodes).
+    let now = budget_service::clock::now();
+    let report = json!({"node": "n1", "at": now, "nvml": true, "gpus": []});
+    let r = s
+        .tcp(Some(AGENT_TOKEN))
+        .request(
+            "POST",
+            "/v1/agent/report",
+            &[("Content-Type", "application/json")],
+            Some(report.to_string().as_bytes()),
+        )
+        .map(|r| r.status);
+    assert_eq!(
+        r.ok(),
+        Some(200),
+        "an agent's report while the share is held"
+    );
+    // Anyone else gets no connection out of the reserve: a user's request is
+    // answered 503 and its connection closed, an unauthenticated one too.
+    for token in [Some(ALICE_TOKEN), None] {
+        let r = s
+            .tcp(token)
+            .request("GET", "/v1/health", &[], None)
+            .map(|r| r.status);
+        assert!(
+            matches!(r, Ok(503) | Err(_)),
+            "{token:?} was served over the general cap: {r:?}"
+        );
+    }
+    drop(held);
 }
 
 #[test]
