@@ -10,13 +10,14 @@
 //! 0, budgetd's own uid, `[controller]` uids/users, controller tokens) alone
 //! reads the plugin snapshot, syncs jobs and records preemptions; roles are
 //! matched exactly (a token's role is its `role`); agent tokens may only post node-agent reports
-//! for the nodes their token lists
-//! (their caller is named `agent:<user>`, a name no Unix user, member or
-//! coordinator can have, so they read nothing else); readers (tokens for dashboards) read everything;
+//! for the nodes their token lists, every other route is refused to them
+//! (by the API's first middleware; their caller is named `agent:<user>`, a
+//! name no Unix user, member or coordinator can have); readers (tokens for dashboards) read everything;
 //! a coordinator of account C may create accounts under any account of C's
 //! subtree, modify or delete accounts strictly below C, and manage members of
 //! C's subtree; a user reads the accounts they belong to (and their ancestors,
-//! to see their rank path) and the subtrees they coordinate. Every refusal is
+//! to see their rank path) and the subtrees they coordinate, but per-user
+//! figures only of their own accounts and coordinated subtrees. Every refusal is
 //! logged with the caller and what was refused, and nothing is changed.
 
 use std::collections::BTreeSet;
@@ -157,6 +158,8 @@ pub struct Scope {
     /// coordinated subtrees, without the ancestors `readable` adds for the
     /// rank path (a member of a team must not see its parent's other jobs).
     jobs_of: BTreeSet<String>,
+    /// The caller's user name: their own per-user rows are always theirs.
+    user: String,
     admin: bool,
 }
 
@@ -169,6 +172,7 @@ impl Scope {
                 manage_below: BTreeSet::new(),
                 modify: BTreeSet::new(),
                 jobs_of: BTreeSet::new(),
+                user: caller.user.clone(),
                 admin: caller.is_admin(),
             };
         }
@@ -189,6 +193,7 @@ impl Scope {
             manage_below,
             modify,
             jobs_of,
+            user: caller.user.clone(),
             admin: false,
         }
     }
@@ -199,6 +204,13 @@ impl Scope {
     /// May see jobs charged to `account` (everyone sees their own jobs too).
     pub fn can_see_jobs_of(&self, account: &str) -> bool {
         self.readable.is_none() || self.jobs_of.contains(account)
+    }
+    /// May see `user`'s own figures in `account` (per-user rows of share
+    /// and usage): the caller's own, and those of the accounts whose jobs
+    /// the caller may see, not of ancestors read only for the rank path
+    /// (the same line `why` draws).
+    pub fn can_see_user_in(&self, account: &str, user: &str) -> bool {
+        self.user == user || self.can_see_jobs_of(account)
     }
     /// May create child accounts of / manage members of `account`.
     pub fn can_manage_under(&self, account: &str) -> bool {

@@ -69,7 +69,11 @@ pub fn share(store: &Store, at: i64, scope: &Scope) -> ShareReport {
                 fs.factor(n.leaf_rank.unwrap_or(fs.num_leaves)),
             ),
         };
-        if !scope.can_read(&account) {
+        if !scope.can_read(&account)
+            || user
+                .as_deref()
+                .is_some_and(|u| !scope.can_see_user_in(&account, u))
+        {
             continue;
         }
         let overcommit =
@@ -116,7 +120,7 @@ pub fn usage(store: &Store, from: i64, to: i64, by_user: bool, scope: &Scope) ->
     let mut rows = Vec::new();
     if by_user {
         for ((a, u), (wt, raw, free)) in cells {
-            if scope.can_read(&a) {
+            if scope.can_read(&a) && scope.can_see_user_in(&a, &u) {
                 let in_tree = tree.account(&a).is_some();
                 rows.push(UsageRow {
                     account: a,

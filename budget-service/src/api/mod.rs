@@ -40,7 +40,7 @@ use budget_protocol::preemption;
 use budget_protocol::service::{ErrorBody, Health};
 use serde::de::DeserializeOwned;
 
-use crate::auth::{Authenticated, Caller};
+use crate::auth::{Authenticated, Caller, Role};
 use crate::error::AppError;
 use crate::state::AppState;
 
@@ -149,7 +149,24 @@ fn body_limit(caller: &Caller, path: &str, cfg: &crate::config::Config) -> usize
 /// limit is refused from its `Content-Length`, or cut off while read.
 async fn authenticate_first(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let (mut parts, body) = req.into_parts();
-    let auth = crate::auth::authenticate(&parts, &state).await;
+    let auth = match crate::auth::authenticate(&parts, &state).await {
+        // Agent tokens sit on every GPU node, where users run jobs: they
+        // post their nodes' reports and read nothing (design §11), refused
+        // here once rather than in each handler.
+        Ok(c)
+            if c.role == Role::Agent && parts.uri.path() != budget_protocol::AGENT_REPORT_PATH =>
+        {
+            Err(c.refuse(
+                &state,
+                &format!(
+                    "{} {} (agent tokens only post reports)",
+                    parts.method,
+                    parts.uri.path()
+                ),
+            ))
+        }
+        a => a,
+    };
     let (limit, secs) = match &auth {
         Ok(c) => {
             let secs = state.config.request_timeout_secs;

@@ -223,3 +223,69 @@ fn users_read_their_own_accounts_only() {
     assert_eq!(call(&reader, "DELETE", "/v1/accounts/teama1", None).0, 403);
     assert_eq!(observable(&admin), before);
 }
+
+#[test]
+fn read_scope_per_role_agents_read_no_site_settings_and_members_no_other_teams_users() {
+    let s = setup();
+    let admin = s.unix();
+    // bob belongs to teama itself, the parent alice reads for her rank path.
+    add_member(&admin, "bob", "teama");
+    let now = budget_service::clock::now();
+    let runs = json!([
+        {"job_id": 41, "run": 0, "account": "teama", "user": "bob", "gpus": 1, "state": "running", "start": now - 3600},
+        {"job_id": 42, "run": 0, "account": "teama1", "user": "alice", "gpus": 1, "state": "running", "start": now - 3600},
+    ]);
+    let (st, b) = call(
+        &admin,
+        "POST",
+        "/v1/sync/jobs",
+        Some(&json!({"collected_at": now, "runs": runs})),
+    );
+    assert_eq!(st, 200, "{b}");
+    let users_in = |c: &budget_client::Client, path: &str| -> Vec<String> {
+        let (st, b) = call(c, "GET", path, None);
+        assert_eq!(st, 200, "{path}: {b}");
+        b["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .filter_map(|r| r["user"].as_str().map(String::from))
+            .collect()
+    };
+    // A member sees her own per-user rows, not those of another team's
+    // users (here: of the parent account she reads for her rank path), as
+    // `why` refuses her that team's jobs.
+    let alice = s.tcp(Some(ALICE_TOKEN));
+    for path in ["/v1/share", "/v1/usage?by=user"] {
+        let users = users_in(&alice, path);
+        assert!(users.contains(&"alice".to_string()), "{path}: {users:?}");
+        assert!(!users.contains(&"bob".to_string()), "{path}: {users:?}");
+    }
+    assert_eq!(call(&alice, "GET", "/v1/jobs/41/why", None).0, 403);
+    // The coordinator of teama and a reader see bob's rows.
+    for token in [CAROL_TOKEN, READER_TOKEN] {
+        let c = s.tcp(Some(token));
+        for path in ["/v1/share", "/v1/usage?by=user"] {
+            let users = users_in(&c, path);
+            assert!(
+                users.contains(&"bob".to_string()),
+                "{token} {path}: {users:?}"
+            );
+        }
+    }
+    // Site settings: users and readers read them; an agent token reads
+    // nothing but posts its nodes' reports.
+    let agent = s.tcp(Some(AGENT_TOKEN));
+    for path in ["/v1/weights", "/v1/policy", "/v1/drains", "/v1/plugins"] {
+        let (st, b) = call(&agent, "GET", path, None);
+        assert_eq!(st, 403, "agent {path}: {b}");
+        for token in [ALICE_TOKEN, READER_TOKEN] {
+            let (st, b) = call(&s.tcp(Some(token)), "GET", path, None);
+            assert_ne!(st, 403, "{token} {path}: {b}");
+        }
+    }
+    for path in ["/v1/accounts", "/v1/share", "/v1/usage", "/v1/idle"] {
+        let (st, b) = call(&agent, "GET", path, None);
+        assert_eq!(st, 403, "agent {path}: {b}");
+    }
+}
