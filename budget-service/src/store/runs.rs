@@ -237,6 +237,11 @@ impl Store {
         audit: impl FnOnce(&SyncOutcome) -> Option<Change<'a>>,
     ) -> AppResult<SyncOutcome> {
         let mut out = SyncOutcome::default();
+        let live_at = if strict {
+            meta_get(&self.conn, "live_at")?.and_then(|v| v.parse::<i64>().ok())
+        } else {
+            None
+        };
         // Later records of the same key in one batch merge onto earlier ones.
         // Value: the merged row, and the submit of the stored row it replaces.
         let mut pending: BTreeMap<(u32, u32, i64, u32), (RunRecord, i64)> = BTreeMap::new();
@@ -276,7 +281,11 @@ impl Store {
                     (found, rep)
                 }
             };
-            if strict && let Some(why) = stored.as_ref().and_then(|old| conflict(old, rec)) {
+            if strict
+                && let Some(why) = stored.as_ref().and_then(|old| {
+                    conflict(old, rec).or_else(|| ended_while_live(old, rec, live_at))
+                })
+            {
                 out.refused.push(RefusedRun {
                     job_id: rec.job_id,
                     run: rec.run,
@@ -357,4 +366,32 @@ impl Store {
         )?;
         Ok(out)
     }
+}
+
+/// Why an imported end cannot be stored run `old`'s: the controller's newest
+/// complete live set (collected at `live_at`) still had the run running,
+/// after the end the import gives. `None` when the end is not contradicted.
+///
+/// Refused rather than taken, with the conflict listed: an end is set once
+/// and never changes, so a wrong one would stop charging a job that is still
+/// running for good, while a refused one costs nothing (the controller's
+/// syncs end the run when Slurm does, and the line can be imported again
+/// once the job is over). Only an end the controller contradicts is refused:
+/// an import still closes runs the controller stopped reporting (budgetd or
+/// the plugins down), which is what imports are for.
+fn ended_while_live(old: &RunRecord, incoming: &RunRecord, live_at: Option<i64>) -> Option<String> {
+    let live_at = live_at?;
+    let end = incoming.end?;
+    // A running row first seen by the time of the newest complete live set
+    // was in that set: the sync closes every running run it lacks.
+    let seen_alive = old.state == RunState::Running
+        && old.end.is_none()
+        && old.first_seen <= live_at
+        && end < live_at;
+    seen_alive.then(|| {
+        format!(
+            "ends at {end}, but the controller reported the run still running at {live_at}; \
+             its end is left to the controller's syncs (import the line again once the job is over)"
+        )
+    })
 }

@@ -164,3 +164,63 @@ fn import_has_its_own_larger_body_limit() {
     assert!(err(&b).contains("limit of 200000 bytes"), "{b}");
     assert_eq!(observable(&c), before);
 }
+
+#[test]
+fn an_imported_end_the_controller_contradicts_is_refused_and_the_run_stays_charged() {
+    let s = setup();
+    let c = s.unix();
+    let now = budget_service::clock::now();
+    let iso = |t: i64| {
+        jiff::Timestamp::from_second(t)
+            .expect("time")
+            .strftime("%Y-%m-%dT%H:%M:%S")
+            .to_string()
+    };
+    let run = |id: u32| {
+        serde_json::json!({"job_id": id, "run": 0, "account": "teama", "user": "alice",
+                           "gpus": 1, "state": "running", "start": now - 4 * 3600})
+    };
+    let sync = |body: serde_json::Value| {
+        let (st, b) = call(&c, "POST", "/v1/sync/jobs", Some(&body));
+        assert_eq!(st, 200, "{b}");
+    };
+    // Job 300 runs, started 4 h ago; then the controller's complete live set
+    // has it still running.
+    sync(serde_json::json!({"collected_at": now, "runs": [run(300)]}));
+    let live_at = budget_service::clock::now();
+    sync(serde_json::json!({"collected_at": live_at, "runs": [run(300)], "live": [[300, 0]]}));
+    // Job 301 is first seen after that set, in a partial sync.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    sync(serde_json::json!({"collected_at": live_at + 1, "runs": [run(301)]}));
+    // sacct says both ended 3 h ago.
+    let line = |id: u32| {
+        format!(
+            "{id}|teama|alice|gpu|gres/gpu=1|{}|{}|COMPLETED\n",
+            iso(now - 4 * 3600),
+            iso(now - 3 * 3600)
+        )
+    };
+    let text = format!("{HEADER}\n{}{}", line(300), line(301));
+    let (st, b) = import(&c, &text, false);
+    assert_eq!(st, 200, "{b}");
+    // 300's end is contradicted by the controller (running after it): refused,
+    // listed as a conflict. 301's is not (the controller never saw it alive
+    // after that end): taken, as an import closes runs after an outage.
+    let conflicts: Vec<u64> = b["conflicts"]
+        .as_array()
+        .expect("conflicts")
+        .iter()
+        .filter_map(|r| r["job_id"].as_u64())
+        .collect();
+    assert_eq!(conflicts, [300], "{b}");
+    assert_eq!(b["updated"], 1, "{b}");
+    // Job 300 is still charged as running (4 GPU-h, not 1); 301 for its hour.
+    let (_, u) = call(
+        &c,
+        "GET",
+        &format!("/v1/usage?by=user&at={}", live_at + 2),
+        None,
+    );
+    let h = u["rows"][0]["usage_gpu_hours"].as_f64().expect("usage");
+    assert!((h - 5.0).abs() < 0.01, "{u}");
+}
