@@ -216,6 +216,33 @@ fn observe_idle(
     Ok(Step::Inserted)
 }
 
+/// Jobs of report `r` that the ledger places on other nodes than `r.node`:
+/// a report speaks for its own node only, and an agent token is bound to
+/// its node, so a job running elsewhere is not this report's to flag idle.
+/// The placement is the controller's (the nodes of the job's latest run as
+/// synced); a job the ledger does not know yet, or whose nodes it does not
+/// know, is taken as reported (an agent may see a job before the next sync).
+fn placed_elsewhere(store: &Store, r: &AgentReport) -> BTreeSet<u32> {
+    let jobs: BTreeSet<u32> = r
+        .gpus
+        .iter()
+        .flat_map(|g| g.processes.iter().filter_map(|p| p.job_id))
+        .collect();
+    store
+        .ledger()
+        .latest_runs(&jobs)
+        .into_iter()
+        .filter(|(_, run)| {
+            run.nodes.as_deref().is_some_and(|hl| {
+                // An expression that does not expand cannot place the job.
+                policy_core::hostlist::expand(hl)
+                    .is_ok_and(|names| !names.is_empty() && !names.contains(&r.node))
+            })
+        })
+        .map(|(j, _)| j)
+        .collect()
+}
+
 /// Ingests one report in one transaction; a bad report changes nothing.
 pub fn ingest(store: &mut Store, r: &AgentReport, now: i64) -> AppResult<ReportOutcome> {
     check(r, now)?;
@@ -226,6 +253,12 @@ pub fn ingest(store: &mut Store, r: &AgentReport, now: i64) -> AppResult<ReportO
     };
     let keep_streaks_from =
         now - IDLE_STREAK_RETENTION_SECS.max(store.policy().window_secs.saturating_mul(2));
+    let elsewhere = placed_elsewhere(store, r);
+    if !elsewhere.is_empty()
+        && let Some(left_out) = crate::loglimit::AGENT_OFF_NODE.allow()
+    {
+        tracing::warn!(node = %r.node, jobs = ?elsewhere, left_out, "agent report: ignored its GPUs' jobs that the ledger places on other nodes (one line a second at most; left_out: such reports not logged since the last line)");
+    }
     let tx = store.conn_mut().transaction()?;
     out.latest_replaced = tx.execute(
         "INSERT INTO agent_reports(node, at, nvml, gpus, report) VALUES (?1, ?2, ?3, ?4, ?5) \
@@ -236,7 +269,12 @@ pub fn ingest(store: &mut Store, r: &AgentReport, now: i64) -> AppResult<ReportO
         params![r.node, r.at, r.nvml, r.gpus.len() as i64, text],
     )? == 1;
     for g in &r.gpus {
-        let jobs: BTreeSet<u32> = g.processes.iter().filter_map(|p| p.job_id).collect();
+        let jobs: BTreeSet<u32> = g
+            .processes
+            .iter()
+            .filter_map(|p| p.job_id)
+            .filter(|j| !elsewhere.contains(j))
+            .collect();
         if g.idle_secs > 0 {
             for &job in &jobs {
                 match observe_idle(&tx, job, &g.uuid, &r.node, r.at - g.idle_secs, r.at)? {

@@ -51,6 +51,9 @@ impl LogLimit {
 /// Unauthenticated TCP requests refused.
 pub static UNAUTHENTICATED: LogLimit = LogLimit::new();
 
+/// Agent reports naming jobs the ledger places on other nodes.
+pub static AGENT_OFF_NODE: LogLimit = LogLimit::new();
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -335,3 +335,43 @@ fn bad_or_oversize_reports_store_nothing_and_only_admins_or_agents_post() {
     assert_eq!(v["flagged"][0]["job_id"], 101);
 }
 
+#[test]
+fn a_report_flags_only_the_jobs_the_ledger_places_on_its_node() {
+    let s = start();
+    let now = budget_service::clock::now();
+    // 101 runs on n1, 202 and 303 on n2 (as synced).
+    setup(&s, now);
+    let c = s.unix();
+    let wide = json!({"collected_at": now, "runs": [
+        {"job_id": 404, "run": 0, "account": "teamb", "user": "bob", "gpus": 2,
+         "state": "running", "start": now - 7200, "nodes": "n[1-2]"},
+    ]});
+    assert_eq!(call(&c, "POST", "/v1/sync/jobs", Some(&wide)).0, 200);
+    // n1's token (it lists n1 and n2) reports, for n1, idle GPUs of 101 (on
+    // n1), 202 (on n2 only), 404 (on n1 and n2) and 505 (not synced yet).
+    let agent = s.tcp(Some(AGENT_TOKEN));
+    let o = post(
+        &agent,
+        &report(
+            "n1",
+            now,
+            vec![
+                gpu(0, "GPU-a1", Some(101), 2000),
+                gpu(1, "GPU-a2", Some(202), 2000),
+                gpu(2, "GPU-a3", Some(404), 2000),
+                gpu(3, "GPU-a4", Some(505), 2000),
+            ],
+        ),
+    );
+    // 202 runs elsewhere: ignored, and its team is charged no idle time.
+    assert_eq!(o["streaks_inserted"], 3, "{o}");
+    let (_, v) = call(&c, "GET", "/v1/idle", None);
+    let flagged: Vec<u64> = v["flagged"]
+        .as_array()
+        .expect("flagged")
+        .iter()
+        .filter_map(|f| f["job_id"].as_u64())
+        .collect();
+    assert!(!flagged.contains(&202), "{v}");
+    assert!(flagged.contains(&101) && flagged.contains(&404), "{v}");
+}
