@@ -93,15 +93,20 @@
 //!    entitled GPUs without R (`held(vs) - weighted(R) >= entitled(vs)`), or R's path
 //!    below the split is over budget by more than a band
 //!    (`ratio >= 1 + over_budget_band`: the over-budget clause, with hysteresis).
-//! 3. **Turnover will not deliver in time**: P's side is short of
-//!    `min(entitled, demand)` and the part of that deficit that the GPUs of
-//!    siblings above their entitlement will release at their *time limits*
-//!    does not cover soon enough: the forecast shortfall (GPU-seconds still
-//!    missing over the next window, if nothing is preempted) exceeds
-//!    `shortfall_tolerance x entitled x window`. The state holds, per side, the
-//!    smallest number of GPUs (`uncovered`) whose preemption brings the forecast
-//!    within tolerance; P may take victims while the GPUs already granted to its
-//!    side in this period are below it.
+//! 3. **What it buys outweighs what it destroys**: P's side is short of
+//!    `min(entitled, demand)` by more than the GPUs already granted to its other
+//!    preemptors in this period, and the entitled GPU-seconds R's GPUs deliver
+//!    to it sooner than turnover would (the GPUs of siblings above their
+//!    entitlement come free at their *time limits*; the gain is counted over
+//!    the next window, for the part of the deficit not yet granted) are at
+//!    least `benefit_factor` (2) times R's cost: the work it loses (rule 5) plus
+//!    `restart_cost` (600 s) of its GPUs for the requeue and restart
+//!    ([`Denied::NotWorthIt`]). So a run that just left its window is taken
+//!    when turnover is hours away, and one that has run long, or whose limit
+//!    is near, is left to finish. Without a factor (`benefit_factor=none`,
+//!    the ablation) the older test applies: the forecast shortfall must exceed
+//!    `shortfall_tolerance x entitled x window`, and the side may take the
+//!    smallest number of GPUs (`uncovered`) that brings it within tolerance.
 //! 4. **No reversal**: R's side has not preempted P's side within the last
 //!    window (`reverse_lock`).
 //! 5. **Bounded cost**: R has been requeued fewer than `max_requeues` times; the
@@ -203,6 +208,18 @@ pub struct RebalancePolicy {
     /// 0.05-0.25 on seeds 1-10 of the generated scenarios, checked on 11-20
     /// (docs/simulator-results.md, "The window balance").
     pub balance_band: Option<f64>,
+    /// Benefit against cost: with a factor `k`, a victim is taken only when the
+    /// entitled GPU-seconds its GPUs deliver to the preemptor's side sooner
+    /// than turnover would (over the next window, from the time-limit
+    /// forecast) are at least `k` times the weighted work it loses; the side's
+    /// forecast shortfall need not exceed `shortfall_tolerance` then. `None`:
+    /// the tolerance test alone.
+    pub benefit_factor: Option<f64>,
+    /// Seconds of its GPUs' time a preemption costs besides the lost work (the
+    /// requeue, the restart, reloading data and state), added to the cost the
+    /// benefit is weighed against: it keeps the rule from trading minutes of
+    /// turnover for a requeue of short jobs. Default 600.
+    pub restart_cost: f64,
 }
 
 impl Default for RebalancePolicy {
@@ -221,6 +238,8 @@ impl Default for RebalancePolicy {
             share_order: false,
             tier_projection: Some(0.6),
             balance_band: Some(0.15),
+            benefit_factor: Some(2.0),
+            restart_cost: 600.0,
         }
     }
 }
@@ -229,7 +248,7 @@ impl Default for RebalancePolicy {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
     #[error(
-        "unknown rebalancing setting {0:?}; known: hysteresis, shortfall_tolerance, lost_budget, max_requeues, over_budget_band, reverse_lock, site_max_preemptions, site_max_lost_gpu_hours, entitled_first, tier_band, share_order, tier_projection, balance_band"
+        "unknown rebalancing setting {0:?}; known: hysteresis, shortfall_tolerance, lost_budget, max_requeues, over_budget_band, reverse_lock, site_max_preemptions, site_max_lost_gpu_hours, entitled_first, tier_band, share_order, tier_projection, balance_band, benefit_factor, restart_cost"
     )]
     UnknownKey(String),
     #[error("{key}: {msg}, got {value:?}")]
@@ -270,6 +289,8 @@ impl RebalancePolicy {
             "lost_budget" => self.lost_budget = if off { None } else { Some(frac()?) },
             "over_budget_band" => self.over_budget_band = if off { None } else { Some(frac()?) },
             "tier_band" => self.tier_band = if off { None } else { Some(frac()?) },
+            "benefit_factor" => self.benefit_factor = if off { None } else { Some(frac()?) },
+            "restart_cost" => self.restart_cost = frac()?,
             "balance_band" => {
                 self.balance_band =
                     unit_or_off("expected a fraction of the entitlement, 0 to 1, or none")?
@@ -772,6 +793,16 @@ pub enum Denied {
         budget_gpu_secs: f64,
         victim_lost_gpu_secs: f64,
         /// Some job's GPUs weigh other than 1: the words say "weighted GPU-h".
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        weighted: bool,
+    },
+    /// What the victim's GPUs deliver to the preemptor's side sooner than
+    /// turnover would is less than `factor` times the work it loses (weighted
+    /// GPU-seconds).
+    NotWorthIt {
+        benefit_gpu_secs: f64,
+        cost_gpu_secs: f64,
+        factor: f64,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         weighted: bool,
     },
@@ -1305,6 +1336,24 @@ impl PreemptState {
             })
     }
 
+    /// Entitled GPU-seconds (weighted) that preempting `gpus` weighted GPUs now
+    /// delivers to the preemptor's side of `sides` sooner than the forecast's
+    /// releases would, over the next window: the part of the deficit not yet
+    /// granted to other preemptors that these GPUs cover, for as long as
+    /// turnover would have left it missing. 0 before [`judge_sides`] computed
+    /// the forecast.
+    fn benefit(&self, sides: &SideVerdict, gpus: f64, now: i64) -> f64 {
+        let Some(f) = self.forecast.get() else {
+            return 0.0;
+        };
+        let releases = f.releases.get(&sides.ps).map(Vec::as_slice).unwrap_or(&[]);
+        let deficit = sides.deficit;
+        let short = |x: f64| shortfall(deficit - x, releases, now, now + self.window);
+        let from = sides.in_flight.min(deficit);
+        let to = (sides.in_flight + gpus).min(deficit);
+        (short(from) - short(to)).max(0.0)
+    }
+
     /// Whether the state was computed from `fs`.
     fn matches(&self, fs: &FairShare) -> bool {
         self.fair_share_at == Some(fs.at) && self.nodes.len() == fs.nodes.len()
@@ -1456,10 +1505,16 @@ pub fn judge_sides(
     }
     let pside = &state.nodes[ps];
     let granted = in_flight.gpus_under(ps, p.job_id);
-    let uncovered = if pside.deficit > 0.0 {
-        state.forecast(fs).uncovered[ps]
-    } else {
+    // With a benefit factor every GPU of the deficit may be preempted for, each
+    // victim weighed on its own in `judge_victim`; the forecast it reads is
+    // computed here, where the snapshot is at hand.
+    let uncovered = if pside.deficit <= 0.0 {
         0.0
+    } else if policy.benefit_factor.is_some() {
+        state.forecast(fs);
+        pside.deficit
+    } else {
+        state.forecast(fs).uncovered[ps]
     };
     if uncovered <= 0.0 || granted >= uncovered {
         return Err(Denied::TurnoverSuffices {
@@ -1531,6 +1586,18 @@ pub fn judge_victim(
             victim_lost_gpu_secs: charged,
             weighted: state.weighted,
         });
+    }
+    if let Some(factor) = policy.benefit_factor {
+        let benefit = state.benefit(sides, size, now);
+        let cost = charged + policy.restart_cost.max(0.0) * size;
+        if benefit < factor * cost {
+            return Err(Denied::NotWorthIt {
+                benefit_gpu_secs: benefit,
+                cost_gpu_secs: cost,
+                factor,
+                weighted: state.weighted,
+            });
+        }
     }
     let (n_flight, lost_flight) = sides.site_in_flight;
     if state.site_cap_reached_with(n_flight, lost_flight + lost) {
@@ -1689,7 +1756,12 @@ pub fn explain_wait(
                 }
             }
             Err(d) => {
-                turnover |= matches!(d, Denied::TurnoverSuffices { .. });
+                // Turnover delivers the side's time, or delivers it soon enough
+                // that taking this job would cost more than it buys.
+                turnover |= matches!(
+                    d,
+                    Denied::TurnoverSuffices { .. } | Denied::NotWorthIt { .. }
+                );
                 // The most informative refusal: a job past its window before a
                 // protected one, then Slurm's order.
                 let key = (matches!(d, Denied::Protected { .. }), order, v.job_id);
@@ -1901,6 +1973,19 @@ pub fn denied_words(_fs: Option<&FairShare>, d: &Denied, now: i64) -> String {
                 h(*victim_lost_gpu_secs),
                 h(*spent_gpu_secs),
                 h(*budget_gpu_secs)
+            )
+        }
+        Denied::NotWorthIt {
+            benefit_gpu_secs,
+            cost_gpu_secs,
+            factor,
+            weighted,
+        } => {
+            let u = if *weighted { "weighted GPU-h" } else { "GPU-h" };
+            format!(
+                "need not be taken: it would lose {:.2} {u} to deliver {:.2} entitled {u} sooner than turnover, less than {factor} times its loss",
+                h(*cost_gpu_secs),
+                h(*benefit_gpu_secs)
             )
         }
         Denied::SiteCap {
@@ -2132,16 +2217,21 @@ mod tests {
     #[test]
     fn turnover_that_comes_soon_enough_means_no_preemption() {
         // b's jobs end (time limit) 3 h from now: 4 GPUs x 3 h = 12 GPU-h missing,
-        // within the 33.6 GPU-h tolerance.
+        // within the 33.6 GPU-h tolerance of the tolerance test (the rule without a
+        // benefit factor; with one, `benefit_against_cost_...`).
         let (fs, running) = starved(5 * H);
         let now = 2 * H;
+        let tolerance_only = RebalancePolicy {
+            benefit_factor: None,
+            ..RebalancePolicy::default()
+        };
         let st = PreemptState::compute(
             Some(&fs),
             running.iter().copied(),
             [pend(9, "a", "ua", 4)],
             [],
             Some(16.0),
-            RebalancePolicy::default(),
+            tolerance_only,
             now,
         );
         let d = decide(
@@ -2159,7 +2249,7 @@ mod tests {
         // Same with no tolerance: preempt.
         let strict = RebalancePolicy {
             shortfall_tolerance: 0.0,
-            ..RebalancePolicy::default()
+            ..tolerance_only
         };
         let st = PreemptState::compute(
             Some(&fs),
@@ -2184,6 +2274,77 @@ mod tests {
                 ..
             }))
         ));
+    }
+
+    #[test]
+    fn benefit_against_cost_takes_a_fresh_victim_and_spares_one_that_ran_long() {
+        // b's jobs end at their 5 h time limits; a is 4 GPUs short. Within the
+        // tolerance (12-15.6 GPU-h missing of 33.6), the tolerance test never
+        // preempts; the benefit test weighs each victim's loss.
+        let (fs, running) = starved(5 * H);
+        let p = pend(9, "a", "ua", 4);
+        let weigh = RebalancePolicy {
+            benefit_factor: Some(2.0),
+            restart_cost: 600.0,
+            ..RebalancePolicy::default()
+        };
+        let at = |now: i64, policy: RebalancePolicy| {
+            let st = PreemptState::compute(
+                Some(&fs),
+                running.iter().copied(),
+                [p],
+                [],
+                Some(16.0),
+                policy,
+                now,
+            );
+            decide(&st, Some(&fs), &InFlight::default(), &p, &running[1], now)
+        };
+        // Just past its 1 h window: 4 GPUs x 3.9 h delivered sooner against
+        // 4 x 1.1 h lost plus 4 x 10 min to restart: 15.6 >= 2 x 5.07.
+        let fresh = 66 * 60;
+        assert!(
+            matches!(at(fresh, weigh), Ok(Allowed::Rebalance(_))),
+            "{:?}",
+            at(fresh, weigh)
+        );
+        let tolerance_only = RebalancePolicy {
+            benefit_factor: None,
+            ..RebalancePolicy::default()
+        };
+        assert!(matches!(
+            at(fresh, tolerance_only),
+            Err(Denied::TurnoverSuffices { .. })
+        ));
+        // The defaults weigh as above.
+        assert_eq!(
+            (
+                RebalancePolicy::default().benefit_factor,
+                RebalancePolicy::default().restart_cost
+            ),
+            (Some(2.0), 600.0)
+        );
+        assert!(at(fresh, RebalancePolicy::default()).is_ok());
+        // After 2 h: 4 x 3 h sooner against 4 x 2 h lost (+ restart): not worth it.
+        match at(2 * H, weigh) {
+            Err(Denied::NotWorthIt {
+                benefit_gpu_secs,
+                cost_gpu_secs,
+                factor,
+                ..
+            }) => {
+                assert!((benefit_gpu_secs - 4.0 * 3.0 * 3600.0).abs() < 1e-6);
+                assert!((cost_gpu_secs - 4.0 * (2.0 * 3600.0 + 600.0)).abs() < 1e-6);
+                assert_eq!(factor, 2.0);
+            }
+            d => panic!("{d:?}"),
+        }
+        // The words say what was weighed.
+        let words = denied_words(Some(&fs), &at(2 * H, weigh).unwrap_err(), 2 * H);
+        assert!(
+            words.contains("lose 8.67 GPU-h") && words.contains("12.00"),
+            "{words}"
+        );
     }
 
     #[test]

@@ -526,13 +526,26 @@ mod tests {
         jobs[1].time_limit = Some(1600);
         let h = Period::compute(7, Some(s), &jobs, &[], 2000);
         let mut g = Grants::default();
+        // Preempting now delivers teamb's GPUs 600 s sooner, less than twice
+        // what the victim loses: not worth it.
         match decide(Some(&h), &mut g, &jobs[2], &jobs[0], 2000) {
-            Err(Denied::TurnoverSuffices { next_release, .. }) => {
-                assert_eq!(next_release, Some(2600))
+            Err(Denied::NotWorthIt {
+                benefit_gpu_secs,
+                cost_gpu_secs,
+                factor,
+                ..
+            }) => {
+                let gpus = f64::from(jobs[0].gpus);
+                assert!((benefit_gpu_secs - gpus * 600.0).abs() < 1e-6);
+                assert!(benefit_gpu_secs < factor * cost_gpu_secs);
             }
             other => panic!("{other:?}"),
         }
         assert!(g.idle());
+        // The forecast still names when turnover frees them.
+        let fs = h.fair_share().expect("snapshot");
+        let a = fs.account("teama").expect("teama");
+        assert_eq!(h.state().releases(fs, a).first().map(|r| r.at), Some(2600));
     }
 
     #[test]
