@@ -31,6 +31,10 @@ pub enum PolicyArg {
     BudgetV1,
     Static,
     Decay,
+    /// Slurm's Fair Tree fair share (no preemption).
+    FairTree,
+    /// Slurm's multifactor with QOS preemption after PreemptExemptTime.
+    MultifactorQos,
     /// All four.
     All,
 }
@@ -42,6 +46,8 @@ impl PolicyArg {
             PolicyArg::BudgetV1 => vec![PolicyKind::BudgetV1],
             PolicyArg::Static => vec![PolicyKind::Static],
             PolicyArg::Decay => vec![PolicyKind::Decay],
+            PolicyArg::FairTree => vec![PolicyKind::FairTree],
+            PolicyArg::MultifactorQos => vec![PolicyKind::MultifactorQos],
             PolicyArg::All => PolicyKind::ALL.to_vec(),
         }
     }

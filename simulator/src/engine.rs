@@ -17,7 +17,8 @@
 //! live in *classes* whose members differ only by age, each a FIFO by
 //! `(submit, job)`; a pass walks the classes merged by
 //! `(class priority desc, submit, job)`. The policy says which class a job is
-//! in and what each class's priority is ([`crate::policy`]).
+//! in (at load, or as it is submitted) and what each class's priority is
+//! ([`crate::policy`]).
 //!
 //! # Time limits
 //! Each job has a requested time limit drawn from its duration by
@@ -430,7 +431,7 @@ impl<'a> Core<'a> {
             self.now = t;
             self.pop_events(pol, t, EV_PROTECT);
             while self.next_submit < self.specs.len() && self.specs[self.next_submit].submit == t {
-                self.submit(self.next_submit as u32);
+                self.submit(pol, self.next_submit as u32);
                 self.next_submit += 1;
             }
             self.pop_events(pol, t, EV_SAMPLE);
@@ -500,7 +501,10 @@ impl<'a> Core<'a> {
         }
     }
 
-    fn submit(&mut self, j: u32) {
+    fn submit(&mut self, pol: &mut dyn SchedPolicy, j: u32) {
+        if let Some(class) = pol.submit_class(&self.view(), j) {
+            self.jobs[j as usize].class = class;
+        }
         let job = &self.jobs[j as usize];
         self.classes[job.class as usize].insert((job.submit, j));
         self.pending += 1;

@@ -102,4 +102,11 @@ impl EngineView<'_> {
         }
         out
     }
+
+    /// Cumulative charged GPU-seconds of each fair-share leaf at `t` (>= the last change).
+    pub fn leaf_cumulative(&self, t: i64) -> Vec<i64> {
+        (0..self.leaf_team.len())
+            .map(|leaf| self.usage.cumulative(leaf, t))
+            .collect()
+    }
 }

@@ -11,9 +11,16 @@
 //!   ([`policy_core::preempt::may_preempt`]), kept for comparison.
 //! - [`static_priority::StaticPriority`]: FIFO by a user-declared level; never preempts.
 //! - [`decay::DecayedFairShare`]: Slurm's classic fair share; never preempts.
+//! - [`fair_tree::FairTree`]: Slurm's Fair Tree (the default since 19.05) on
+//!   decayed usage; never preempts.
+//! - [`multifactor_qos::MultifactorQos`]: Fair Tree plus `preempt/qos`: jobs of
+//!   teams over their share go to a `scavenger` QOS that `normal` jobs preempt
+//!   after its `PreemptExemptTime` (each job's min_runtime).
 
 pub mod decay;
 pub mod fair_share;
+pub mod fair_tree;
+pub mod multifactor_qos;
 pub mod static_priority;
 
 use crate::config::SimConfig;
@@ -28,6 +35,10 @@ pub enum PolicyKind {
     BudgetV1,
     Static,
     Decay,
+    /// Slurm's Fair Tree, no preemption.
+    FairTree,
+    /// Slurm's multifactor (Fair Tree) with QOS preemption after `PreemptExemptTime`.
+    MultifactorQos,
 }
 
 impl PolicyKind {
@@ -44,6 +55,8 @@ impl PolicyKind {
             PolicyKind::BudgetV1 => "budget-v1",
             PolicyKind::Static => "static",
             PolicyKind::Decay => "decay",
+            PolicyKind::FairTree => "fair-tree",
+            PolicyKind::MultifactorQos => "multifactor-qos",
         }
     }
 
@@ -61,6 +74,12 @@ impl PolicyKind {
             PolicyKind::Decay => {
                 "Slurm classic fair share 2^(-U/S), usage half-life 7 days, then age; no preemption"
             }
+            PolicyKind::FairTree => {
+                "Slurm Fair Tree (rank of level fairshare S/U, depth first), usage half-life 7 days, then age; no preemption"
+            }
+            PolicyKind::MultifactorQos => {
+                "Slurm Fair Tree + preempt/qos: QOS normal when the team is under its share at submit, else scavenger; normal preempts scavenger after PreemptExemptTime = min_runtime (requeue)"
+            }
         }
     }
 }
@@ -71,7 +90,9 @@ pub struct Candidate {
     pub job: u32,
     /// The plugin's victim priority (ascending: preempted first).
     pub order: u32,
-    /// 0: free tier, 1: over budget, 2: rebalance between budgeted sides.
+    /// 0: free tier, 1: over budget (`multifactor-qos`: a `scavenger` job,
+    /// submitted while its team was over its share), 2: rebalance between
+    /// budgeted sides.
     pub reason: u8,
 }
 
@@ -90,6 +111,11 @@ pub(crate) trait SchedPolicy {
     /// and `window_usage`, each leaf's charged GPU-seconds in the sliding window
     /// ending now.
     fn recompute(&mut self, sim: &EngineView<'_>, window_usage: &[i64], class_prio: &mut [u64]);
+    /// The class of job `j` as it is submitted now (`None`: the one
+    /// `classify` gave). It stays the job's class, requeues included.
+    fn submit_class(&mut self, _sim: &EngineView<'_>, _j: u32) -> Option<u32> {
+        None
+    }
     /// Wait class at first start, if the policy decides it then.
     fn wait_class(&self, _sim: &EngineView<'_>, _j: u32) -> Option<&'static str> {
         None
@@ -135,5 +161,9 @@ pub(crate) fn build(
         }
         PolicyKind::Static => Box::new(static_priority::StaticPriority { seed: cfg.seed }),
         PolicyKind::Decay => Box::new(decay::DecayedFairShare::new(cfg, teams.len())),
+        PolicyKind::FairTree => Box::new(fair_tree::FairTree::new(cfg, teams, leaves)),
+        PolicyKind::MultifactorQos => {
+            Box::new(multifactor_qos::MultifactorQos::new(cfg, teams, leaves))
+        }
     }
 }

@@ -1,5 +1,7 @@
 //! The simulator's integration tests, one binary (the project's style):
 //! - [`backfill`]: the backfill reservation, nodes held vs GPU counts, by hand;
+//! - [`baselines`]: the Slurm baselines (Fair Tree; multifactor with QOS
+//!   preemption after `PreemptExemptTime`) on hand-worked schedules;
 //! - [`determinism`]: same inputs and seed, same bytes;
 //! - [`hand_trace`]: a schedule worked out by hand, replayed through the old rule;
 //! - [`entitlement`]: the entitlement shortfall and work figures on a hand-computed trace;
@@ -7,6 +9,7 @@
 //!   invariants under the cost-aware rule.
 
 mod backfill;
+mod baselines;
 mod determinism;
 mod entitlement;
 mod hand_trace;
