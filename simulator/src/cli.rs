@@ -35,7 +35,7 @@ pub enum PolicyArg {
     FairTree,
     /// Slurm's multifactor with QOS preemption after PreemptExemptTime.
     MultifactorQos,
-    /// All four.
+    /// All six.
     All,
 }
 
@@ -153,7 +153,7 @@ pub struct SimulateArgs {
     /// GPUs per node.
     #[arg(long, required_unless_present = "scenario", value_parser = clap::value_parser!(u32).range(1..))]
     pub gpus_per_node: Option<u32>,
-    /// Policies to replay (comma separated), or all four side by side.
+    /// Policies to replay (comma separated), or all six side by side.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     pub policy: Vec<PolicyArg>,
     /// Team allocations as GPU counts (allocation = GPUs x window), e.g. `a=96,b=32`.
@@ -570,7 +570,7 @@ pub fn to_table(reports: &[PolicyReport]) -> String {
         let _ = writeln!(s, "\n== side by side ==");
         let _ = writeln!(
             s,
-            "{:<10} {:>7} {:>8} {:>13} {:>12} {:>7} {:>9} {:>10} {:>9} {:>8} {:>9}",
+            "{:<15} {:>7} {:>8} {:>13} {:>12} {:>7} {:>9} {:>10} {:>9} {:>8} {:>9}",
             "policy",
             "Jain",
             "util",
@@ -591,7 +591,7 @@ pub fn to_table(reports: &[PolicyReport]) -> String {
                 .fold(0.0, f64::max);
             let _ = writeln!(
                 s,
-                "{:<10} {:>7.4} {:>8.3} {:>13.5} {:>12.1} {:>7.2} {:>9.2} {:>10.4} {:>9.4} {:>8} {:>9}",
+                "{:<15} {:>7.4} {:>8.3} {:>13.5} {:>12.1} {:>7.2} {:>9.2} {:>10.4} {:>9.4} {:>8} {:>9}",
                 r.policy,
                 r.jain_index,
                 r.utilization,

@@ -42,11 +42,14 @@ pub enum PolicyKind {
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 4] = [
+    /// What `--policy all` replays: the product and every baseline.
+    pub const ALL: [PolicyKind; 6] = [
         PolicyKind::Budget,
         PolicyKind::BudgetV1,
         PolicyKind::Static,
         PolicyKind::Decay,
+        PolicyKind::FairTree,
+        PolicyKind::MultifactorQos,
     ];
 
     pub fn name(self) -> &'static str {
