@@ -234,6 +234,25 @@ fn start_of(s: &Slurm, id: JobId) -> Result<i64> {
     Ok(job(s, id)?.start.unwrap_or(0))
 }
 
+/// Fills the cluster (2 x 2 GPUs) with two 2-GPU jobs of `account` that sleep
+/// `sleep_for` seconds, with `comment` as `--comment` and `extra` sbatch options;
+/// waits up to 15 s for both to run and returns them.
+fn fill_cluster(
+    s: &Slurm,
+    account: &str,
+    comment: &str,
+    extra: &[&str],
+    sleep_for: u32,
+) -> Result<[JobId; 2]> {
+    let wrap = format!("sleep {sleep_for}");
+    let mut args = vec!["-A", account, "--gres=gpu:2", "--comment", comment];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--wrap", &wrap]);
+    let jobs = [s.sbatch(&args)?, s.sbatch(&args)?];
+    wait_secs(15, || both_running(s, jobs[0], jobs[1]));
+    Ok(jobs)
+}
+
 fn both_running(s: &Slurm, a: JobId, b: JobId) -> Result<bool> {
     Ok(s.all_in_state("RUNNING", &[a, b])?)
 }
@@ -424,18 +443,7 @@ fn section_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
     s.cancel_user(tb.user())?;
     sleep_secs(2.0);
     let window = format!("min_runtime={WINDOW}s");
-    let over = [
-        "-A",
-        "teamb",
-        "--gres=gpu:2",
-        "--comment",
-        &window,
-        "--wrap",
-        "sleep 600",
-    ];
-    let v1 = s.sbatch(&over)?;
-    let v2 = s.sbatch(&over)?;
-    wait_secs(15, || both_running(s, v1, v2));
+    let [v1, v2] = fill_cluster(s, "teamb", &window, &[], 600)?;
     let filled = both_running(s, v1, v2)?;
     c.record(
         "2 two over-budget jobs fill the cluster",
@@ -559,18 +567,7 @@ fn finish_2(tb: &Testbed) -> Result<()> {
 fn section_3(c: &mut Checks, tb: &Testbed) -> Result<()> {
     say("== 3. free tier yields at once");
     let s = tb.slurm();
-    let free = [
-        "-A",
-        "teamx",
-        "--gres=gpu:2",
-        "--comment",
-        "unallocated",
-        "--wrap",
-        "sleep 600",
-    ];
-    let f1 = s.sbatch(&free)?;
-    let f2 = s.sbatch(&free)?;
-    wait_secs(15, || both_running(s, f1, f2));
+    let [f1, f2] = fill_cluster(s, "teamx", "unallocated", &[], 600)?;
     c.record(
         "3 free jobs run on idle GPUs without a budget",
         Check::that(both_running(s, f1, f2)?)
@@ -643,19 +640,7 @@ fn section_4(c: &mut Checks, tb: &Testbed) -> Result<()> {
             .expected(format!("laby < 1 and laby - labx > {HYSTERESIS}"))
             .actual(format!("labx r={rx}, laby r={ry}")),
     );
-    let short = format!("min_runtime={SHORT}s");
-    let laby = [
-        "-A",
-        "laby",
-        "--gres=gpu:2",
-        "--comment",
-        &short,
-        "--wrap",
-        "sleep 600",
-    ];
-    let y1 = s.sbatch(&laby)?;
-    let y2 = s.sbatch(&laby)?;
-    let _ = s.wait_state(y1, "RUNNING", 15) && s.wait_state(y2, "RUNNING", 15);
+    let [y1, y2] = fill_cluster(s, "laby", &format!("min_runtime={SHORT}s"), &[], 600)?;
     c.record(
         "4 laby fills the cluster (2 x 2 GPUs)",
         Check::that(both_running(s, y1, y2)?).jobs(&[y1, y2]),
@@ -1014,18 +999,7 @@ const CAP_WINDOW: i64 = 5;
 /// jobs of `CAP_WINDOW` windows, then a 2-GPU teama job asks; the three jobs.
 fn cap_situation(s: &Slurm) -> Result<(JobId, [JobId; 2])> {
     let window = format!("min_runtime={CAP_WINDOW}s");
-    let over = [
-        "-A",
-        "teamb",
-        "--gres=gpu:2",
-        "--comment",
-        &window,
-        "--wrap",
-        "sleep 600",
-    ];
-    let v1 = s.sbatch(&over)?;
-    let v2 = s.sbatch(&over)?;
-    wait_secs(15, || both_running(s, v1, v2));
+    let [v1, v2] = fill_cluster(s, "teamb", &window, &[], 600)?;
     let p = s.sbatch(&[
         "-A",
         "teama",
@@ -1132,19 +1106,7 @@ fn section_7(c: &mut Checks, tb: &Testbed) -> Result<()> {
     s.cancel_user(tb.user())?;
     sleep_secs(2.0);
     let window = format!("min_runtime={WINDOW}s");
-    let over = [
-        "-A",
-        "teamb",
-        "--gres=gpu:2",
-        "--time=30",
-        "--comment",
-        &window,
-        "--wrap",
-        "sleep 1800",
-    ];
-    let v1 = s.sbatch(&over)?;
-    let v2 = s.sbatch(&over)?;
-    wait_secs(15, || both_running(s, v1, v2));
+    let [v1, v2] = fill_cluster(s, "teamb", &window, &["--time=30"], 1800)?;
     c.record(
         "7 two over-budget jobs with 30-minute limits fill the cluster",
         Check::that(both_running(s, v1, v2)?).jobs(&[v1, v2]),
