@@ -1505,16 +1505,19 @@ pub fn judge_sides(
     }
     let pside = &state.nodes[ps];
     let granted = in_flight.gpus_under(ps, p.job_id);
-    // With a benefit factor every GPU of the deficit may be preempted for, each
-    // victim weighed on its own in `judge_victim`; the forecast it reads is
-    // computed here, where the snapshot is at hand.
     let uncovered = if pside.deficit <= 0.0 {
         0.0
-    } else if policy.benefit_factor.is_some() {
-        state.forecast(fs);
-        pside.deficit
     } else {
-        state.forecast(fs).uncovered[ps]
+        // Computed here, where the snapshot is at hand: `judge_victim` reads
+        // the releases for the benefit test.
+        let forecast = state.forecast(fs);
+        // With a benefit factor every GPU of the deficit may be preempted for,
+        // each victim weighed on its own in `judge_victim`.
+        if policy.benefit_factor.is_some() {
+            pside.deficit
+        } else {
+            forecast.uncovered[ps]
+        }
     };
     if uncovered <= 0.0 || granted >= uncovered {
         return Err(Denied::TurnoverSuffices {
