@@ -234,9 +234,24 @@ fn start_of(s: &Slurm, id: JobId) -> Result<i64> {
     Ok(job(s, id)?.start.unwrap_or(0))
 }
 
-/// Fills the cluster (2 x 2 GPUs) with two 2-GPU jobs of `account` that sleep
-/// `sleep_for` seconds, with `comment` as `--comment` and `extra` sbatch options;
-/// waits up to 15 s for both to run and returns them.
+/// Submits a 2-GPU job of `account` that sleeps `sleep_for` seconds, with
+/// `comment` as `--comment` and `extra` sbatch options.
+fn sbatch_2gpu(
+    s: &Slurm,
+    account: &str,
+    comment: &str,
+    extra: &[&str],
+    sleep_for: u32,
+) -> Result<JobId> {
+    let wrap = format!("sleep {sleep_for}");
+    let mut args = vec!["-A", account, "--gres=gpu:2", "--comment", comment];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--wrap", &wrap]);
+    Ok(s.sbatch(&args)?)
+}
+
+/// Fills the cluster (2 x 2 GPUs) with two [`sbatch_2gpu`] jobs; waits up to 15 s
+/// for both to run and returns them.
 fn fill_cluster(
     s: &Slurm,
     account: &str,
@@ -244,11 +259,10 @@ fn fill_cluster(
     extra: &[&str],
     sleep_for: u32,
 ) -> Result<[JobId; 2]> {
-    let wrap = format!("sleep {sleep_for}");
-    let mut args = vec!["-A", account, "--gres=gpu:2", "--comment", comment];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--wrap", &wrap]);
-    let jobs = [s.sbatch(&args)?, s.sbatch(&args)?];
+    let jobs = [
+        sbatch_2gpu(s, account, comment, extra, sleep_for)?,
+        sbatch_2gpu(s, account, comment, extra, sleep_for)?,
+    ];
     wait_secs(15, || both_running(s, jobs[0], jobs[1]));
     Ok(jobs)
 }
@@ -450,15 +464,7 @@ fn section_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
         Check::that(filled).jobs(&[v1, v2]),
     );
     let (s1, s2) = (start_of(s, v1)?, start_of(s, v2)?);
-    let p = s.sbatch(&[
-        "-A",
-        "teama",
-        "--gres=gpu:2",
-        "--comment",
-        &window,
-        "--wrap",
-        "sleep 15",
-    ])?;
+    let p = sbatch_2gpu(s, "teama", &window, &[], 15)?;
     let deadline = now() + WINDOW + 3 * CYCLE + 20;
     let (pstart, early) = wait_preemption(s, p, [v1, v2], s1.min(s2) + WINDOW, deadline)?;
     let mut victim = None;
@@ -520,25 +526,9 @@ fn section_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
     s.cancel(&[other])?;
     sleep_secs(1.0);
     // Fill the freed GPUs so the only way in is preemption again.
-    let filler = s.sbatch(&[
-        "-A",
-        "teamb",
-        "--gres=gpu:2",
-        "--comment",
-        "min_runtime=120s",
-        "--wrap",
-        "sleep 600",
-    ])?;
+    let filler = sbatch_2gpu(s, "teamb", "min_runtime=120s", &[], 600)?;
     s.wait_state(filler, "RUNNING", 10);
-    let p2 = s.sbatch(&[
-        "-A",
-        "teama",
-        "--gres=gpu:2",
-        "--comment",
-        &window,
-        "--wrap",
-        "sleep 5",
-    ])?;
+    let p2 = sbatch_2gpu(s, "teama", &window, &[], 5)?;
     let p2start = wait_start(s, p2, now() + WINDOW + 3 * CYCLE + 10, |_| Ok(()))?;
     let lag2 = p2start - (r2 + WINDOW);
     c.record(
@@ -574,15 +564,7 @@ fn section_3(c: &mut Checks, tb: &Testbed) -> Result<()> {
             .actual(format!("AdminComment={}", job(s, f1)?.admin_comment))
             .jobs(&[f1, f2]),
     );
-    let b = s.sbatch(&[
-        "-A",
-        "teama",
-        "--gres=gpu:2",
-        "--comment",
-        &format!("min_runtime={WINDOW}s"),
-        "--wrap",
-        "sleep 600",
-    ])?;
+    let b = sbatch_2gpu(s, "teama", &format!("min_runtime={WINDOW}s"), &[], 600)?;
     let t0 = now();
     let bstart = wait_start(s, b, t0 + CYCLE + SLACK + 5, |_| Ok(()))?;
     c.record(
@@ -646,15 +628,7 @@ fn section_4(c: &mut Checks, tb: &Testbed) -> Result<()> {
         Check::that(both_running(s, y1, y2)?).jobs(&[y1, y2]),
     );
     let (ys1, ys2) = (start_of(s, y1)?, start_of(s, y2)?);
-    let x = s.sbatch(&[
-        "-A",
-        "labx",
-        "--gres=gpu:2",
-        "--comment",
-        &format!("min_runtime={XWIN}s"),
-        "--wrap",
-        "sleep 600",
-    ])?;
+    let x = sbatch_2gpu(s, "labx", &format!("min_runtime={XWIN}s"), &[], 600)?;
     // why on the pending labx job, while laby's windows still run: both laby jobs,
     // each from the end of its own window, for reason rebalance.
     let want = BTreeMap::from([(y1, ys1 + SHORT), (y2, ys2 + SHORT)]);
@@ -827,15 +801,7 @@ fn section_5(c: &mut Checks, tb: &Testbed) -> Result<()> {
     }
     let marks = || std::fs::read_to_string(&mark).unwrap_or_default();
     // A protected filler on one node, the victim (partition grace) on the other.
-    let fill = s.sbatch(&[
-        "-A",
-        "teamb",
-        "--gres=gpu:2",
-        "--comment",
-        "min_runtime=120s",
-        "--wrap",
-        "sleep 600",
-    ])?;
+    let fill = sbatch_2gpu(s, "teamb", "min_runtime=120s", &[], 600)?;
     s.wait_state(fill, "RUNNING", 15);
     let (step_s, mark_s, batch_s) = (
         step.to_string_lossy().into_owned(),
@@ -871,15 +837,7 @@ fn section_5(c: &mut Checks, tb: &Testbed) -> Result<()> {
             .jobs(&[gv]),
     );
     let gvs = g.start.unwrap_or(0);
-    let gp = s.sbatch(&[
-        "-A",
-        "teama",
-        "--gres=gpu:2",
-        "--comment",
-        &format!("min_runtime={WINDOW}s"),
-        "--wrap",
-        "sleep 600",
-    ])?;
+    let gp = sbatch_2gpu(s, "teama", &format!("min_runtime={WINDOW}s"), &[], 600)?;
     let mut in_grace_ok = true;
     let deadline = gvs + GRACE_WINDOW + CYCLE + GRACE + KILLWAIT + 25;
     let gps = wait_start(s, gp, deadline, |t| {
@@ -1000,15 +958,7 @@ const CAP_WINDOW: i64 = 5;
 fn cap_situation(s: &Slurm) -> Result<(JobId, [JobId; 2])> {
     let window = format!("min_runtime={CAP_WINDOW}s");
     let [v1, v2] = fill_cluster(s, "teamb", &window, &[], 600)?;
-    let p = s.sbatch(&[
-        "-A",
-        "teama",
-        "--gres=gpu:2",
-        "--comment",
-        &window,
-        "--wrap",
-        "sleep 600",
-    ])?;
+    let p = sbatch_2gpu(s, "teama", &window, &[], 600)?;
     Ok((p, [v1, v2]))
 }
 
@@ -1112,15 +1062,7 @@ fn section_7(c: &mut Checks, tb: &Testbed) -> Result<()> {
         Check::that(both_running(s, v1, v2)?).jobs(&[v1, v2]),
     );
     let (s1, s2) = (start_of(s, v1)?, start_of(s, v2)?);
-    let p = s.sbatch(&[
-        "-A",
-        "teama",
-        "--gres=gpu:2",
-        "--comment",
-        &window,
-        "--wrap",
-        "sleep 5",
-    ])?;
+    let p = sbatch_2gpu(s, "teama", &window, &[], 5)?;
     let period = i64::from(tb.config().budget_period);
     let window_end = s1.min(s2) + WINDOW;
     let deadline = window_end + CYCLE + 2 * period + SLACK + 10;
