@@ -317,6 +317,42 @@ pub struct JobRun {
     pub checkpoint_secs: Option<i64>,
 }
 
+impl JobRun {
+    /// A run with the fields every sync names; every other field is what its
+    /// absence on the wire means (no submit time, partition, GPU type, start,
+    /// end, nodes, priority, reason, time limit or checkpoint; not free tier; no
+    /// contract), for callers to fill with `..JobRun::new(..)`.
+    pub fn new(
+        job_id: u32,
+        run: u32,
+        account: impl Into<String>,
+        user: impl Into<String>,
+        gpus: u32,
+        state: RunState,
+    ) -> Self {
+        Self {
+            job_id,
+            run,
+            submit: None,
+            account: account.into(),
+            user: user.into(),
+            partition: None,
+            gpus,
+            gpu_type: None,
+            start: None,
+            end: None,
+            state,
+            free_tier: false,
+            min_runtime_secs: 0,
+            nodes: None,
+            priority: None,
+            reason: None,
+            time_limit_secs: None,
+            checkpoint_secs: None,
+        }
+    }
+}
+
 /// Longest text field of a [`JobRun`] budgetd stores (account, user,
 /// partition, GPU type, nodes), in bytes; longer or empty ones, or ones with
 /// control characters, are refused.
@@ -457,6 +493,13 @@ pub struct AgentReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_run_is_what_the_wire_reads_without_the_optional_fields() {
+        let wire = r#"{"job_id":7,"run":1,"account":"a","user":"u","gpus":2,"state":"ended"}"#;
+        let read: JobRun = serde_json::from_str(wire).unwrap();
+        assert_eq!(JobRun::new(7, 1, "a", "u", 2, RunState::Ended), read);
+    }
 
     #[test]
     fn job_sync_rejects_unknown_fields() {

@@ -13,24 +13,9 @@ pub(crate) fn store() -> (tempfile::TempDir, Store) {
 
 fn job_run(job_id: u32, submit: i64, account: &str, state: RunState, start: Option<i64>) -> JobRun {
     JobRun {
-        job_id,
-        run: 0,
         submit: Some(submit),
-        account: account.into(),
-        user: format!("{account}-user"),
-        partition: None,
-        gpus: 2,
-        gpu_type: None,
         start,
-        end: None,
-        state,
-        free_tier: false,
-        min_runtime_secs: 0,
-        nodes: None,
-        priority: None,
-        reason: None,
-        time_limit_secs: None,
-        checkpoint_secs: None,
+        ..JobRun::new(job_id, 0, account, format!("{account}-user"), 2, state)
     }
 }
 

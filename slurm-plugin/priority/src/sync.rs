@@ -251,24 +251,9 @@ mod tests {
 
     fn run(job_id: u32, run: u32, state: RunState, end: Option<i64>) -> JobRun {
         JobRun {
-            job_id,
-            run,
-            submit: None,
-            account: "a".into(),
-            user: "u".into(),
-            partition: None,
-            gpus: 1,
-            gpu_type: None,
             start: Some(1),
             end,
-            state,
-            free_tier: false,
-            min_runtime_secs: 0,
-            nodes: None,
-            priority: None,
-            reason: None,
-            time_limit_secs: None,
-            checkpoint_secs: None,
+            ..JobRun::new(job_id, run, "a", "u", 1, state)
         }
     }
 
