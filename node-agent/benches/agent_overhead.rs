@@ -12,12 +12,13 @@ use std::time::Instant;
 use budget_agent::AgentError;
 use budget_agent::agent::Agent;
 use budget_agent::jobmap::JobMapper;
-use budget_agent::source::{GpuSource, NvmlSource, RawGpu, RawProcess};
+use budget_agent::source::{GpuSource, NvmlSource};
+use budget_protocol::{GpuProcess, GpuSample};
 
-struct Recorded(Vec<RawGpu>);
+struct Recorded(Vec<GpuSample>);
 
 impl GpuSource for Recorded {
-    fn sample(&mut self) -> Result<Vec<RawGpu>, AgentError> {
+    fn sample(&mut self) -> Result<Vec<GpuSample>, AgentError> {
         Ok(self.0.clone())
     }
 }
@@ -46,8 +47,8 @@ fn main() {
     let scan_us = median(per_scan);
 
     let my_pid = std::process::id();
-    let gpus: Vec<RawGpu> = (0..8)
-        .map(|i| RawGpu {
+    let gpus: Vec<GpuSample> = (0..8)
+        .map(|i| GpuSample {
             index: i,
             uuid: format!("GPU-{i}"),
             name: "NVIDIA H100".into(),
@@ -55,12 +56,14 @@ fn main() {
             memory_used_mib: 1000,
             memory_total_mib: 81_000,
             processes: (0..4)
-                .map(|k| RawProcess {
+                .map(|k| GpuProcess {
                     pid: my_pid + k,
+                    job_id: None,
                     used_memory_mib: Some(100),
                     sm_util_pct: Some(3),
                 })
                 .collect(),
+            idle_secs: 0,
         })
         .collect();
     let mut agent = Agent::new(

@@ -1,7 +1,7 @@
 //! One sampling step: read the GPUs, map processes to jobs, update idle
 //! streaks, and build the report sent to `budgetd`.
 
-use budget_protocol::{AgentReport, GpuProcess, GpuSample};
+use budget_protocol::AgentReport;
 
 use crate::AgentError;
 use crate::idle::IdleTracker;
@@ -42,34 +42,14 @@ impl<S: GpuSource> Agent<S> {
                 gpus: Vec::new(),
             });
         };
-        let raw = source.sample()?;
-        let gpus = raw
-            .into_iter()
-            .map(|g| {
-                let processes: Vec<GpuProcess> = g
-                    .processes
-                    .iter()
-                    .map(|p| GpuProcess {
-                        pid: p.pid,
-                        job_id: self.mapper.job_of(p.pid),
-                        used_memory_mib: p.used_memory_mib,
-                        sm_util_pct: p.sm_util_pct,
-                    })
-                    .collect();
-                let held = processes.iter().any(|p| p.job_id.is_some());
-                let idle_secs = self.idle.observe(&g.uuid, g.util_pct, held, now);
-                GpuSample {
-                    index: g.index,
-                    uuid: g.uuid,
-                    name: g.name,
-                    util_pct: g.util_pct,
-                    memory_used_mib: g.memory_used_mib,
-                    memory_total_mib: g.memory_total_mib,
-                    processes,
-                    idle_secs,
-                }
-            })
-            .collect();
+        let mut gpus = source.sample()?;
+        for g in &mut gpus {
+            for p in &mut g.processes {
+                p.job_id = self.mapper.job_of(p.pid);
+            }
+            let held = g.processes.iter().any(|p| p.job_id.is_some());
+            g.idle_secs = self.idle.observe(&g.uuid, g.util_pct, held, now);
+        }
         Ok(AgentReport {
             node: self.node.clone(),
             at: now,
@@ -82,13 +62,13 @@ impl<S: GpuSource> Agent<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::{RawGpu, RawProcess};
+    use budget_protocol::{GpuProcess, GpuSample};
 
     /// Recorded samples: stands in for NVML where no GPU exists (tests only).
-    struct Recorded(Vec<Vec<RawGpu>>);
+    struct Recorded(Vec<Vec<GpuSample>>);
 
     impl GpuSource for Recorded {
-        fn sample(&mut self) -> Result<Vec<RawGpu>, AgentError> {
+        fn sample(&mut self) -> Result<Vec<GpuSample>, AgentError> {
             if self.0.is_empty() {
                 return Err(AgentError::Device {
                     call: "sample",
@@ -100,8 +80,8 @@ mod tests {
         }
     }
 
-    fn gpu(util: u32, pids: &[u32]) -> RawGpu {
-        RawGpu {
+    fn gpu(util: u32, pids: &[u32]) -> GpuSample {
+        GpuSample {
             index: 0,
             uuid: "GPU-1".into(),
             name: "NVIDIA H100".into(),
@@ -110,12 +90,14 @@ mod tests {
             memory_total_mib: 81_000,
             processes: pids
                 .iter()
-                .map(|&pid| RawProcess {
+                .map(|&pid| GpuProcess {
                     pid,
+                    job_id: None,
                     used_memory_mib: Some(500),
                     sm_util_pct: None,
                 })
                 .collect(),
+            idle_secs: 0,
         }
     }
 

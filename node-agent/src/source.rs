@@ -8,32 +8,17 @@
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enums::device::UsedGpuMemory;
 
+use budget_protocol::{GpuProcess, GpuSample};
+
 use crate::AgentError;
-
-/// One process seen on a GPU.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RawProcess {
-    pub pid: u32,
-    pub used_memory_mib: Option<u64>,
-    pub sm_util_pct: Option<u32>,
-}
-
-/// One GPU as read from the driver.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RawGpu {
-    pub index: u32,
-    pub uuid: String,
-    pub name: String,
-    pub util_pct: u32,
-    pub memory_used_mib: u64,
-    pub memory_total_mib: u64,
-    pub processes: Vec<RawProcess>,
-}
 
 /// A provider of GPU samples.
 pub trait GpuSource {
-    /// Reads every GPU once.
-    fn sample(&mut self) -> Result<Vec<RawGpu>, AgentError>;
+    /// Reads every GPU once, as the driver sees it: each process's job
+    /// (`GpuProcess::job_id`) and the GPU's idle streak (`GpuSample::idle_secs`)
+    /// are not the driver's to know and stay unset (`None`, 0) for the sampling
+    /// step to fill.
+    fn sample(&mut self) -> Result<Vec<GpuSample>, AgentError>;
 }
 
 /// Real GPUs through NVML.
@@ -65,7 +50,7 @@ impl NvmlSource {
 }
 
 impl GpuSource for NvmlSource {
-    fn sample(&mut self) -> Result<Vec<RawGpu>, AgentError> {
+    fn sample(&mut self) -> Result<Vec<GpuSample>, AgentError> {
         let count = self.nvml.device_count().map_err(|e| AgentError::Device {
             call: "device_count",
             index: 0,
@@ -87,12 +72,13 @@ impl GpuSource for NvmlSource {
                 .map_err(err("device_by_index"))?;
             let util = dev.utilization_rates().map_err(err("utilization_rates"))?;
             let mem = dev.memory_info().map_err(err("memory_info"))?;
-            let mut processes: Vec<RawProcess> = dev
+            let mut processes: Vec<GpuProcess> = dev
                 .running_compute_processes()
                 .map_err(err("running_compute_processes"))?
                 .into_iter()
-                .map(|p| RawProcess {
+                .map(|p| GpuProcess {
                     pid: p.pid,
+                    job_id: None,
                     used_memory_mib: match p.used_gpu_memory {
                         UsedGpuMemory::Used(b) => Some(b / MIB),
                         UsedGpuMemory::Unavailable => None,
@@ -112,7 +98,7 @@ impl GpuSource for NvmlSource {
                     }
                 }
             }
-            out.push(RawGpu {
+            out.push(GpuSample {
                 index,
                 uuid: dev.uuid().map_err(err("uuid"))?,
                 name: dev.name().map_err(err("name"))?,
@@ -120,6 +106,7 @@ impl GpuSource for NvmlSource {
                 memory_used_mib: mem.used / MIB,
                 memory_total_mib: mem.total / MIB,
                 processes,
+                idle_secs: 0,
             });
         }
         Ok(out)
