@@ -54,6 +54,9 @@ pub static UNAUTHENTICATED: LogLimit = LogLimit::new();
 /// Agent reports naming jobs the ledger places on other nodes.
 pub static AGENT_OFF_NODE: LogLimit = LogLimit::new();
 
+/// Syncs reporting running a run the ledger has already ended.
+pub static SYNC_CONTRADICTED: LogLimit = LogLimit::new();
+
 #[cfg(test)]
 mod tests {
     use super::*;

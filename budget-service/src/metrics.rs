@@ -239,6 +239,14 @@ pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) 
             ("unchanged", load(&c.sync_runs_unchanged)),
         ],
     );
+    x.single(
+        (
+            "budget_sync_contradicted_runs_total",
+            "counter",
+            "Runs a sync reported running that the ledger had already ended (by an import, most likely); the ledger's end is kept (also counted unchanged).",
+        ),
+        load(&c.sync_runs_contradicted),
+    );
     x.by_label(
         (
             "budget_http_errors_total",

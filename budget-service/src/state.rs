@@ -33,6 +33,9 @@ pub struct Counters {
     pub sync_runs_inserted: AtomicU64,
     pub sync_runs_updated: AtomicU64,
     pub sync_runs_unchanged: AtomicU64,
+    /// Runs a sync reported running after the ledger had ended them (the
+    /// ledger's end kept; `crate::store::EndContradicted`).
+    pub sync_runs_contradicted: AtomicU64,
     pub snapshots_served: AtomicU64,
     pub snapshots_not_modified: AtomicU64,
     pub snapshot_computations: AtomicU64,

@@ -36,6 +36,8 @@ use crate::ledger::{Ledger, RunRecord};
 mod runs;
 mod tree;
 
+pub use runs::EndContradicted;
+
 /// The state behind the mutex.
 #[derive(Debug)]
 pub struct Store {

@@ -24,20 +24,42 @@ const UPSERT_RUN: &str = "INSERT INTO runs(job_id, run, account, user, partition
 const DELETE_RUN: &str =
     "DELETE FROM runs WHERE job_id = ?1 AND run = ?2 AND submit = ?3 AND rerun = ?4";
 
+/// A run that a sync reported running after the ledger had ended it (at
+/// `end`): the ledger keeps its end, and budgetd says so
+/// (`budget_sync_contradicted_runs_total`, a rate-limited warning).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndContradicted {
+    pub job_id: u32,
+    pub run: u32,
+    pub end: i64,
+}
+
 impl Store {
     /// Ingests job-state runs from the plugin, run by run: a run that fails
     /// its checks is refused (listed in the outcome with the reason) and the
     /// others are stored, so one odd job never blocks the whole cluster's
     /// accounting.
     pub fn sync(&mut self, batch: &JobSync, now: i64) -> AppResult<SyncOutcome> {
+        Ok(self.sync_noting_contradictions(batch, now)?.0)
+    }
+
+    /// [`Store::sync`], also returning the runs the batch reported running
+    /// whose stored row had already ended ([`EndContradicted`]).
+    pub fn sync_noting_contradictions(
+        &mut self,
+        batch: &JobSync,
+        now: i64,
+    ) -> AppResult<(SyncOutcome, Vec<EndContradicted>)> {
         let mut recs = Vec::with_capacity(batch.runs.len());
         let mut refused = Vec::new();
+        let mut contradicted = Vec::new();
         let live_at = meta_get(&self.conn, "live_at")?.and_then(|v| v.parse::<i64>().ok());
         for (i, r) in batch.runs.iter().enumerate() {
             match RunRecord::from_job_run(r, now) {
                 Ok(rec) => {
                     let rec = self.fold_raced_requeue(rec);
                     let (rec, lost) = self.started_again(rec, batch.collected_at, live_at);
+                    contradicted.extend(self.end_contradicted(&rec, batch.collected_at));
                     recs.extend(lost);
                     recs.push(rec);
                 }
@@ -54,7 +76,30 @@ impl Store {
         if let Some(live) = &batch.live {
             out.closed = self.close_forgotten(live, batch.collected_at)?;
         }
-        Ok(out)
+        Ok((out, contradicted))
+    }
+
+    /// Whether `rec`, collected at `collected_at`, reports running a run
+    /// whose stored row already ended before then. The merge rule keeps the
+    /// stored end (an end is final: a run reopened by a late or wrong report
+    /// would be charged twice), so the report counts as "unchanged"; this
+    /// names it, for the warning and the counter that say the controller and
+    /// the ledger disagree (an imported end while the job still ran, most
+    /// likely). A report collected before the end is only late, not a
+    /// contradiction.
+    fn end_contradicted(&self, rec: &RunRecord, collected_at: i64) -> Option<EndContradicted> {
+        if rec.state != RunState::Running || rec.end.is_some() {
+            return None;
+        }
+        let old = self
+            .ledger
+            .find_rerun(rec.job_id, rec.run, rec.submit, rec.rerun)?;
+        let end = old.end.filter(|&e| e < collected_at)?;
+        (old.state == RunState::Ended).then_some(EndContradicted {
+            job_id: rec.job_id,
+            run: rec.run,
+            end,
+        })
     }
 
     /// A cancel racing a requeue (`scontrol requeue` and `scancel` within

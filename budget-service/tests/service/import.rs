@@ -224,3 +224,66 @@ fn an_imported_end_the_controller_contradicts_is_refused_and_the_run_stays_charg
     let h = u["rows"][0]["usage_gpu_hours"].as_f64().expect("usage");
     assert!((h - 5.0).abs() < 0.01, "{u}");
 }
+
+/// The value of an unlabelled sample in `/metrics`.
+fn metric(c: &budget_client::Client, name: &str) -> Option<f64> {
+    let r = c.request("GET", "/metrics", &[], None).expect("metrics");
+    assert_eq!(r.status, 200);
+    let text = String::from_utf8(r.body).expect("utf8");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[test]
+fn a_sync_reporting_running_a_run_an_import_ended_keeps_the_end_and_is_counted() {
+    let s = setup();
+    let c = s.unix();
+    let now = budget_service::clock::now();
+    let iso = |t: i64| {
+        jiff::Timestamp::from_second(t)
+            .expect("time")
+            .strftime("%Y-%m-%dT%H:%M:%S")
+            .to_string()
+    };
+    let run = |id: u32| {
+        serde_json::json!({"job_id": id, "run": 0, "account": "teama", "user": "alice",
+                           "gpus": 1, "state": "running", "start": now - 4 * 3600})
+    };
+    let sync = |at: i64, runs: serde_json::Value| {
+        let (st, b) = call(
+            &c,
+            "POST",
+            "/v1/sync/jobs",
+            Some(&serde_json::json!({"collected_at": at, "runs": runs})),
+        );
+        assert_eq!(st, 200, "{b}");
+        b
+    };
+    let name = "budget_sync_contradicted_runs_total";
+    // Jobs 400 and 401 run; no complete live set yet, so an import may end them.
+    sync(now - 3600, serde_json::json!([run(400), run(401)]));
+    assert_eq!(metric(&c, name), Some(0.0));
+    // sacct says 400 ended 3 h ago.
+    let text = format!(
+        "{HEADER}\n400|teama|alice|gpu|gres/gpu=1|{}|{}|COMPLETED\n",
+        iso(now - 4 * 3600),
+        iso(now - 3 * 3600)
+    );
+    let (st, b) = import(&c, &text, false);
+    assert_eq!((st, &b["updated"]), (200, &serde_json::json!(1)), "{b}");
+    // The controller still reports both running: the import's end is kept
+    // (counted unchanged), and the contradiction is counted, once per report.
+    let b = sync(now, serde_json::json!([run(400), run(401)]));
+    assert_eq!(b["unchanged"], 2, "{b}");
+    assert_eq!(metric(&c, name), Some(1.0));
+    sync(now + 1, serde_json::json!([run(400)]));
+    assert_eq!(metric(&c, name), Some(2.0));
+    // A late report collected before the end contradicts nothing.
+    sync(now - 3 * 3600 - 60, serde_json::json!([run(400)]));
+    assert_eq!(metric(&c, name), Some(2.0));
+    // 400 stays charged for its hour only; 401 for the 4 h it ran.
+    let (_, u) = call(&c, "GET", &format!("/v1/usage?by=user&at={now}"), None);
+    let h = u["rows"][0]["usage_gpu_hours"].as_f64().expect("usage");
+    assert!((h - 5.0).abs() < 0.01, "{u}");
+}
