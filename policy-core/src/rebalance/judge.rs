@@ -6,8 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::inflight::InFlight;
 use super::jobs::{PendingJob, RunningJob, expected_lost_gpu_secs, tidy, weighted_lost_gpu_secs};
-use super::state::{PreemptState, split_at};
-use super::wait::node_name;
+use super::state::{PreemptState, node_name, shortfall, split_at};
 use crate::fairshare::{FairShare, NodeKind, Tier};
 use crate::protection::{is_protected, protected_until};
 
@@ -290,6 +289,24 @@ pub fn judge_sides(
     })
 }
 
+/// Entitled GPU-seconds (weighted) that preempting `gpus` weighted GPUs now
+/// delivers to the preemptor's side of `sides` sooner than the forecast's
+/// releases would, over the next window: the part of the deficit not yet
+/// granted to other preemptors that these GPUs cover, for as long as
+/// turnover would have left it missing. 0 before [`judge_sides`] computed
+/// the forecast.
+fn benefit(state: &PreemptState, sides: &SideVerdict, gpus: f64, now: i64) -> f64 {
+    let Some(f) = state.forecast.get() else {
+        return 0.0;
+    };
+    let releases = f.releases.get(&sides.ps).map(Vec::as_slice).unwrap_or(&[]);
+    let deficit = sides.deficit;
+    let short = |x: f64| shortfall(deficit - x, releases, now, now + state.window);
+    let from = sides.in_flight.min(deficit);
+    let to = (sides.in_flight + gpus).min(deficit);
+    (short(from) - short(to)).max(0.0)
+}
+
 /// Victim-level checks, after [`judge_sides`] allowed the pair of sides.
 pub fn judge_victim(
     state: &PreemptState,
@@ -338,7 +355,7 @@ pub fn judge_victim(
         });
     }
     if let Some(factor) = policy.benefit_factor {
-        let benefit = state.benefit(sides, size, now);
+        let benefit = benefit(state, sides, size, now);
         let cost = charged + policy.restart_cost.max(0.0) * size;
         if benefit < factor * cost {
             return Err(Denied::NotWorthIt {

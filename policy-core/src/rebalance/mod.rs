@@ -129,11 +129,15 @@
 //! - `policy.rs`: the knobs ([`RebalancePolicy`]) and their parsing;
 //! - `jobs.rs`: the job views ([`RunningJob`], [`PendingJob`], [`PastPreemption`])
 //!   and their amounts (weighted GPUs, lost work);
-//! - `state.rs`: the period state ([`PreemptState`]) and its turnover forecast;
+//! - `state.rs`: the period state ([`PreemptState`]), its turnover forecast and the
+//!   tree's node names ([`node_name`]);
 //! - `inflight.rs`: grants and victims allowed within a period ([`InFlight`]);
 //! - `judge.rs`: the callback's judgement ([`decide`], [`judge_sides`],
 //!   [`judge_victim`]) and the victim order ([`victim_priority`]);
 //! - `wait.rs`: the rule in words ([`explain_wait`], [`describe_wait`], [`describe`]).
+//!
+//! Each file imports only from the ones listed above it (`wait.rs` reads `judge.rs`,
+//! which reads `state.rs`), so the stages form no import circle.
 //!
 //! [`FairShare`]: crate::FairShare
 
@@ -156,7 +160,5 @@ pub use judge::{
     victim_priority,
 };
 pub use policy::{PolicyError, RebalancePolicy};
-pub use state::{PreemptState, Release, SideState, entitled_with_balance};
-pub use wait::{
-    Wait, denied_words, describe, describe_wait, explain_wait, gpus_text, node_name, utc,
-};
+pub use state::{PreemptState, Release, SideState, entitled_with_balance, node_name};
+pub use wait::{Wait, denied_words, describe, describe_wait, explain_wait, gpus_text, utc};

@@ -12,9 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::jobs::{
     PastPreemption, PendingJob, RunningJob, billing_weight, tidy, weighted_lost_gpu_secs,
 };
-use super::judge::SideVerdict;
 use super::policy::RebalancePolicy;
-use crate::fairshare::{FairShare, Tier};
+use crate::fairshare::{FairShare, NodeKind, Tier};
 
 /// The GPUs below which a side counts as below its entitlement for the
 /// entitlement-first order ([`RebalancePolicy::balance_band`]): its entitled
@@ -620,27 +619,20 @@ impl PreemptState {
             })
     }
 
-    /// Entitled GPU-seconds (weighted) that preempting `gpus` weighted GPUs now
-    /// delivers to the preemptor's side of `sides` sooner than the forecast's
-    /// releases would, over the next window: the part of the deficit not yet
-    /// granted to other preemptors that these GPUs cover, for as long as
-    /// turnover would have left it missing. 0 before [`judge_sides`] computed
-    /// the forecast.
-    pub(super) fn benefit(&self, sides: &SideVerdict, gpus: f64, now: i64) -> f64 {
-        let Some(f) = self.forecast.get() else {
-            return 0.0;
-        };
-        let releases = f.releases.get(&sides.ps).map(Vec::as_slice).unwrap_or(&[]);
-        let deficit = sides.deficit;
-        let short = |x: f64| shortfall(deficit - x, releases, now, now + self.window);
-        let from = sides.in_flight.min(deficit);
-        let to = (sides.in_flight + gpus).min(deficit);
-        (short(from) - short(to)).max(0.0)
-    }
-
     /// Whether the state was computed from `fs`.
     pub(super) fn matches(&self, fs: &FairShare) -> bool {
         self.fair_share_at == Some(fs.at) && self.nodes.len() == fs.nodes.len()
+    }
+}
+
+/// Printable name of a node (`account` or `account/user`).
+pub fn node_name(fs: &FairShare, node: usize) -> String {
+    match fs.nodes.get(node) {
+        Some(n) => match &n.kind {
+            NodeKind::Account => n.name.clone(),
+            NodeKind::User { account } => format!("{account}/{}", n.name),
+        },
+        None => String::new(),
     }
 }
 
@@ -658,7 +650,7 @@ fn depth(fs: &FairShare, mut node: usize) -> usize {
 
 /// GPU-seconds missing over `[now, horizon)` when `need` GPUs are missing at
 /// `now` and `releases` arrive in time order.
-fn shortfall(need: f64, releases: &[Release], now: i64, horizon: i64) -> f64 {
+pub(super) fn shortfall(need: f64, releases: &[Release], now: i64, horizon: i64) -> f64 {
     let mut level = need;
     let mut t = now;
     let mut total = 0.0;

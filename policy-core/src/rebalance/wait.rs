@@ -1,14 +1,14 @@
 //! The rule in words for logs and `budgetctl why`: why a pending job waits
 //! ([`explain_wait`], [`describe_wait`]), an allowed rebalancing ([`describe`])
-//! and a refusal ([`denied_words`]), with node names and amounts as text.
+//! and a refusal ([`denied_words`]), with amounts as text.
 
 use serde::{Deserialize, Serialize};
 
 use super::inflight::InFlight;
 use super::jobs::{PendingJob, RunningJob};
 use super::judge::{Allowed, Clause, Denied, Rebalance, decide, victim_priority};
-use super::state::PreemptState;
-use crate::fairshare::{FairShare, NodeKind};
+use super::state::{PreemptState, node_name};
+use crate::fairshare::FairShare;
 use crate::protection::protected_until;
 
 /// Weighted GPUs in words: a whole number without decimals, else up to two.
@@ -25,17 +25,6 @@ pub fn gpus_text(x: f64) -> String {
 /// job's GPUs weigh other than 1.
 pub(super) fn unit(weighted: bool) -> &'static str {
     if weighted { "weighted GPUs" } else { "GPUs" }
-}
-
-/// Printable name of a node (`account` or `account/user`).
-pub fn node_name(fs: &FairShare, node: usize) -> String {
-    match fs.nodes.get(node) {
-        Some(n) => match &n.kind {
-            NodeKind::Account => n.name.clone(),
-            NodeKind::User { account } => format!("{account}/{}", n.name),
-        },
-        None => String::new(),
-    }
 }
 
 /// Node names of an allowed rebalancing, for logs and `budgetctl why`
