@@ -245,6 +245,16 @@ fn placed_elsewhere(store: &Store, r: &AgentReport) -> BTreeSet<u32> {
 
 /// Ingests one report in one transaction; a bad report changes nothing.
 pub fn ingest(store: &mut Store, r: &AgentReport, now: i64) -> AppResult<ReportOutcome> {
+    Ok(ingest_noting_off_node(store, r, now)?.0)
+}
+
+/// [`ingest`], also returning how many of the report's jobs were ignored
+/// because the ledger places them on other nodes.
+pub fn ingest_noting_off_node(
+    store: &mut Store,
+    r: &AgentReport,
+    now: i64,
+) -> AppResult<(ReportOutcome, usize)> {
     check(r, now)?;
     let text = serde_json::to_string(r)?;
     let mut out = ReportOutcome {
@@ -305,7 +315,7 @@ pub fn ingest(store: &mut Store, r: &AgentReport, now: i64) -> AppResult<ReportO
         params![keep_streaks_from],
     )? as u64;
     tx.commit()?;
-    Ok(out)
+    Ok((out, elsewhere.len()))
 }
 
 /// Who may see a job: `(account, user)` from the ledger, either unknown.

@@ -171,7 +171,7 @@ pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) 
         snap.snapshot.policy.snapshot_max_age_secs,
     );
     let c = &state.counters;
-    let counters: [(&str, &str, u64); 9] = [
+    let counters: [(&str, &str, u64); 13] = [
         (
             "budget_syncs_total",
             "Job-state syncs accepted.",
@@ -201,6 +201,26 @@ pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) 
             "budget_auth_refusals_total",
             "Requests refused with 401 or 403.",
             load(&c.auth_refusals),
+        ),
+        (
+            "budget_connections_refused_total",
+            "Connections closed at once, unread, because a connection cap was reached.",
+            load(&c.connections_refused),
+        ),
+        (
+            "budget_reserve_refusals_total",
+            "Requests on a reserved TCP connection answered 503 for carrying no controller or agent token.",
+            load(&c.reserve_refusals),
+        ),
+        (
+            "budget_reads_throttled_total",
+            "Expensive reads (share, usage, why, idle) refused with 429.",
+            load(&c.reads_throttled),
+        ),
+        (
+            "budget_agent_jobs_off_node_total",
+            "Jobs in agent reports ignored because the ledger places them on other nodes.",
+            load(&c.agent_jobs_off_node),
         ),
         (
             "budget_last_sync_timestamp_seconds",

@@ -197,6 +197,9 @@ async fn serve_conn<S>(
         let refused = reserve
             .as_ref()
             .is_some_and(|s| !crate::auth::may_use_connection_reserve(s, req.headers()));
+        if refused && let Some(s) = &reserve {
+            s.counters.reserve_refusals.fetch_add(1, Ordering::Relaxed);
+        }
         req.extensions_mut().insert(ConnectInfo(peer.clone()));
         let mut app = app.clone();
         async move {

@@ -49,6 +49,12 @@ pub struct Counters {
     pub connections_refused: AtomicU64,
     /// Expensive reads refused with 429 (per-caller rate or concurrency).
     pub reads_throttled: AtomicU64,
+    /// Requests on a connection of the TCP reserve answered 503 because they
+    /// carry no controller or agent token (`crate::server`).
+    pub reserve_refusals: AtomicU64,
+    /// Jobs in agent reports ignored because the ledger places them on
+    /// other nodes (`crate::idle`).
+    pub agent_jobs_off_node: AtomicU64,
 }
 
 /// Everything handlers share.

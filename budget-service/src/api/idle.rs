@@ -26,7 +26,12 @@ pub async fn report(
     // Bound to the node: an agent token reports for the nodes it lists only.
     caller.require_agent_for(&st, &r.node, "post node-agent reports")?;
     let t = now();
-    let out = st.with_store(move |s| idle::ingest(s, &r, t)).await?;
+    let (out, off_node) = st
+        .with_store(move |s| idle::ingest_noting_off_node(s, &r, t))
+        .await?;
+    st.counters
+        .agent_jobs_off_node
+        .fetch_add(off_node as u64, std::sync::atomic::Ordering::Relaxed);
     Ok(Json(out))
 }
 

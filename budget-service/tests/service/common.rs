@@ -92,3 +92,13 @@ pub fn add_member(c: &Client, user: &str, account: &str) {
 pub fn err(b: &Value) -> String {
     b["error"].as_str().unwrap_or_default().to_string()
 }
+
+/// The value of an unlabelled sample in `/metrics`.
+pub fn metric(c: &budget_client::Client, name: &str) -> Option<f64> {
+    let r = c.request("GET", "/metrics", &[], None).expect("metrics");
+    assert_eq!(r.status, 200);
+    let text = String::from_utf8(r.body).expect("utf8");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+}

@@ -226,6 +226,7 @@ fn the_controller_and_agents_get_in_over_tcp_while_idle_clients_hold_the_general
     );
     // Anyone else gets no connection out of the reserve: a user's request is
     // answered 503 and its connection closed, an unauthenticated one too.
+    let mut answered_503 = 0.0;
     for token in [Some(ALICE_TOKEN), None] {
         let r = s
             .tcp(token)
@@ -235,7 +236,16 @@ fn the_controller_and_agents_get_in_over_tcp_while_idle_clients_hold_the_general
             matches!(r, Ok(503) | Err(_)),
             "{token:?} was served over the general cap: {r:?}"
         );
+        if matches!(r, Ok(503)) {
+            answered_503 += 1.0;
+        }
     }
+    // Each refusal from the reserve is counted.
+    assert!(answered_503 > 0.0, "no request was answered 503");
+    assert_eq!(
+        metric(&s.unix(), "budget_reserve_refusals_total"),
+        Some(answered_503)
+    );
     drop(held);
 }
 
@@ -254,6 +264,7 @@ fn expensive_reads_are_limited_per_caller_but_not_for_admins_or_the_controller()
         vec![200, 200, 200, 429, 429],
         "alice's share reads"
     );
+    assert_eq!(metric(&s.unix(), "budget_reads_throttled_total"), Some(2.0));
     // Another user has a budget of their own; admins and the controller have none.
     assert_eq!(
         call(&s.tcp(Some(CAROL_TOKEN)), "GET", "/v1/usage", None).0,

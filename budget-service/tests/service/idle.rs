@@ -374,4 +374,6 @@ fn a_report_flags_only_the_jobs_the_ledger_places_on_its_node() {
         .collect();
     assert!(!flagged.contains(&202), "{v}");
     assert!(flagged.contains(&101) && flagged.contains(&404), "{v}");
+    // The job ignored is counted, once per report that names it.
+    assert_eq!(metric(&c, "budget_agent_jobs_off_node_total"), Some(1.0));
 }

@@ -225,16 +225,6 @@ fn an_imported_end_the_controller_contradicts_is_refused_and_the_run_stays_charg
     assert!((h - 5.0).abs() < 0.01, "{u}");
 }
 
-/// The value of an unlabelled sample in `/metrics`.
-fn metric(c: &budget_client::Client, name: &str) -> Option<f64> {
-    let r = c.request("GET", "/metrics", &[], None).expect("metrics");
-    assert_eq!(r.status, 200);
-    let text = String::from_utf8(r.body).expect("utf8");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 #[test]
 fn a_sync_reporting_running_a_run_an_import_ended_keeps_the_end_and_is_counted() {
     let s = setup();
