@@ -10,7 +10,12 @@
 //! with a 4xx (bad query or body, authentication, permission, body too large,
 //! rate limit, timeout, Slurm refusing: 409) or a 5xx (Slurm unreachable: 502, the
 //! database failed); [`served`] adds those two responses to each operation, so no
-//! operation can be listed without them.
+//! operation can be listed without them. It also lists, on each operation, the two
+//! refusals that come before any handler and so concern every route alike: 403 for
+//! an agent token on any authenticated route but its reports (agent tokens read
+//! nothing; `/v1/health` and this document need no authentication), and
+//! 503 for a TCP connection in the reserve kept for controller and agent tokens
+//! when the request carries neither (`crate::server`).
 
 use std::sync::OnceLock;
 
@@ -25,7 +30,9 @@ pub const DOCUMENT: &str = r##"{
   "components": {
     "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
     "responses": {
-      "Error": { "description": "{\"error\": \"...\"} (details: per-item errors, e.g. an import's bad lines)", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
+      "Error": { "description": "{\"error\": \"...\"} (details: per-item errors, e.g. an import's bad lines)", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } },
+      "Forbidden": { "description": "the caller's role may not do this; an agent token (role=agent) is refused every authenticated route but POST /v1/agent/report", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } },
+      "Unavailable": { "description": "over TCP, a connection admitted beyond max_connections or the per-address cap, into the reserve kept for controller and agent tokens (reserved_connections): a request carrying neither token is answered this and the connection closed; try again later", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } }
     },
     "schemas": {
       "Error": { "type": "object", "required": ["error"], "properties": { "error": { "type": "string" }, "details": {} } },
@@ -161,6 +168,7 @@ pub fn served() -> &'static str {
             return DOCUMENT.to_string();
         };
         let error = serde_json::json!({ "$ref": "#/components/responses/Error" });
+        let shared = doc["components"]["responses"].clone();
         if let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) {
             for item in paths.values_mut() {
                 let Some(item) = item.as_object_mut() else {
@@ -170,17 +178,51 @@ pub fn served() -> &'static str {
                     if !["get", "post", "patch", "put", "delete"].contains(&method.as_str()) {
                         continue;
                     }
+                    let open = op["security"].as_array().is_some_and(Vec::is_empty);
                     if let Some(responses) = op.get_mut("responses").and_then(|r| r.as_object_mut())
                     {
                         for range in ["4XX", "5XX"] {
                             responses.entry(range).or_insert_with(|| error.clone());
                         }
+                        // Refusals before any handler, on every route alike.
+                        if !open {
+                            add_refusal(responses, &shared, "403", "Forbidden");
+                        }
+                        add_refusal(responses, &shared, "503", "Unavailable");
                     }
                 }
             }
         }
         serde_json::to_string_pretty(&doc).unwrap_or_else(|_| DOCUMENT.to_string())
     })
+}
+
+/// Lists the refusal `status` ([`DOCUMENT`]'s response `name`) on an
+/// operation: the shared response where the operation lists none, else the
+/// operation's own description followed by the shared one.
+fn add_refusal(
+    responses: &mut serde_json::Map<String, serde_json::Value>,
+    shared: &serde_json::Value,
+    status: &str,
+    name: &str,
+) {
+    let shared = &shared[name];
+    match responses.get_mut(status) {
+        None => {
+            responses.insert(
+                status.to_string(),
+                serde_json::json!({ "$ref": format!("#/components/responses/{name}") }),
+            );
+        }
+        Some(own) => {
+            let text = format!(
+                "{}; or {}",
+                own["description"].as_str().unwrap_or_default(),
+                shared["description"].as_str().unwrap_or_default()
+            );
+            own["description"] = serde_json::Value::String(text);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -199,12 +241,18 @@ mod tests {
                     continue;
                 }
                 ops += 1;
-                for range in ["4XX", "5XX"] {
+                for range in ["4XX", "5XX", "503"] {
                     assert!(
                         op["responses"][range].is_object(),
                         "{method} {path}: no {range}"
                     );
                 }
+                let open = op["security"].as_array().is_some_and(Vec::is_empty);
+                assert_eq!(
+                    op["responses"]["403"].is_object(),
+                    !open,
+                    "{method} {path}: 403 listed on a route without authentication, or missing"
+                );
             }
         }
         assert!(ops > 30, "{ops} operations");

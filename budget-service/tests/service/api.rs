@@ -69,6 +69,42 @@ fn openapi_lists_every_route_and_routes_answer() {
 }
 
 #[test]
+fn agent_tokens_get_the_documented_403_on_every_other_route_and_every_route_lists_the_reserve_503()
+{
+    let s = start();
+    let (_, doc) = call(&s.unix(), "GET", "/v1/openapi.json", None);
+    let agent = s.tcp(Some(AGENT_TOKEN));
+    for (path, methods) in ROUTES {
+        for m in *methods {
+            let responses = &doc["paths"][*path][*m]["responses"];
+            assert!(
+                responses["503"].is_object(),
+                "{m} {path}: the reserve's 503 is not documented"
+            );
+            // Routes without authentication answer anyone, agents included.
+            let open = doc["paths"][*path][*m]["security"]
+                .as_array()
+                .is_some_and(Vec::is_empty);
+            if *path == "/v1/agent/report" || open {
+                continue;
+            }
+            let concrete = path
+                .replace("{name}", "x")
+                .replace("{account}", "x")
+                .replace("{user}", "y")
+                .replace("{nodes}", "n1")
+                .replace("{id}", "1");
+            let (st, b) = call(&agent, &m.to_uppercase(), &concrete, None);
+            assert_eq!(st, 403, "{m} {path} for an agent token: {b}");
+            assert!(
+                responses["403"].is_object(),
+                "{m} {path}: answers agent tokens 403, not documented"
+            );
+        }
+    }
+}
+
+#[test]
 fn metrics_report_usage_tiers_and_errors() {
     let s = start();
     let c = s.unix();
