@@ -31,7 +31,7 @@ fn sync_one(s: &mut Store, r: JobRun, now: i64) -> SyncOutcome {
     .expect("sync")
 }
 
-/// Issue 11 item 7: a job id Slurm reuses (a cold-started controller, or
+/// A job id Slurm reuses (a cold-started controller, or
 /// MaxJobId wrapping) is a new run, never merged into the old job's; a
 /// database from before the submit key migrates, its rows adopting the
 /// submit time the upgraded plugin sends, without duplicates.
@@ -118,7 +118,7 @@ fn live(s: &mut Store, at: i64, jobs: &[(u32, i64)]) -> u64 {
     .closed
 }
 
-/// Issue 11 item 12: with the complete live set, the runs Slurm forgot are
+/// With the complete live set, the runs Slurm forgot are
 /// closed at the previous complete set's time; live ones stay open; a
 /// pending run never charged; a stale submission of a reused id closed.
 #[test]
@@ -188,7 +188,7 @@ fn a_stale_live_set_is_ignored() {
     assert_eq!(s.ledger().get(5, 0).and_then(|r| r.end), Some(300));
 }
 
-/// Issue 11 item 12: a cancel racing a requeue makes Slurm report run 1
+/// A cancel racing a requeue makes Slurm report run 1
 /// with run 0's start; it ends run 0 (charged once), a resend changes
 /// nothing, and a real run 1 (its own, later start) stays a run of its own.
 #[test]
