@@ -63,6 +63,30 @@ pub type JobDetails = sys::job_details;
 #[cfg(slurm_23_02)]
 pub type JobDetails = sys::job_details_t;
 
+/// A Slurm record of integers and raw pointers whose all-zero bytes are a valid
+/// empty value (numbers 0, pointers NULL), as `xmalloc` hands one to slurmctld
+/// before it fills it in. Tests and benchmarks build records from it field by field
+/// instead of each calling `std::mem::zeroed` under its own `unsafe`.
+///
+/// # Safety
+/// Implement only for C structs made of integers, floats, raw pointers, optional
+/// function pointers and arrays or unions of those.
+pub unsafe trait EmptyRecord: Sized {
+    /// The record with every field zero or NULL.
+    fn empty() -> Self {
+        // SAFETY: the trait's contract: all-zero bytes are a valid value of Self.
+        unsafe { std::mem::zeroed() }
+    }
+}
+
+// SAFETY: bindgen's plain C structs of slurmctld's job record, its details, and
+// slurmdbd's QOS record: integers, floats, raw pointers and optional fn pointers.
+unsafe impl EmptyRecord for sys::job_record_t {}
+// SAFETY: as above.
+unsafe impl EmptyRecord for JobDetails {}
+// SAFETY: as above.
+unsafe impl EmptyRecord for sys::slurmdb_qos_rec_t {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -123,13 +123,11 @@ unsafe fn gres_list_gpus(job: &job_record_t) -> Gpus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use slurm_ffi::JobDetails;
+    use slurm_ffi::{EmptyRecord, JobDetails};
 
     #[test]
     fn the_request_strings_count_per_job_else_per_node() {
-        // SAFETY: plain C structs; all-zero is an empty record (NULL pointers).
-        let (mut details, mut job): (JobDetails, job_record_t) =
-            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        let (mut details, mut job) = (JobDetails::empty(), job_record_t::empty());
         // SAFETY: a valid record with literal strings, read by this thread only.
         // (`job_gpus` reads them only without a GRES list, which needs a live Slurm.)
         let gpus = |job: &job_record_t| unsafe { requested_gpus(job) };

@@ -186,14 +186,12 @@ pub unsafe fn facts_with_gpus(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use slurm_ffi::sys::slurmdb_qos_rec_t;
+    use slurm_ffi::{EmptyRecord, sys::slurmdb_qos_rec_t};
     use slurm_plugin_common::gpus::requested_gpus;
 
     #[test]
     fn facts_of_a_record() {
-        // SAFETY: plain C structs; all-zero is an empty record (NULL pointers).
-        let (mut job, mut qos): (job_record_t, slurmdb_qos_rec_t) =
-            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        let (mut job, mut qos) = (job_record_t::empty(), slurmdb_qos_rec_t::empty());
         job.job_id = 9;
         job.user_id = 4242;
         job.job_state = slurm_ffi::sys::JOB_RUNNING;

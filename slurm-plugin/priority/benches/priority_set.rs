@@ -16,8 +16,8 @@ use budget_protocol::PluginSnapshot;
 use policy_core::{AccountSpec, FairShare, GpuWeights, MemberSpec, TreeSpec};
 use priority_budget::compute::{self, JobKey};
 use priority_budget::state::state;
-use slurm_ffi::JobDetails;
 use slurm_ffi::sys::job_record_t;
+use slurm_ffi::{EmptyRecord, JobDetails};
 
 fn snapshot() -> PluginSnapshot {
     let mut accounts = Vec::new();
@@ -136,13 +136,11 @@ fn main() {
     let comment = CString::new("min_runtime=4h").unwrap_or_default();
     // The contract as job_submit/budget stores it.
     let admin = CString::new("budget:min_runtime=14400").unwrap_or_default();
-    // SAFETY: plain C structs; all-zero is a valid "empty" record (NULL pointers).
-    let mut details: JobDetails = unsafe { std::mem::zeroed() };
+    let mut details = JobDetails::empty();
     details.submit_time = 999_000;
     details.begin_time = 999_000;
     details.nice = slurm_ffi::NICE_OFFSET;
-    // SAFETY: as above.
-    let mut job: job_record_t = unsafe { std::mem::zeroed() };
+    let mut job = job_record_t::empty();
     job.job_id = 1;
     job.user_id = 4242;
     job.account = account.as_ptr().cast_mut();

@@ -390,14 +390,12 @@ pub unsafe fn runs_with_gpus(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use slurm_ffi::sys::slurmdb_qos_rec_t;
+    use slurm_ffi::{EmptyRecord, sys::slurmdb_qos_rec_t};
     use slurm_plugin_common::gpus::requested_gpus;
 
     #[test]
     fn contract_is_the_stored_one_else_read_like_job_submit() {
-        // SAFETY: plain C structs; all-zero is an empty record (NULL pointers).
-        let (mut job, mut qos): (job_record_t, slurmdb_qos_rec_t) =
-            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        let (mut job, mut qos) = (job_record_t::empty(), slurmdb_qos_rec_t::empty());
         // SAFETY: a valid record with literal strings, read by this thread only.
         let read = |job: &job_record_t| unsafe { contract(job, 3600) };
         let c = |min_runtime, free_tier| Contract {
@@ -431,8 +429,7 @@ mod tests {
 
     #[test]
     fn synced_runs_carry_the_enforced_contract() {
-        // SAFETY: as above.
-        let mut job: job_record_t = unsafe { std::mem::zeroed() };
+        let mut job = job_record_t::empty();
         job.job_id = 7;
         job.job_state = slurm_ffi::sys::JOB_RUNNING;
         job.start_time = 1000;
@@ -468,8 +465,7 @@ mod tests {
 
     #[test]
     fn long_node_lists_and_partitions_are_cut_not_refused() {
-        // SAFETY: as above.
-        let mut job: job_record_t = unsafe { std::mem::zeroed() };
+        let mut job = job_record_t::empty();
         job.job_id = 9;
         job.job_state = slurm_ffi::sys::JOB_RUNNING;
         job.start_time = 1000;
@@ -502,9 +498,7 @@ mod tests {
     #[test]
     fn a_requeued_run_is_reported_with_its_own_submit_time_only() {
         use slurm_ffi::sys;
-        // SAFETY: plain C structs; all-zero is an empty record (NULL pointers).
-        let (mut job, mut details): (job_record_t, slurm_ffi::JobDetails) =
-            unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        let (mut job, mut details) = (job_record_t::empty(), slurm_ffi::JobDetails::empty());
         job.job_id = 23;
         job.account = c"exact".as_ptr().cast_mut();
         job.user_name = c"alice".as_ptr().cast_mut();
