@@ -6,6 +6,7 @@
 //! snapshot_refresh_secs = 15      # recompute the plugin snapshot at least this often
 //! body_limit_bytes = 4194304     # JSON bodies
 //! import_limit_bytes = 268435456 # usage import (sacct text)
+//! import_batch_runs = 2000        # runs per import transaction (the store lock is free between)
 //!
 //! user_body_limit_bytes = 65536  # bodies of callers that are neither admin nor controller
 //! header_timeout_secs = 10        # request head (and idle keep-alive) deadline
@@ -128,6 +129,11 @@ pub struct Config {
     /// Largest accepted `usage import` file (sacct text).
     #[serde(default = "default_import_limit")]
     pub import_limit_bytes: usize,
+    /// Runs an import stores per transaction: the store lock is taken and
+    /// released per batch, so a sync or a snapshot waits for one batch at
+    /// most, never for a whole large import.
+    #[serde(default = "default_import_batch")]
+    pub import_batch_runs: usize,
     /// A node whose latest agent report is older than this flags no job as
     /// idle (its agent stopped: the streaks it last saw are no longer news).
     #[serde(default = "default_agent_stale")]
@@ -213,6 +219,12 @@ fn default_import_limit() -> usize {
     256 * 1024 * 1024
 }
 
+/// The plugin's largest sync chunk: an import batch keeps the store lock
+/// about as long as a sync may (measured in docs/benchmarks.md).
+fn default_import_batch() -> usize {
+    2000
+}
+
 fn default_agent_stale() -> i64 {
     300
 }
@@ -227,6 +239,7 @@ impl Default for Config {
             snapshot_refresh_secs: default_refresh(),
             body_limit_bytes: default_body_limit(),
             import_limit_bytes: default_import_limit(),
+            import_batch_runs: default_import_batch(),
             agent_stale_secs: default_agent_stale(),
             user_body_limit_bytes: default_user_body_limit(),
             header_timeout_secs: default_header_timeout(),
@@ -328,6 +341,9 @@ impl Config {
         }
         if cfg.snapshot_refresh_secs < 1 {
             return Err("snapshot_refresh_secs must be >= 1".into());
+        }
+        if cfg.import_batch_runs < 1 {
+            return Err("import_batch_runs must be >= 1".into());
         }
         if cfg.agent_stale_secs < 1 {
             return Err("agent_stale_secs must be >= 1".into());

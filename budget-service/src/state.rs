@@ -88,6 +88,10 @@ pub struct Inner {
     /// by `budgetctl undrain` drained again 0.1 s later). A tokio mutex: it is held
     /// across `scontrol`/`squeue` awaits.
     pub drain_ops: tokio::sync::Mutex<()>,
+    /// Held by a usage import from its parse to its last batch: one import
+    /// at a time, so the batches of two imports never interleave and each
+    /// report counts against the ledger its own earlier batches left.
+    pub imports: tokio::sync::Mutex<()>,
     /// Slurm's nodes and jobs as last read for the drains, which `GET
     /// /v1/drains` answers from (`None`: not read yet).
     pub drain_view: Mutex<Option<Arc<crate::drains::SlurmView>>>,
@@ -139,6 +143,7 @@ impl AppState {
             started_at: crate::clock::now(),
             plugin_fetches: Mutex::new(BTreeMap::new()),
             drain_ops: tokio::sync::Mutex::new(()),
+            imports: tokio::sync::Mutex::new(()),
             drain_view: Mutex::new(None),
             capacity: Mutex::new(None),
             socket_path: Mutex::new(None),

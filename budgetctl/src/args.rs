@@ -263,7 +263,10 @@ pub enum UsageCmd {
     /// Start; array tasks 123_4 get their own keys; PENDING and never-started
     /// lines are skipped. Re-importing the same file changes nothing. Bad lines
     /// are listed with their numbers: nothing is imported unless
-    /// --skip-invalid, which imports the valid lines.
+    /// --skip-invalid, which imports the valid lines. A large file is stored in
+    /// batches (budgetd's import_batch_runs); if budgetd stops half way, the
+    /// batches stored stay, and importing the same file again completes it
+    /// without charging anything twice.
     Import {
         file: std::path::PathBuf,
         #[arg(long)]

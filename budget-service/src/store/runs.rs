@@ -271,9 +271,55 @@ impl Store {
         self.ingest_audited(recs, source, strict, |_| None)
     }
 
+    /// One batch of an import (`crate::api::import`): `recs` are the parsed
+    /// file's records from index `first` on. Checked against the store as it
+    /// is now (an import stores its batches under separate takes of the store
+    /// lock): a record whose account was deleted since the file was parsed is
+    /// refused like a conflict, the rest go through [`Store::ingest`]'s strict
+    /// merge. The batch's runs and the audit row `audit` makes from the
+    /// batch's outcome are one transaction, so a backup or a crash never has
+    /// one without the other. Refused records are named by their index in
+    /// the whole file's records.
+    pub(crate) fn import_batch<'a>(
+        &mut self,
+        recs: &[RunRecord],
+        first: usize,
+        audit: impl FnOnce(&SyncOutcome) -> Option<Change<'a>>,
+    ) -> AppResult<SyncOutcome> {
+        let mut gone = Vec::new();
+        let mut known = Vec::with_capacity(recs.len());
+        let mut index = Vec::with_capacity(recs.len());
+        for (i, rec) in recs.iter().enumerate() {
+            if self.tree.account(&rec.account).is_some() {
+                known.push(rec.clone());
+                index.push(first + i);
+            } else {
+                gone.push(RefusedRun {
+                    job_id: rec.job_id,
+                    run: rec.run,
+                    index: first + i,
+                    error: format!(
+                        "account {:?} was deleted while the file was imported",
+                        rec.account
+                    ),
+                });
+            }
+        }
+        let mut out = self.ingest_audited(&known, "import", true, |o| {
+            let mut all = o.clone();
+            all.refused.extend(gone.iter().cloned());
+            audit(&all)
+        })?;
+        for r in &mut out.refused {
+            r.index = index.get(r.index).copied().unwrap_or(r.index);
+        }
+        out.refused.extend(gone);
+        out.refused.sort_by_key(|r| r.index);
+        Ok(out)
+    }
+
     /// [`Store::ingest`] with the audit row `audit` makes from the outcome written in
-    /// the same transaction (an import's runs and its audit row are one change: a
-    /// backup or a crash never has one without the other).
+    /// the same transaction.
     pub(crate) fn ingest_audited<'a>(
         &mut self,
         recs: &[RunRecord],

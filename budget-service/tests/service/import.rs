@@ -1,5 +1,7 @@
 //! `POST /v1/usage/import`: sacct history, bad lines with line numbers in
-//! both modes, unknown accounts, idempotent re-import.
+//! both modes, unknown accounts, idempotent re-import; a large import stored
+//! in batches (a sync goes between them, the counts are a single batch's, a
+//! partial import completed by importing the file again charges once).
 
 use serde_json::Value;
 
@@ -276,4 +278,317 @@ fn a_sync_reporting_running_a_run_an_import_ended_keeps_the_end_and_is_counted()
     let (_, u) = call(&c, "GET", &format!("/v1/usage?by=user&at={now}"), None);
     let h = u["rows"][0]["usage_gpu_hours"].as_f64().expect("usage");
     assert!((h - 5.0).abs() < 0.01, "{u}");
+}
+
+/// budgetd storing imports in batches of `batch` runs, with its state at
+/// hand (its store lock, to hold an import between two batches).
+struct Batched {
+    server: Server,
+    state: budget_service::AppState,
+    db: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+fn batched(batch: usize) -> Batched {
+    batched_on(tempfile::tempdir().expect("tempdir"), batch)
+}
+
+/// [`batched`] on the database `budget.db` already in `dir`, if any.
+fn batched_on(dir: tempfile::TempDir, batch: usize) -> Batched {
+    let db = dir.path().join("budget.db");
+    let config =
+        budget_service::Config::parse(&format!("import_batch_runs = {batch}\n{}", config_text()))
+            .expect("config");
+    let store = budget_service::Store::open(&db, &config.policy).expect("store");
+    let state = budget_service::AppState::new(store, config);
+    let server = Server::serve(state.clone(), &dir.path().join("budgetd.sock"), false);
+    Batched {
+        server,
+        state,
+        db,
+        _dir: dir,
+    }
+}
+
+impl Batched {
+    fn lock(&self) -> std::sync::MutexGuard<'_, budget_service::Store> {
+        self.state.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the store lock at a moment `ready` says yes to (tried each
+    /// time the lock is free: between two of an import's batches), and holds it.
+    fn lock_when(
+        &self,
+        ready: impl Fn(&budget_service::Store) -> bool,
+    ) -> std::sync::MutexGuard<'_, budget_service::Store> {
+        loop {
+            let g = self.lock();
+            if ready(&g) {
+                return g;
+            }
+            drop(g);
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// `n` (at most 1,380) one-GPU, one-hour completed runs of jobs `first..`,
+/// users u0-u6 in teama and teamb.
+fn sacct_file(first: u32, n: u32) -> String {
+    assert!(n <= 23 * 60);
+    let mut text = format!("{HEADER}\n");
+    for i in 0..n {
+        let (h, m) = (i / 60, i % 60);
+        text.push_str(&format!(
+            "{}|{}|u{}|gpu|gres/gpu=1|2026-01-01T{h:02}:{m:02}:00|2026-01-01T{:02}:{m:02}:00|COMPLETED\n",
+            first + i,
+            if i % 2 == 0 { "teama" } else { "teamb" },
+            i % 7,
+            h + 1,
+        ));
+    }
+    text
+}
+
+fn total_usage(c: &budget_client::Client) -> f64 {
+    ledger_usage(c)["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter_map(|r| r["usage_gpu_hours"].as_f64())
+        .sum()
+}
+
+fn setup_accounts(c: &budget_client::Client) {
+    add_account(c, "teama", None, 600.0);
+    add_account(c, "teamb", None, 300.0);
+}
+
+/// Runs `import` on a thread of its own.
+fn import_in_background(
+    c: budget_client::Client,
+    text: String,
+) -> std::thread::JoinHandle<(u16, Value)> {
+    std::thread::spawn(move || import(&c, &text, false))
+}
+
+#[test]
+fn a_sync_sent_during_a_large_import_is_answered_before_the_import_completes() {
+    let b = batched(5);
+    let c = b.server.unix();
+    setup_accounts(&c);
+    let n = 1200;
+    let (tx, events) = std::sync::mpsc::channel();
+    let import_tx = tx.clone();
+    let import_client = b.server.unix();
+    let importing = std::thread::spawn(move || {
+        let answer = import(&import_client, &sacct_file(10_000, n), false);
+        import_tx.send("import").expect("event");
+        answer
+    });
+    // Hold the import between two batches: some of its runs are stored, not all.
+    let held = b.lock_when(|s| !s.ledger().is_empty());
+    let stored = held.ledger().len();
+    assert!(
+        stored < n as usize,
+        "the import held the store lock from its first run to its last ({stored} runs)"
+    );
+    // The controller's sync arrives now and queues at the store lock.
+    let sync_tx = tx;
+    let sync_client = b.server.unix();
+    let syncing = std::thread::spawn(move || {
+        let body = serde_json::json!({"collected_at": budget_service::clock::now(), "runs": [
+            {"job_id": 90, "run": 0, "account": "teama", "user": "alice", "gpus": 1,
+             "state": "running", "start": budget_service::clock::now() - 60}]});
+        let (st, out) = call(&sync_client, "POST", "/v1/sync/jobs", Some(&body));
+        sync_tx.send("sync").expect("event");
+        (st, out)
+    });
+    while b
+        .state
+        .controller_waiting
+        .load(std::sync::atomic::Ordering::SeqCst)
+        == 0
+    {
+        std::thread::yield_now();
+    }
+    drop(held);
+    // The sync goes ahead of the import's next batch; hold the import again
+    // once the sync's run is stored, until the sync's answer is in.
+    let held = b.lock_when(|s| s.ledger().find(90, 0, 0).is_some());
+    let stored = held.ledger().len() - 1;
+    assert!(
+        stored < n as usize,
+        "the import completed before the sync was stored"
+    );
+    let (st, out) = syncing.join().expect("sync thread");
+    assert_eq!(
+        (st, &out["inserted"]),
+        (200, &serde_json::json!(1)),
+        "{out}"
+    );
+    drop(held);
+    let (st, report) = importing.join().expect("import thread");
+    assert_eq!(
+        (st, &report["inserted"]),
+        (200, &serde_json::json!(n)),
+        "{report}"
+    );
+    let order: Vec<&str> = events.try_iter().collect();
+    assert_eq!(order, ["sync", "import"]);
+    assert_eq!(b.lock().ledger().len(), n as usize + 1);
+}
+
+#[test]
+fn an_import_stopped_between_batches_is_completed_by_importing_the_file_again_charging_once() {
+    let b = batched(50);
+    let c = b.server.unix();
+    setup_accounts(&c);
+    let n = 1200u32;
+    let text = sacct_file(10_000, n);
+    let importing = import_in_background(b.server.unix(), text.clone());
+    // The database as a crash (kill -9, power loss) between two batches
+    // leaves it: the batches committed so far, nothing of the rest.
+    let crashed = tempfile::tempdir().expect("tempdir");
+    let held = b.lock_when(|s| !s.ledger().is_empty());
+    let kept = held.ledger().len();
+    assert!(kept > 0 && kept < n as usize, "{kept} runs stored");
+    rusqlite::Connection::open(&b.db)
+        .expect("open")
+        .execute(
+            "VACUUM INTO ?1",
+            [crashed.path().join("budget.db").display().to_string()],
+        )
+        .expect("copy");
+    drop(held);
+    let (st, _) = importing.join().expect("import thread");
+    assert_eq!(st, 200);
+    drop(b);
+
+    // budgetd started again on that database: the committed batches are
+    // there, each with its audit row.
+    let b = batched_on(crashed, 50);
+    let c = b.server.unix();
+    assert_eq!(b.lock().ledger().len(), kept);
+    assert_eq!(kept % 50, 0, "a batch is stored whole or not at all");
+    let (_, audit) = call(&c, "GET", "/v1/audit", None);
+    let batches: Vec<u64> = audit
+        .as_array()
+        .or_else(|| audit["entries"].as_array())
+        .expect("audit")
+        .iter()
+        .filter(|e| e["action"] == "usage.import")
+        .filter_map(|e| e["new"]["batch"].as_u64())
+        .collect();
+    assert_eq!(batches.len(), kept / 50, "{audit}");
+    assert!(((total_usage(&c)) - kept as f64).abs() < 1e-6);
+
+    // The same file again completes the import; nothing is charged twice.
+    let (st, report) = import(&c, &text, false);
+    assert_eq!(st, 200, "{report}");
+    assert_eq!(
+        (
+            &report["inserted"],
+            &report["unchanged"],
+            &report["updated"]
+        ),
+        (
+            &serde_json::json!(n as usize - kept),
+            &serde_json::json!(kept),
+            &serde_json::json!(0)
+        ),
+        "{report}"
+    );
+    assert_eq!(report["conflicts"], serde_json::json!([]));
+    assert_eq!(b.lock().ledger().len(), n as usize);
+    let total = total_usage(&c);
+    assert!(
+        (total - f64::from(n)).abs() < 1e-6,
+        "charged {total} GPU-h for {n}"
+    );
+    // And once more: everything unchanged.
+    let (_, report) = import(&c, &text, false);
+    assert_eq!(report["unchanged"], serde_json::json!(n), "{report}");
+}
+
+#[test]
+fn a_batched_import_reports_what_a_single_batch_does() {
+    let now = budget_service::clock::now();
+    let iso = |t: i64| {
+        jiff::Timestamp::from_second(t)
+            .expect("time")
+            .strftime("%Y-%m-%dT%H:%M:%S")
+            .to_string()
+    };
+    // Inserted: 40 new runs; updated: 10 synced running, ended by the file;
+    // unchanged: 10 imported before; conflicts: 5 stored with another user;
+    // one invalid line, skipped.
+    let mut text = format!("{HEADER}\n");
+    for i in 0..65u32 {
+        let user = if i >= 60 { "bob" } else { "alice" };
+        text.push_str(&format!(
+            "{}|teama|{user}|gpu|gres/gpu=2|{}|{}|COMPLETED\n",
+            500 + i,
+            iso(now - 5 * 3600 - i64::from(i)),
+            iso(now - 3600)
+        ));
+    }
+    text.push_str("999|teama|alice|gpu|gres/gpu=2|2026-01-01T25:00:00|Unknown|RUNNING\n");
+    let earlier: String = text
+        .lines()
+        .take(1)
+        .chain(text.lines().skip(51).take(10))
+        .fold(String::new(), |mut s, l| {
+            s.push_str(l);
+            s.push('\n');
+            s
+        });
+    let run = |i: u32, user: &str| {
+        serde_json::json!({"job_id": 500 + i, "run": 0, "account": "teama", "user": user,
+                           "gpus": 2, "state": "running", "start": now - 5 * 3600 - i64::from(i)})
+    };
+    let mut synced: Vec<Value> = (40..50).map(|i| run(i, "alice")).collect();
+    synced.extend((60..65).map(|i| run(i, "alice")));
+    let mut results = Vec::new();
+    for batch in [1_000_000, 7] {
+        let b = batched(batch);
+        let c = b.server.unix();
+        setup_accounts(&c);
+        let (st, out) = call(
+            &c,
+            "POST",
+            "/v1/sync/jobs",
+            Some(&serde_json::json!({"collected_at": now - 1800, "runs": synced})),
+        );
+        assert_eq!(st, 200, "{out}");
+        let (st, out) = import(&c, &earlier, false);
+        assert_eq!(
+            (st, &out["inserted"]),
+            (200, &serde_json::json!(10)),
+            "{out}"
+        );
+        let (st, report) = import(&c, &text, true);
+        assert_eq!(st, 200, "{report}");
+        results.push((report, ledger_usage(&c), b.lock().ledger().len()));
+    }
+    let (single, batched) = (&results[0], &results[1]);
+    assert_eq!(
+        (
+            &single.0["inserted"],
+            &single.0["updated"],
+            &single.0["unchanged"],
+            single.0["conflicts"].as_array().map(Vec::len),
+            single.0["invalid"].as_array().map(Vec::len),
+        ),
+        (
+            &serde_json::json!(40),
+            &serde_json::json!(10),
+            &serde_json::json!(10),
+            Some(5),
+            Some(1)
+        ),
+        "{}",
+        single.0
+    );
+    assert_eq!(single, batched);
 }
