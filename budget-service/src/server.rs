@@ -22,13 +22,17 @@
 //! and a reserved connection must send its head within
 //! `RESERVE_HEAD_TIMEOUT`. Who may use a connection is only known from its
 //! first request, hence admission first and the check on the request: a
-//! reserve decided at accept time could be filled by anyone. The reserve
-//! also sits over the per-address cap, because an agent's node is where
-//! users run jobs too and shares its address with them. A flood of idle
-//! connections can still occupy the reserve for that short deadline; the
-//! controller's certain way in is `trusted_addresses` (or the socket).
+//! reserve decided at accept time could be filled by anyone. So that a flood
+//! of idle connections cannot hold the reserve either (each reopened as soon
+//! as the deadline closes it), a connection arriving at a full reserve
+//! displaces the oldest one there that has not yet shown a controller or
+//! agent token: the controller sends its head as soon as it connects, so it
+//! is past that point before a flood could displace it. The reserve also
+//! sits over the per-address cap, because an agent's node is where users run
+//! jobs too and shares its address with them. The controller's surest way in
+//! stays `trusted_addresses` (or the socket).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::net::IpAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -44,6 +48,7 @@ use axum::response::IntoResponse;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use crate::auth::Peer;
@@ -102,21 +107,27 @@ const RESERVE_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 struct ConnCount {
     total: usize,
     per_peer: HashMap<PeerKey, usize>,
-    reserved: usize,
+    /// The reserve's connections, oldest first: `Some` (how to close it)
+    /// while the connection has not shown a controller or agent token and may
+    /// be displaced, `None` once it has.
+    reserve: BTreeMap<u64, Option<Arc<Notify>>>,
+    next_reserve_id: u64,
 }
 
 /// A counted connection; uncounted when dropped. `key: None`: in the
-/// reserve.
+/// reserve, as `reserve_id`.
 struct ConnSlot {
     counts: Arc<Mutex<ConnCount>>,
     key: Option<PeerKey>,
+    reserve_id: u64,
 }
 
 impl Drop for ConnSlot {
     fn drop(&mut self) {
         let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         let Some(key) = &self.key else {
-            c.reserved = c.reserved.saturating_sub(1);
+            // Gone already if it was displaced.
+            c.reserve.remove(&self.reserve_id);
             return;
         };
         c.total = c.total.saturating_sub(1);
@@ -136,7 +147,31 @@ enum Admission {
     /// In the general share.
     Counted(ConnSlot),
     /// In the reserve: served only for controller and agent tokens.
-    Reserved(ConnSlot),
+    Reserved(ConnSlot, ReserveTicket),
+}
+
+/// A connection's place in the reserve: `displaced` fires when a newer
+/// connection takes it before this one showed a controller or agent token.
+#[derive(Clone)]
+struct ReserveTicket {
+    counts: Arc<Mutex<ConnCount>>,
+    id: u64,
+    displaced: Arc<Notify>,
+}
+
+impl ReserveTicket {
+    /// Notes that the connection showed a controller or agent token: it is
+    /// no longer displaced. False when it was displaced already.
+    fn keep(&self) -> bool {
+        let mut c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        match c.reserve.get_mut(&self.id) {
+            Some(entry) => {
+                *entry = None;
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// Counts a new connection of `peer`, or refuses it (`None`) when the caps
@@ -162,42 +197,66 @@ fn admit(state: &AppState, counts: &Arc<Mutex<ConnCount>>, peer: &Peer) -> Optio
     if c.total >= state.config.max_connections || mine >= state.config.max_connections_per_peer {
         // Tokens, and so the reserve, are TCP's; on the socket the
         // privileged uids are never capped instead.
-        if matches!(key, PeerKey::Ip(_)) && c.reserved < state.config.reserved_connections {
-            c.reserved += 1;
-            return Some(Admission::Reserved(ConnSlot {
+        if !matches!(key, PeerKey::Ip(_)) || state.config.reserved_connections == 0 {
+            return None;
+        }
+        if c.reserve.len() >= state.config.reserved_connections {
+            // Full: the oldest connection that has shown no token yet makes room.
+            let oldest = c
+                .reserve
+                .iter()
+                .find_map(|(id, d)| d.as_ref().map(|d| (*id, d.clone())));
+            let (id, displaced) = oldest?;
+            c.reserve.remove(&id);
+            displaced.notify_one();
+        }
+        let id = c.next_reserve_id;
+        c.next_reserve_id += 1;
+        let displaced = Arc::new(Notify::new());
+        c.reserve.insert(id, Some(displaced.clone()));
+        return Some(Admission::Reserved(
+            ConnSlot {
                 counts: counts.clone(),
                 key: None,
-            }));
-        }
-        return None;
+                reserve_id: id,
+            },
+            ReserveTicket {
+                counts: counts.clone(),
+                id,
+                displaced,
+            },
+        ));
     }
     c.total += 1;
     *c.per_peer.entry(key.clone()).or_insert(0) += 1;
     Some(Admission::Counted(ConnSlot {
         counts: counts.clone(),
         key: Some(key),
+        reserve_id: 0,
     }))
 }
 
 /// Serves one connection until it closes or `shutdown` fires (then the
 /// request in flight is finished and the connection closed).
 /// `reserve`: the connection is in the reserve, and each request is served
-/// only if it may use it (else 503 and the connection is closed).
+/// only if it may use it (else 503 and the connection is closed); it is
+/// closed at once if displaced before its first such request.
 async fn serve_conn<S>(
     app: Router,
     io: S,
     peer: Peer,
     header_timeout: Duration,
-    reserve: Option<AppState>,
+    reserve: Option<(AppState, ReserveTicket)>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let displaced = reserve.as_ref().map(|(_, t)| t.displaced.clone());
     let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-        let refused = reserve
-            .as_ref()
-            .is_some_and(|s| !crate::auth::may_use_connection_reserve(s, req.headers()));
-        if refused && let Some(s) = &reserve {
+        let refused = reserve.as_ref().is_some_and(|(s, ticket)| {
+            !crate::auth::may_use_connection_reserve(s, req.headers()) || !ticket.keep()
+        });
+        if refused && let Some((s, _)) = &reserve {
             s.counters.reserve_refusals.fetch_add(1, Ordering::Relaxed);
         }
         req.extensions_mut().insert(ConnectInfo(peer.clone()));
@@ -227,9 +286,17 @@ async fn serve_conn<S>(
     let stop = async move {
         let _ = shutdown.wait_for(|v| *v).await;
     };
+    let displaced = async move {
+        match displaced {
+            Some(d) => d.notified().await,
+            None => std::future::pending().await,
+        }
+    };
     let finished = tokio::select! {
         r = conn.as_mut() => Some(r),
         () = stop => None,
+        // Displaced from the reserve before showing a token: closed (dropped).
+        () = displaced => return,
     };
     let r = match finished {
         Some(r) => r,
@@ -309,9 +376,9 @@ async fn accept_loop(
         let (slot, reserve, head_timeout) = match admission {
             Admission::Free => (None, None, header_timeout),
             Admission::Counted(slot) => (Some(slot), None, header_timeout),
-            Admission::Reserved(slot) => (
+            Admission::Reserved(slot, ticket) => (
                 Some(slot),
-                Some(state.clone()),
+                Some((state.clone(), ticket)),
                 header_timeout.min(RESERVE_HEAD_TIMEOUT),
             ),
         };
@@ -404,5 +471,53 @@ pub async fn shutdown_signal() {
             tracing::warn!("cannot install signal handlers; stop budgetd with SIGKILL");
             std::future::pending::<()>().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(dir: &Path) -> AppState {
+        let config = crate::Config::parse(
+            "max_connections = 1\nmax_connections_per_peer = 1\nreserved_connections = 2\n",
+        )
+        .expect("config");
+        let store = crate::Store::open(&dir.join("b.db"), &config.policy).expect("store");
+        AppState::new(store, config)
+    }
+
+    fn reserved(a: Option<Admission>) -> Option<(ConnSlot, ReserveTicket)> {
+        match a {
+            Some(Admission::Reserved(slot, ticket)) => Some((slot, ticket)),
+            _ => None,
+        }
+    }
+
+    /// A full reserve: a newcomer displaces the oldest connection that showed
+    /// no token, never one that did; with none left to displace it is refused.
+    #[test]
+    fn a_full_reserve_displaces_its_oldest_connection_without_a_token() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let st = state(dir.path());
+        let counts = Arc::new(Mutex::new(ConnCount::default()));
+        let peer = Peer::Tcp("10.0.0.9:4000".parse().expect("addr"));
+        let general = admit(&st, &counts, &peer);
+        assert!(matches!(general, Some(Admission::Counted(_))));
+        let (_a, a) = reserved(admit(&st, &counts, &peer)).expect("a reserved");
+        let (_b, b) = reserved(admit(&st, &counts, &peer)).expect("b reserved");
+        // a shows a controller token; b does not.
+        assert!(a.keep());
+        let (_c, c) = reserved(admit(&st, &counts, &peer)).expect("c displaces b");
+        assert!(!b.keep(), "b was not displaced");
+        assert!(a.keep(), "a was displaced although it showed a token");
+        assert!(c.keep());
+        // Everyone in the reserve has shown a token: nobody to displace.
+        assert!(admit(&st, &counts, &peer).is_none());
+        // A displaced connection's slot, dropped later, frees nothing twice.
+        drop(_b);
+        assert!(admit(&st, &counts, &peer).is_none());
+        drop(_a);
+        assert!(reserved(admit(&st, &counts, &peer)).is_some());
     }
 }

@@ -250,6 +250,32 @@ fn the_controller_and_agents_get_in_over_tcp_while_idle_clients_hold_the_general
 }
 
 #[test]
+fn idle_clients_holding_the_reserve_too_are_displaced_by_the_controller() {
+    let s = budgetd_testkit::Budgetd::start(&format!(
+        "max_connections = 4\nmax_connections_per_peer = 4\nreserved_connections = 2\n{}",
+        config_text()
+    ));
+    let addr = s.tcp.expect("tcp");
+    // Unauthenticated clients hold the general share and then the whole
+    // reserve, sending nothing (accepted in this order).
+    let held: Vec<TcpStream> = (0..6)
+        .map(|_| TcpStream::connect(addr).expect("connect"))
+        .collect();
+    // The controller still gets in: its connection takes the place of the
+    // oldest reserved one that showed no token.
+    let r = s
+        .tcp(Some(CONTROLLER_TOKEN))
+        .request("GET", "/v1/snapshot", &[], None)
+        .map(|r| r.status);
+    assert_eq!(
+        r.ok(),
+        Some(200),
+        "the controller's snapshot while idle clients held the general share and the reserve"
+    );
+    drop(held);
+}
+
+#[test]
 fn expensive_reads_are_limited_per_caller_but_not_for_admins_or_the_controller() {
     let s = budgetd_testkit::Budgetd::start(&format!(
         "expensive_reads_per_minute = 3\n{}",
