@@ -21,7 +21,8 @@
 //! - [`auth`]: authenticating callers (peer credentials, tokens) and their scopes;
 //! - [`state`]: shared live state (the store behind its lock, the cluster's GPUs), counters;
 //! - [`snapshot`]: the plugin snapshot's assembly and cache; [`throttle`]: admission of expensive reads;
-//! - [`api`]: the router and handlers; [`report`]: share, usage, why;
+//! - [`api`]: the router and handlers; [`report`]: share and usage; [`why`]: the
+//!   explanation of one job, every preemption answer by the cost-aware rule;
 //! - [`sacct`]: parsing sacct history; [`clock`]: the service's "now";
 //! - [`metrics`], [`openapi`]: `/metrics` and the OpenAPI document;
 //! - [`server`]: listeners, serving, shutdown;
@@ -57,6 +58,7 @@ pub mod snapshot;
 pub mod state;
 pub mod store;
 pub mod throttle;
+pub mod why;
 
 pub use api::app;
 pub use config::Config;

@@ -9,23 +9,16 @@
 //! - budgetd's drain worker ([`crate::drain_worker`]) records the requeues it issues itself.
 //!
 //! The first record of a run wins (`INSERT OR IGNORE`): a drain requeue and a late
-//! plugin report of the same run cannot double-count it. Also here: the "when" parts
-//! of `budgetctl why` (which jobs a pending job may take and at what instant; who may
-//! take a running job once its window ends; who took a requeued one).
+//! plugin report of the same run cannot double-count it. `why` reads it here: who
+//! took a requeued run ([`of_run`]), and the rebalancing preemptions of the window
+//! that the cost-aware rule counts ([`rebalancing`]).
 
 use std::collections::BTreeMap;
 
-use budget_protocol::RunState;
 use budget_protocol::preemption::{AccountLoss, Preemption, PreemptionReason, PreemptionRecord};
-use budget_protocol::why::{Outlook, WhyPreemption};
-use policy_core::FairShare;
-use policy_core::hostlist;
-use policy_core::preempt::{self, Allowed, Context, PreemptPolicy};
-use policy_core::protection::window_end;
 use rusqlite::{OptionalExtension, params};
 
 use crate::error::{AppError, AppResult};
-use crate::ledger::RunRecord;
 use crate::store::Store;
 
 /// Records a preemption; `Ok(false)` when `(victim, run)` was already recorded.
@@ -175,70 +168,4 @@ pub fn by_account(rows: &[Preemption]) -> Vec<AccountLoss> {
         *e.by_reason.entry(r.reason.as_str().into()).or_insert(0) += 1;
     }
     m.into_values().collect()
-}
-
-/// Computes the timing part of `why` for `job` at `now`.
-pub fn why(store: &Store, fs: &FairShare, job: &RunRecord, now: i64) -> WhyPreemption {
-    let running = store.ledger().in_state(RunState::Running);
-    let held = fs.holdings(
-        running
-            .iter()
-            .filter(|r| !r.free_tier)
-            .map(|r| (r.account.as_str(), r.user.as_str(), r.gpus)),
-    );
-    let ctx_at = |t: i64| Context {
-        fair_share: Some(fs),
-        held: &held,
-        policy: PreemptPolicy {
-            hysteresis: store.policy().hysteresis,
-        },
-        now: t,
-    };
-    let outlook = |r: &RunRecord, at: i64, reason: Allowed| Outlook {
-        job_id: r.job_id,
-        run: r.run,
-        account: r.account.clone(),
-        user: r.user.clone(),
-        gpus: r.gpus,
-        at,
-        reason,
-    };
-    let mut out = WhyPreemption::default();
-    match job.state {
-        RunState::Pending => {
-            for r in &running {
-                let at = window_end(r.free_tier, r.min_runtime_secs, r.start, now);
-                if let Ok(a) = preempt::may_preempt(&ctx_at(at), &job.view(), &r.view()) {
-                    out.may_preempt.push(outlook(r, at, a));
-                }
-            }
-            out.may_preempt.sort_by_key(|o| (o.at, o.job_id));
-            // A pending re-run: say what happened to the previous run.
-            if job.run > 0 {
-                out.preempted = of_run(store, job.job_id, job.run - 1);
-            }
-        }
-        RunState::Running => {
-            let at = window_end(job.free_tier, job.min_runtime_secs, job.start, now);
-            for p in store.ledger().in_state(RunState::Pending) {
-                if let Ok(a) = preempt::may_preempt(&ctx_at(at), &p.view(), &job.view()) {
-                    out.may_be_taken_by.push(outlook(&p, at, a));
-                }
-            }
-            let drained = crate::drains::list(store).unwrap_or_default();
-            if let Some(nodes) = &job.nodes {
-                let mine = hostlist::expand(nodes).unwrap_or_default();
-                if drained.iter().any(|d| mine.contains(&d.node)) {
-                    out.drain_requeue_at = Some(at);
-                }
-            }
-            if job.run > 0 {
-                out.preempted = of_run(store, job.job_id, job.run - 1);
-            }
-        }
-        RunState::Requeued | RunState::Ended => {
-            out.preempted = of_run(store, job.job_id, job.run);
-        }
-    }
-    out
 }

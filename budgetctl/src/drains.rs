@@ -9,20 +9,9 @@ use budget_protocol::RunState;
 use budget_protocol::drains::{DrainRequest, DrainStatus, Undrained};
 use budget_protocol::preemption::{self, PreemptionReport};
 use budget_protocol::why::{Outlook, Why};
-use policy_core::preempt::Allowed;
 
 use crate::api::{Api, enc};
 use crate::output::{Out, eta, local, now, num, render, time_arg};
-
-/// The name `policy_core` gives a permission (`victim_free_tier`,
-/// `victim_over_budget`, `rebalance`): its serialized tag, so the text and
-/// the JSON always say the same.
-pub fn allowed_name(a: &Allowed) -> String {
-    serde_json::to_value(a)
-        .ok()
-        .and_then(|v| v.get("reason")?.as_str().map(str::to_string))
-        .unwrap_or_default()
-}
 
 /// The drain table: one block per node.
 fn drains_text(items: &Vec<DrainStatus>) -> String {
@@ -140,7 +129,7 @@ fn outlooks(list: &[Outlook], verb: &str, now: i64) -> String {
                 x.gpus,
                 local(x.at),
                 eta(x.at, now),
-                allowed_name(&x.reason)
+                x.reason.name()
             )
         })
         .collect();

@@ -205,7 +205,7 @@ fn peers(list: &[PreemptPeer]) -> String {
                 p.account,
                 p.user,
                 p.gpus,
-                crate::drains::allowed_name(&p.reason)
+                p.reason.name()
             )
         })
         .collect();

@@ -10,8 +10,9 @@
 
 use std::collections::BTreeMap;
 
-use policy_core::preempt::Allowed;
 use serde::{Deserialize, Serialize};
+
+use crate::why::PeerReason;
 
 /// Route of the preemption record (`POST` to add, `GET` to list).
 pub const ROUTE: &str = "/v1/preemptions";
@@ -65,19 +66,20 @@ impl PreemptionReason {
         Self::ALL.into_iter().find(|r| r.as_str() == s)
     }
 
-    /// The reason of a preemption `preempt/budget` allowed: the policy core's rule
-    /// (`Some`), or the drain hook (`None`, a drained node's job past its window).
-    pub fn of(allowed: Option<&Allowed>) -> PreemptionReason {
+    /// The reason recorded for a preemption: the rule's (`Some`, as `why`
+    /// reports it), or the drain hook's (`None`, a drained node's job past its
+    /// window).
+    pub fn of(allowed: Option<&PeerReason>) -> PreemptionReason {
         allowed.map_or(PreemptionReason::Drain, PreemptionReason::from)
     }
 }
 
-impl From<&Allowed> for PreemptionReason {
-    fn from(a: &Allowed) -> Self {
+impl From<&PeerReason> for PreemptionReason {
+    fn from(a: &PeerReason) -> Self {
         match a {
-            Allowed::VictimFreeTier => PreemptionReason::FreeTier,
-            Allowed::VictimOverBudget => PreemptionReason::OverBudget,
-            Allowed::Rebalance { .. } => PreemptionReason::Rebalance,
+            PeerReason::VictimFreeTier => PreemptionReason::FreeTier,
+            PeerReason::VictimOverBudget => PreemptionReason::OverBudget,
+            PeerReason::Rebalance { .. } => PreemptionReason::Rebalance,
         }
     }
 }
@@ -178,7 +180,7 @@ mod tests {
         assert_eq!(PreemptionReason::parse("nope"), None);
         assert_eq!(PreemptionReason::of(None), PreemptionReason::Drain);
         assert_eq!(
-            PreemptionReason::of(Some(&Allowed::VictimOverBudget)),
+            PreemptionReason::of(Some(&PeerReason::VictimOverBudget)),
             PreemptionReason::OverBudget
         );
     }

@@ -3,9 +3,10 @@
 //! or be preempted by and when, a drain's requeue time, an idle flag, and
 //! what happened to its previous run.
 
+use policy_core::FairShare;
 use policy_core::fairshare::Tier;
-use policy_core::preempt::Allowed;
 use policy_core::priority::PriorityParts;
+use policy_core::rebalance;
 use serde::{Deserialize, Serialize};
 
 use crate::RunState;
@@ -25,6 +26,77 @@ pub struct PathStep {
     pub tier: Tier,
 }
 
+/// Why the rule allows a preemption, as `why` reports it (`reason` of
+/// [`PreemptPeer`] and [`Outlook`]). Serialised with a `reason` tag in snake
+/// case: `victim_free_tier`, `victim_over_budget`, or `rebalance` with the
+/// figures where the two jobs' paths split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "reason")]
+pub enum PeerReason {
+    VictimFreeTier,
+    /// The victim's path is over budget (or the rule took it by its
+    /// over-budget clause), as `preempt/budget` records it.
+    VictimOverBudget,
+    /// Both budgeted; they split below `parent`.
+    Rebalance {
+        parent: String,
+        preemptor_side: String,
+        preemptor_ratio: f64,
+        victim_side: String,
+        victim_ratio: f64,
+        /// Weighted GPUs the victim's side holds, rounded to a whole number
+        /// (the field is an integer on the wire: earlier readers parse it so).
+        victim_side_gpus: u32,
+        /// Its entitled GPUs (weighted).
+        victim_side_entitled_gpus: f64,
+    },
+}
+
+impl PeerReason {
+    /// The wire reason for what the cost-aware rule ([`rebalance::decide`])
+    /// allowed, with `fs` naming the nodes. A victim whose tier is over budget
+    /// (`victim_over_budget`) is `victim_over_budget` whatever the clause, as
+    /// `preempt/budget` records it.
+    pub fn of(fs: &FairShare, a: &rebalance::Allowed, victim_over_budget: bool) -> PeerReason {
+        match a {
+            rebalance::Allowed::VictimFreeTier => PeerReason::VictimFreeTier,
+            rebalance::Allowed::Rebalance(_) if victim_over_budget => PeerReason::VictimOverBudget,
+            rebalance::Allowed::Rebalance(r) => match r.clause {
+                rebalance::Clause::OverBudget => PeerReason::VictimOverBudget,
+                rebalance::Clause::Entitlement => PeerReason::Rebalance {
+                    parent: rebalance::node_name(fs, r.parent),
+                    preemptor_side: rebalance::node_name(fs, r.preemptor_side),
+                    preemptor_ratio: r.preemptor_ratio,
+                    victim_side: rebalance::node_name(fs, r.victim_side),
+                    victim_ratio: r.victim_ratio,
+                    victim_side_gpus: whole_gpus(r.victim_side_held),
+                    victim_side_entitled_gpus: r.victim_side_entitled,
+                },
+            },
+        }
+    }
+
+    /// Its short name, the `reason` tag of the JSON (`victim_free_tier`,
+    /// `victim_over_budget`, `rebalance`): what `budgetctl why` prints, so the
+    /// text and the JSON say the same.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PeerReason::VictimFreeTier => "victim_free_tier",
+            PeerReason::VictimOverBudget => "victim_over_budget",
+            PeerReason::Rebalance { .. } => "rebalance",
+        }
+    }
+}
+
+/// Weighted GPUs as the wire's whole number of GPUs (rounded, never negative).
+fn whole_gpus(x: f64) -> u32 {
+    if x.is_finite() {
+        x.round().clamp(0.0, f64::from(u32::MAX)) as u32
+    } else {
+        0
+    }
+}
+
 /// Another job the explained job could preempt, or be preempted by, now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PreemptPeer {
@@ -33,8 +105,8 @@ pub struct PreemptPeer {
     pub account: String,
     pub user: String,
     pub gpus: u32,
-    /// Why policy_core allows it.
-    pub reason: Allowed,
+    /// Why the rule allows it.
+    pub reason: PeerReason,
 }
 
 /// A job another may preempt, and from when.
@@ -47,14 +119,15 @@ pub struct Outlook {
     pub gpus: u32,
     /// First instant the rule allows it (now, or the victim's window end).
     pub at: i64,
-    pub reason: Allowed,
+    pub reason: PeerReason,
 }
 
 /// The timing part of `why` (docs/design.md §6).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct WhyPreemption {
     /// Pending job: running jobs it may preempt, each at the instant its window ends
-    /// (the rule evaluated then, with today's fair share and holdings).
+    /// (the cost-aware rule evaluated then, in today's state: fair share,
+    /// holdings, forecast, preemption history).
     pub may_preempt: Vec<Outlook>,
     /// Running job: pending jobs that may take it once its window is over.
     pub may_be_taken_by: Vec<Outlook>,
@@ -112,4 +185,131 @@ pub struct Why {
     /// (docs/design.md §8).
     #[serde(default)]
     pub idle: Option<FlaggedJob>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use policy_core::fairshare::UsageByLeaf;
+    use policy_core::tree::{AccountSpec, MemberSpec, TreeSpec};
+    use serde_json::json;
+
+    fn rebalance() -> PeerReason {
+        PeerReason::Rebalance {
+            parent: "root".into(),
+            preemptor_side: "teama".into(),
+            preemptor_ratio: 0.25,
+            victim_side: "teamb".into(),
+            victim_ratio: 1.5,
+            victim_side_gpus: 12,
+            victim_side_entitled_gpus: 8.0,
+        }
+    }
+
+    /// The JSON `why` has always sent (the tag `reason`, the figures of a
+    /// rebalancing, a whole number of GPUs held), spelled out by hand.
+    #[test]
+    fn reasons_keep_their_wire_format() {
+        let cases = [
+            (
+                PeerReason::VictimFreeTier,
+                json!({"reason": "victim_free_tier"}),
+            ),
+            (
+                PeerReason::VictimOverBudget,
+                json!({"reason": "victim_over_budget"}),
+            ),
+            (
+                rebalance(),
+                json!({
+                    "reason": "rebalance", "parent": "root",
+                    "preemptor_side": "teama", "preemptor_ratio": 0.25,
+                    "victim_side": "teamb", "victim_ratio": 1.5,
+                    "victim_side_gpus": 12, "victim_side_entitled_gpus": 8.0,
+                }),
+            ),
+        ];
+        for (reason, wire) in cases {
+            assert_eq!(serde_json::to_value(&reason).unwrap(), wire);
+            assert_eq!(
+                serde_json::from_value::<PeerReason>(wire.clone()).unwrap(),
+                reason
+            );
+            assert_eq!(json!(reason.name()), wire["reason"]);
+        }
+        // The count of GPUs held is an integer on the wire.
+        assert!(
+            serde_json::from_value::<PeerReason>(json!({
+                "reason": "rebalance", "parent": "root",
+                "preemptor_side": "teama", "preemptor_ratio": 0.25,
+                "victim_side": "teamb", "victim_ratio": 1.5,
+                "victim_side_gpus": 11.5, "victim_side_entitled_gpus": 8.0,
+            }))
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn the_rules_permission_as_the_wire_says_it() {
+        let tree = TreeSpec {
+            root_allocation_gpu_hours: None,
+            accounts: ["teama", "teamb"]
+                .map(|name| AccountSpec {
+                    name: name.into(),
+                    parent: None,
+                    allocation_gpu_hours: 100.0,
+                    overcommit: false,
+                })
+                .into(),
+            members: [("alice", "teama"), ("bob", "teamb")]
+                .map(|(user, account)| MemberSpec {
+                    user: user.into(),
+                    account: account.into(),
+                    allocation_gpu_hours: None,
+                })
+                .into(),
+        };
+        let usage: UsageByLeaf = [(("teamb".to_string(), "bob".to_string()), 3600.0)]
+            .into_iter()
+            .collect();
+        let fs = FairShare::compute(&tree, &usage, 0, policy_core::DEFAULT_WINDOW_SECS);
+        let node = |name: &str| {
+            fs.nodes
+                .iter()
+                .position(|n| n.name == name)
+                .expect("node in the tree")
+        };
+        let allowed = |clause| {
+            rebalance::Allowed::Rebalance(rebalance::Rebalance {
+                clause,
+                parent: node("root"),
+                preemptor_side: node("teama"),
+                victim_side: node("teamb"),
+                preemptor_ratio: 0.25,
+                victim_ratio: 1.5,
+                deficit: 4.0,
+                uncovered: 4.0,
+                in_flight: 0.0,
+                victim_side_held: 11.6,
+                victim_side_entitled: 8.0,
+                victim_lost_gpu_secs: 3600.0,
+                weighted: true,
+            })
+        };
+        let entitlement = allowed(rebalance::Clause::Entitlement);
+        // Nodes by name; 11.6 weighted GPUs held are 12 on the wire.
+        assert_eq!(PeerReason::of(&fs, &entitlement, false), rebalance());
+        assert_eq!(
+            PeerReason::of(&fs, &entitlement, true),
+            PeerReason::VictimOverBudget
+        );
+        assert_eq!(
+            PeerReason::of(&fs, &allowed(rebalance::Clause::OverBudget), false),
+            PeerReason::VictimOverBudget
+        );
+        assert_eq!(
+            PeerReason::of(&fs, &rebalance::Allowed::VictimFreeTier, true),
+            PeerReason::VictimFreeTier
+        );
+    }
 }

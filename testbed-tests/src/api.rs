@@ -1,8 +1,8 @@
 //! budgetd's REST API as the suites use it, through `budget-client` over the
 //! testbed's Unix socket, with typed requests and responses.
 //!
-//! Response types come from `budget-protocol` and `policy-core` where they exist
-//! there ([`RunState`], [`Allowed`]); the others are small local structs holding
+//! Response types come from `budget-protocol` where they exist there
+//! ([`RunState`], [`PeerReason`]); the others are small local structs holding
 //! only the fields the suites read (serde ignores the rest), until budgetd's
 //! response types move into `budget-protocol`. Every API call of the harness is in
 //! this module, so such a move changes only this file.
@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use budget_client::{Client, ClientError, Endpoint};
 use budget_protocol::RunState;
-use policy_core::preempt::Allowed;
+use budget_protocol::why::PeerReason;
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Serialize};
 
@@ -137,7 +137,7 @@ pub struct Outlook {
     pub account: String,
     /// First instant the rule allows it (its window end, or now).
     pub at: i64,
-    pub reason: Allowed,
+    pub reason: PeerReason,
 }
 
 /// The timing part of `why`.

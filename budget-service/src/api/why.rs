@@ -7,7 +7,6 @@ use budget_protocol::why::Why;
 use crate::auth::{Caller, Scope};
 use crate::clock::now;
 use crate::error::{AppError, AppResult};
-use crate::report;
 use crate::state::AppState;
 
 pub async fn why(
@@ -42,7 +41,7 @@ pub async fn why(
         if !sees(job) {
             return Err(caller.refuse(&st2, &format!("explain job {job_id}")));
         }
-        let mut why = report::why(s, &snap.snapshot, job, t, &sees);
+        let mut why = crate::why::explain(s, &snap.snapshot, job, t, &sees);
         why.idle = crate::idle::job_flag(s, job_id, t, st2.config.agent_stale_secs);
         Ok(Json(why))
     })

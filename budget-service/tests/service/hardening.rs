@@ -396,6 +396,62 @@ fn why_shows_a_user_only_jobs_they_may_see() {
     assert!(b["could_preempt"].is_array(), "{b}");
 }
 
+/// The timing lines of `why` (`preemption.may_preempt`, `preemption.may_be_taken_by`)
+/// name only jobs the caller may see, as its peers do: a user of one team is not
+/// shown another team's job ids, which an admin sees in the same places.
+#[test]
+fn why_timing_lists_only_jobs_the_caller_may_see() {
+    let s = start();
+    let c = s.unix();
+    add_account(&c, "teama", None, 100.0);
+    add_account(&c, "teamb", None, 100.0);
+    add_member(&c, "alice", "teama");
+    add_member(&c, "bob", "teamb");
+    let now = budget_service::clock::now();
+    let run = |job: u32, user: &str, acct: &str, state: &str, free: bool, gpus: u32| {
+        let mut r = json!({"job_id": job, "run": 0, "account": acct, "user": user,
+            "gpus": gpus, "state": state, "free_tier": free});
+        if state == "running" {
+            r["start"] = json!(now - 600);
+        }
+        r
+    };
+    // Free-tier runs may be taken by any budgeted job, at once: each pending job
+    // may take both running ones.
+    let sync = json!({"collected_at": now, "runs": [
+        run(1, "alice", "teama", "pending", false, 8),
+        run(2, "bob", "teamb", "running", true, 8),
+        run(3, "alice", "teama", "running", true, 4),
+        run(4, "bob", "teamb", "pending", false, 8),
+    ]});
+    let (st, b) = call(&c, "POST", "/v1/sync/jobs", Some(&sync));
+    assert_eq!(st, 200, "{b}");
+    let ids = |w: &serde_json::Value, list: &str| -> Vec<u64> {
+        let mut ids: Vec<u64> = w["preemption"][list]
+            .as_array()
+            .map(|a| a.iter().filter_map(|o| o["job_id"].as_u64()).collect())
+            .unwrap_or_default();
+        ids.sort_unstable();
+        ids
+    };
+    let alice = s.tcp(Some(ALICE_TOKEN));
+    let (st, w1) = call(&alice, "GET", "/v1/jobs/1/why", None);
+    assert_eq!(st, 200, "{w1}");
+    assert_eq!(ids(&w1, "may_preempt"), vec![3], "{w1}");
+    let (st, w3) = call(&alice, "GET", "/v1/jobs/3/why", None);
+    assert_eq!(st, 200, "{w3}");
+    assert_eq!(ids(&w3, "may_be_taken_by"), vec![1], "{w3}");
+    // The admin sees every team's jobs there.
+    let (_, w1) = call(&c, "GET", "/v1/jobs/1/why", None);
+    assert_eq!(ids(&w1, "may_preempt"), vec![2, 3], "{w1}");
+    assert_eq!(
+        w1["preemption"]["may_preempt"][0]["reason"],
+        json!({"reason": "victim_free_tier"})
+    );
+    let (_, w3) = call(&c, "GET", "/v1/jobs/3/why", None);
+    assert_eq!(ids(&w3, "may_be_taken_by"), vec![1, 4], "{w3}");
+}
+
 #[test]
 fn a_second_budgetd_on_the_same_database_refuses_and_the_file_is_0600() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -47,7 +47,7 @@ use std::os::unix::fs::PermissionsExt;
 
 use anyhow::{Result, bail, ensure};
 use budget_protocol::RunState;
-use policy_core::preempt::Allowed;
+use budget_protocol::why::PeerReason;
 use testbed_tests::api::{Budgetd, PolicyPatch};
 use testbed_tests::checks::{Check, Checks, run_suite, say, sleep_secs, wait_secs};
 use testbed_tests::logs::SEEDED_HISTORY;
@@ -601,7 +601,7 @@ fn why_names(api: &Budgetd, x: JobId, want: &BTreeMap<JobId, i64>) -> Result<boo
         .map(|o| {
             (
                 o.job_id,
-                (o.at, matches!(o.reason, Allowed::Rebalance { .. })),
+                (o.at, matches!(o.reason, PeerReason::Rebalance { .. })),
             )
         })
         .collect();
