@@ -1,38 +1,16 @@
-//! Who may preempt whom (docs/design.md §6), and in what order victims are taken.
+//! What the preemption rules need to know about a job ([`JobView`]) and the
+//! judgements on it they share: its tier ([`job_tier`]), how far over share its
+//! side is ([`over_share`]), and whether a maintenance drain may take it
+//! ([`drain_may_take`]: any job past its protected window).
 //!
-//! Slurm's own machinery (`PreemptMode=REQUEUE`) carries preemption out; this
-//! module only decides. A running job R may be preempted by a pending job P
-//! only if R is past its protected window and one of:
-//! - R is free tier and P is not;
-//! - R is over budget and P is budgeted;
-//! - both budgeted: where their paths split, P's side has a ratio lower than
-//!   R's side by more than the hysteresis, and R's side holds more GPUs than
-//!   its entitled share of that parent.
-//!
-//! A maintenance drain may take any job past its window ([`drain_may_take`]).
-//! When the fair-share snapshot is missing or stale the rule degrades to safe
-//! mode (docs/design.md §9.3): contracts hold, budgeted jobs are never rebalanced,
-//! free-tier jobs stay preemptable.
-//!
-//! The rule is antisymmetric in any one state: see the property tests.
+//! Slurm's own machinery (`PreemptMode=REQUEUE`) carries preemption out. Who
+//! may preempt whom is the cost-aware rule's ([`crate::rebalance::decide`],
+//! docs/design.md §6). Without a fresh fair-share snapshot (safe mode,
+//! docs/design.md §9.3) [`job_tier`] ranks every non-free job over budget, as
+//! it does a job of an account the snapshot does not know.
 
-use serde::{Deserialize, Serialize};
-
-use crate::fairshare::{FairShare, NodeKind, Tier};
-use crate::protection::{is_protected, protected_until};
-
-/// Policy knobs of the rule.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct PreemptPolicy {
-    /// P's side must have a ratio lower than R's side by more than this.
-    pub hysteresis: f64,
-}
-
-impl Default for PreemptPolicy {
-    fn default() -> Self {
-        Self { hysteresis: 0.1 }
-    }
-}
+use crate::fairshare::{FairShare, Tier};
+use crate::protection::is_protected;
 
 /// What the rule needs to know about a job.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -48,68 +26,6 @@ pub struct JobView<'a> {
     pub min_runtime: i64,
     pub gpus: u32,
 }
-
-/// The state a decision is taken in.
-#[derive(Debug, Clone, Copy)]
-pub struct Context<'a> {
-    /// `None` in safe mode (no fresh snapshot).
-    pub fair_share: Option<&'a FairShare>,
-    /// GPUs held per node of `fair_share` ([`FairShare::holdings`]).
-    pub held: &'a [u32],
-    pub policy: PreemptPolicy,
-    pub now: i64,
-}
-
-/// Why a preemption is allowed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "reason")]
-pub enum Allowed {
-    VictimFreeTier,
-    VictimOverBudget,
-    /// Both budgeted; they split below `parent`.
-    Rebalance {
-        parent: String,
-        preemptor_side: String,
-        preemptor_ratio: f64,
-        victim_side: String,
-        victim_ratio: f64,
-        /// GPUs the victim's side holds: raw in this (old) rule; where
-        /// `budgetctl why` reports the cost-aware rule, its weighted GPUs
-        /// rounded to a whole number (the field stays an integer on the wire).
-        victim_side_gpus: u32,
-        /// Its entitled GPUs (weighted under the cost-aware rule).
-        victim_side_entitled_gpus: f64,
-    },
-}
-
-/// Why a preemption is refused.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "reason")]
-pub enum Denied {
-    /// The victim is inside its protected window.
-    Protected { until: i64 },
-    /// Free-tier jobs never preempt.
-    PreemptorFree,
-    /// The preemptor ranks no higher than the victim by tier.
-    PreemptorTierNotHigher { preemptor: Tier, victim: Tier },
-    /// Safe mode: no fresh fair-share snapshot, only free-tier jobs yield.
-    SafeMode,
-    /// An account is not in the snapshot.
-    UnknownAccount { account: String },
-    /// Same leaf, or one path contains the other: nothing to rebalance.
-    SameSide,
-    /// The preemptor's side is not lower by more than the hysteresis.
-    RatioGapTooSmall {
-        preemptor_ratio: f64,
-        victim_ratio: f64,
-        hysteresis: f64,
-    },
-    /// The victim's side does not hold more than its entitled share.
-    VictimWithinShare { held: u32, entitled: f64 },
-}
-
-/// A decision with its reason.
-pub type Decision = Result<Allowed, Denied>;
 
 /// Tier of a job from its opt-in and the snapshot (unknown accounts and safe
 /// mode: over budget, the most conservative non-free tier).
@@ -127,102 +43,6 @@ pub fn drain_may_take(victim: &JobView<'_>, now: i64) -> bool {
     !is_protected(victim.run_start, victim.min_runtime, victim.free_tier, now)
 }
 
-/// Whether `preemptor` (pending) may preempt `victim` (running), and why.
-pub fn may_preempt(ctx: &Context<'_>, preemptor: &JobView<'_>, victim: &JobView<'_>) -> Decision {
-    if is_protected(
-        victim.run_start,
-        victim.min_runtime,
-        victim.free_tier,
-        ctx.now,
-    ) {
-        return Err(Denied::Protected {
-            until: protected_until(victim.run_start, victim.min_runtime),
-        });
-    }
-    if preemptor.free_tier {
-        return Err(Denied::PreemptorFree);
-    }
-    if victim.free_tier {
-        return Ok(Allowed::VictimFreeTier);
-    }
-    let Some(fs) = ctx.fair_share else {
-        return Err(Denied::SafeMode);
-    };
-    let p_place =
-        fs.place(preemptor.account, preemptor.user)
-            .ok_or_else(|| Denied::UnknownAccount {
-                account: preemptor.account.to_string(),
-            })?;
-    let v_place = fs
-        .place(victim.account, victim.user)
-        .ok_or_else(|| Denied::UnknownAccount {
-            account: victim.account.to_string(),
-        })?;
-    let h = ctx.policy.hysteresis.max(0.0);
-    match (p_place.tier, v_place.tier) {
-        (Tier::Budgeted, Tier::OverBudget) => return Ok(Allowed::VictimOverBudget),
-        (Tier::Budgeted, Tier::Budgeted) => {}
-        (p, v) => {
-            return Err(Denied::PreemptorTierNotHigher {
-                preemptor: p,
-                victim: v,
-            });
-        }
-    }
-    let p_path = fs.path(p_place.node);
-    let v_path = fs.path(v_place.node);
-    let split = p_path
-        .iter()
-        .zip(&v_path)
-        .take_while(|(a, b)| a == b)
-        .count();
-    let (Some(&p_side), Some(&v_side)) = (p_path.get(split), v_path.get(split)) else {
-        return Err(Denied::SameSide);
-    };
-    let parent = v_path[split - 1];
-    let (p_ratio, v_ratio) = (fs.nodes[p_side].ratio, fs.nodes[v_side].ratio);
-    // Written as ">=" so a NaN ratio (impossible from `compute`, but this is
-    // the rule's last line of defence) also refuses.
-    if p_ratio >= v_ratio - h || p_ratio.is_nan() || v_ratio.is_nan() {
-        return Err(Denied::RatioGapTooSmall {
-            preemptor_ratio: p_ratio,
-            victim_ratio: v_ratio,
-            hysteresis: h,
-        });
-    }
-    let sibling_alloc: f64 = fs.nodes[parent]
-        .children
-        .iter()
-        .map(|&c| fs.nodes[c].allocation)
-        .sum();
-    let held_parent = ctx.held.get(parent).copied().unwrap_or(0);
-    let held_side = ctx.held.get(v_side).copied().unwrap_or(0);
-    let entitled = if sibling_alloc > 0.0 {
-        f64::from(held_parent) * fs.nodes[v_side].allocation / sibling_alloc
-    } else {
-        0.0
-    };
-    if f64::from(held_side) <= entitled {
-        return Err(Denied::VictimWithinShare {
-            held: held_side,
-            entitled,
-        });
-    }
-    let name = |i: usize| match &fs.nodes[i].kind {
-        NodeKind::Account => fs.nodes[i].name.clone(),
-        NodeKind::User { account } => format!("{account}/{}", fs.nodes[i].name),
-    };
-    Ok(Allowed::Rebalance {
-        parent: name(parent),
-        preemptor_side: name(p_side),
-        preemptor_ratio: p_ratio,
-        victim_side: name(v_side),
-        victim_ratio: v_ratio,
-        victim_side_gpus: held_side,
-        victim_side_entitled_gpus: entitled,
-    })
-}
-
 /// Highest ratio among the budget-bearing nodes on the victim's path: how far
 /// "over share" the victim's side is.
 pub fn over_share(fs: Option<&FairShare>, job: &JobView<'_>) -> f64 {
@@ -237,35 +57,11 @@ pub fn over_share(fs: Option<&FairShare>, job: &JobView<'_>) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// Victim order as a `u32` for Slurm's candidate sort (ascending: the lowest
-/// value is preempted first): free tier first, then the most over share, then
-/// the least work lost (GPUs x seconds of the current run: a young 128-GPU run
-/// loses more than an older 1-GPU run). Counting GPUs matters: ordering by run
-/// age alone took large young runs first and livelocked the Philly replay at
-/// 83% load (1.5 M preemptions, 8,836 jobs never finished); with GPU-seconds,
-/// 3,227 preemptions and every job finishes (`docs/simulator-results.md`).
-pub fn victim_order(fs: Option<&FairShare>, victim: &JobView<'_>, now: i64) -> u32 {
-    let tier_part: u32 = match job_tier(fs, victim) {
-        Tier::Free => 0,
-        Tier::OverBudget => 1,
-        Tier::Budgeted => 2,
-    };
-    const FIELD: u32 = (1 << 15) - 1;
-    let over = (over_share(fs, victim) * 1000.0).clamp(0.0, f64::from(FIELD)) as u32;
-    let over_part = FIELD - over;
-    // log2 compresses 1 GPU-second .. ~10^9 GPU-seconds into 15 bits while
-    // keeping the order (x1000 keeps sub-doubling resolution).
-    let lost = (now - victim.run_start).max(0) as f64 * f64::from(victim.gpus.max(1));
-    let lost_part = ((1.0 + lost).log2() * 1000.0).min(f64::from(FIELD)) as u32;
-    (tier_part << 30) | (over_part << 15) | lost_part
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use crate::fairshare::UsageByLeaf;
     use crate::tree::{AccountSpec, MemberSpec, TreeSpec};
-    use proptest::prelude::*;
 
     fn job<'a>(
         id: u32,
@@ -326,122 +122,6 @@ pub(crate) mod tests {
         FairShare::compute(&tree, &usage, 0, crate::DEFAULT_WINDOW_SECS)
     }
 
-    #[test]
-    fn each_clause_of_the_rule() {
-        let fs = two_teams(10.0, 80.0);
-        let p = job(1, "a", "ua", false, 0, 0, 4);
-        let r = job(2, "b", "ub", false, 0, 600, 8);
-        let held = fs.holdings([("b", "ub", 8u32)]);
-        let ctx = Context {
-            fair_share: Some(&fs),
-            held: &held,
-            policy: PreemptPolicy::default(),
-            now: 100,
-        };
-        assert_eq!(
-            may_preempt(&ctx, &p, &r),
-            Err(Denied::Protected { until: 600 })
-        );
-        let ctx = Context { now: 600, ..ctx };
-        assert!(matches!(
-            may_preempt(&ctx, &p, &r),
-            Ok(Allowed::Rebalance { .. })
-        ));
-        // Reverse direction refused.
-        let r2 = job(3, "a", "ua", false, 0, 0, 4);
-        let p2 = job(4, "b", "ub", false, 0, 0, 4);
-        assert!(may_preempt(&ctx, &p2, &r2).is_err());
-        // Free victims go to anyone non-free, even inside "their window".
-        let f = job(5, "b", "ub", true, 599, 3600, 1);
-        assert_eq!(may_preempt(&ctx, &p2, &f), Ok(Allowed::VictimFreeTier));
-        assert_eq!(may_preempt(&ctx, &f, &r2), Err(Denied::PreemptorFree));
-        // Safe mode: only free-tier victims.
-        let safe = Context {
-            fair_share: None,
-            ..ctx
-        };
-        assert_eq!(may_preempt(&safe, &p, &r), Err(Denied::SafeMode));
-        assert_eq!(may_preempt(&safe, &p, &f), Ok(Allowed::VictimFreeTier));
-        // Over budget victim.
-        let fs = two_teams(10.0, 120.0);
-        let ctx = Context {
-            fair_share: Some(&fs),
-            ..ctx
-        };
-        assert_eq!(may_preempt(&ctx, &p, &r), Ok(Allowed::VictimOverBudget));
-    }
-
-    #[test]
-    fn hysteresis_and_share_guard() {
-        let fs = two_teams(50.0, 55.0);
-        let held = fs.holdings([("b", "ub", 8u32)]);
-        let ctx = Context {
-            fair_share: Some(&fs),
-            held: &held,
-            policy: PreemptPolicy { hysteresis: 0.1 },
-            now: 0,
-        };
-        let p = job(1, "a", "ua", false, 0, 0, 1);
-        let r = job(2, "b", "ub", false, 0, 0, 8);
-        assert!(matches!(
-            may_preempt(&ctx, &p, &r),
-            Err(Denied::RatioGapTooSmall { .. })
-        ));
-        let fs = two_teams(10.0, 80.0);
-        // b holds 4 of 8 held GPUs: exactly its entitled half, so it keeps them.
-        let held = fs.holdings([("b", "ub", 4u32), ("a", "ua", 4)]);
-        let ctx = Context {
-            fair_share: Some(&fs),
-            held: &held,
-            ..ctx
-        };
-        assert!(matches!(
-            may_preempt(&ctx, &p, &r),
-            Err(Denied::VictimWithinShare { .. })
-        ));
-    }
-
-    #[test]
-    fn victim_order_free_then_over_share_then_youngest() {
-        let fs = two_teams(10.0, 80.0);
-        let free = job(1, "a", "ua", true, 0, 0, 1);
-        let b_old = job(2, "b", "ub", false, 0, 0, 1);
-        let b_young = job(3, "b", "ub", false, 3000, 0, 1);
-        let a_young = job(4, "a", "ua", false, 3000, 0, 1);
-        let now = 3600;
-        let o = |j| victim_order(Some(&fs), j, now);
-        assert!(o(&free) < o(&b_young));
-        assert!(o(&b_young) < o(&b_old));
-        assert!(o(&b_old) < o(&a_young), "b is more over share than a");
-        // Least work lost counts GPUs: 8 GPUs for 10 min lose more than 1 GPU for 60 min.
-        let b_big_young = job(5, "b", "ub", false, 3000, 0, 8);
-        assert!(o(&b_old) < o(&b_big_young));
-    }
-
-    /// (allocation, usage, unused) per account.
-    type AccountGen = (u32, u32, u32);
-    /// (account, user, free, run start, min runtime, GPUs) per job.
-    type JobGen = (usize, usize, bool, i64, i64, u32);
-
-    fn arb_state() -> impl Strategy<Value = (Vec<AccountGen>, Vec<JobGen>, i64, f64)> {
-        (
-            proptest::collection::vec((0u32..200, 0u32..300, 0u32..20), 4),
-            proptest::collection::vec(
-                (
-                    0usize..4,
-                    0usize..3,
-                    any::<bool>(),
-                    0i64..1000,
-                    0i64..1000,
-                    1u32..9,
-                ),
-                2..10,
-            ),
-            0i64..2000,
-            0.0f64..0.5,
-        )
-    }
-
     /// a0, a1 top-level; a2 under a0; a3 under a1 (overcommit allowed); users
     /// u0..u2 in every account. Shared with `rebalance`'s property tests.
     pub(crate) fn build(accts: &[(u32, u32, u32)]) -> TreeSpec {
@@ -470,39 +150,51 @@ pub(crate) mod tests {
         }
     }
 
-    proptest! {
-        /// In any one state the rule never allows both A->B and B->A, and
-        /// never lets anyone take a job inside its protected window.
-        #[test]
-        fn antisymmetric_and_respects_contracts((accts, jobs, now, h) in arb_state()) {
-            let tree = build(&accts);
-            let mut usage = UsageByLeaf::new();
-            for (i, &(_, used, _)) in accts.iter().enumerate() {
-                usage.insert((format!("a{i}"), "u0".into()), f64::from(used) * 3600.0);
-            }
-            let fs = FairShare::compute(&tree, &usage, now, crate::DEFAULT_WINDOW_SECS);
-            let names: Vec<(String, String)> = jobs.iter().map(|&(a, u, ..)| (format!("a{a}"), format!("u{u}"))).collect();
-            let views: Vec<JobView<'_>> = jobs.iter().zip(&names).enumerate().map(|(i, (&(_, _, free, start, min, gpus), (a, u)))| {
-                JobView { job_id: i as u32, account: a, user: u, free_tier: free, run_start: start, min_runtime: min, gpus }
-            }).collect();
-            let held = fs.holdings(views.iter().map(|v| (v.account, v.user, v.gpus)));
-            for fair_share in [Some(&fs), None] {
-                let ctx = Context { fair_share, held: &held, policy: PreemptPolicy { hysteresis: h }, now };
-                for a in &views {
-                    for b in &views {
-                        let ab = may_preempt(&ctx, a, b).is_ok();
-                        let ba = may_preempt(&ctx, b, a).is_ok();
-                        // Both directions can only pass when both runs are
-                        // unprotected and neither is "the preemptor" in a
-                        // meaningful sense; the rule forbids it outright.
-                        prop_assert!(!(ab && ba), "loop between {} and {}", a.job_id, b.job_id);
-                        if is_protected(b.run_start, b.min_runtime, b.free_tier, now) {
-                            prop_assert!(!ab);
-                            prop_assert!(!drain_may_take(b, now));
-                        }
-                    }
-                }
-            }
-        }
+    #[test]
+    fn tiers_from_opt_in_and_snapshot() {
+        let fs = two_teams(10.0, 120.0);
+        let a = job(1, "a", "ua", false, 0, 0, 1);
+        let b = job(2, "b", "ub", false, 0, 0, 1);
+        assert_eq!(job_tier(Some(&fs), &a), Tier::Budgeted);
+        assert_eq!(job_tier(Some(&fs), &b), Tier::OverBudget);
+        // The opt-in wins over the snapshot.
+        assert_eq!(
+            job_tier(Some(&fs), &job(3, "a", "ua", true, 0, 0, 1)),
+            Tier::Free
+        );
+        assert_eq!(
+            job_tier(None, &job(3, "a", "ua", true, 0, 0, 1)),
+            Tier::Free
+        );
+        // Unknown accounts and safe mode: over budget.
+        assert_eq!(
+            job_tier(Some(&fs), &job(4, "x", "ux", false, 0, 0, 1)),
+            Tier::OverBudget
+        );
+        assert_eq!(job_tier(None, &a), Tier::OverBudget);
+    }
+
+    #[test]
+    fn over_share_is_the_highest_ratio_on_the_path() {
+        let fs = two_teams(10.0, 80.0);
+        let a = job(1, "a", "ua", false, 0, 0, 1);
+        let b = job(2, "b", "ub", false, 0, 0, 1);
+        assert!((over_share(Some(&fs), &a) - 0.1).abs() < 1e-9);
+        assert!((over_share(Some(&fs), &b) - 0.8).abs() < 1e-9);
+        assert_eq!(
+            over_share(Some(&fs), &job(3, "x", "ux", false, 0, 0, 1)),
+            0.0
+        );
+        assert_eq!(over_share(None, &b), 0.0);
+    }
+
+    #[test]
+    fn a_drain_takes_only_jobs_past_their_window() {
+        let r = job(1, "a", "ua", false, 0, 600, 8);
+        assert!(!drain_may_take(&r, 0));
+        assert!(!drain_may_take(&r, 599));
+        assert!(drain_may_take(&r, 600));
+        // Free-tier jobs have no window.
+        assert!(drain_may_take(&job(2, "a", "ua", true, 599, 3600, 1), 600));
     }
 }

@@ -127,7 +127,7 @@ impl Default for SimConfig {
             gpus_per_node: 8,
             window: policy_core::DEFAULT_WINDOW_SECS,
             recalc: 300,
-            hysteresis: policy_core::preempt::PreemptPolicy::default().hysteresis,
+            hysteresis: crate::policy::budget_v1::PreemptPolicy::default().hysteresis,
             rule: RebalancePolicy::default(),
             checkpoint: 0,
             min_runtime: MinRuntimeRule::Cap(2 * 3600),

@@ -1,9 +1,9 @@
 //! budget-sim: a deterministic discrete-event replay of GPU job traces
 //! through the *same* policy core the Slurm plugins use
 //! ([`policy_core::FairShare::compute`], [`policy_core::priority::job_priority`],
-//! [`policy_core::preempt::may_preempt`] / [`policy_core::preempt::victim_order`]),
-//! side by side with two baselines (static priority, Slurm-style decayed fair
-//! share), on the same placement and backfill logic.
+//! [`policy_core::rebalance::decide`]), side by side with the baselines (the old
+//! rule `budget-v1`, static priority, Slurm-style decayed fair share, Fair Tree,
+//! multifactor with QOS preemption), on the same placement and backfill logic.
 //!
 //! Entry points: [`SimulateArgs`] + [`run_cli`] (used by `budgetctl simulate`
 //! and the `budget-sim` binary); [`engine::simulate`] for programs and tests.

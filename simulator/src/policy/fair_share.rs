@@ -17,8 +17,8 @@
 //!   in [`InFlight`], as the plugin's callback does. The callback's decision
 //!   is [`rebalance::decide`], in its two halves: side-level checks once per
 //!   (preemptor, victim leaf), victim-level checks per job: the same code.
-//! - `budget-v1` ([`policy_core::preempt::may_preempt`], `victim_order`): the
-//!   old rule on live holdings, unchanged, so its figures reproduce.
+//! - `budget-v1` ([`budget_v1::may_preempt`], [`budget_v1::victim_order`]):
+//!   the old rule on live holdings, unchanged, so its figures reproduce.
 //!
 //! Holdings count non-free running jobs. Traces and scenarios name no GPU
 //! type, so every job's GPUs weigh 1 (`RunningJob::weight`): weighted GPUs
@@ -27,13 +27,14 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use policy_core::fairshare::{FairShare, LeafKey, Tier, UsageByLeaf};
-use policy_core::preempt::{self, Context, JobView, PreemptPolicy};
+use policy_core::preempt::JobView;
 use policy_core::priority::job_priority;
 use policy_core::rebalance::{
     self, Allowed, Clause, InFlight, PastPreemption, PendingJob, PreemptState, RunningJob,
 };
 use policy_core::tree::{AccountSpec, MemberSpec, TreeSpec};
 
+use super::budget_v1::{self, Context, PreemptPolicy};
 use super::{Candidate, PolicyKind, SchedPolicy};
 use crate::config::SimConfig;
 use crate::view::{EngineView, JobInit, TeamInfo};
@@ -214,16 +215,16 @@ impl FairSharePolicy {
         let mut out = Vec::new();
         for set in self.exposed.values() {
             let Some(&first) = set.first() else { continue };
-            let reason = match preempt::may_preempt(&ctx, &pview, &Self::view(sim, first)) {
-                Ok(preempt::Allowed::VictimFreeTier) => 0u8,
-                Ok(preempt::Allowed::VictimOverBudget) => 1,
-                Ok(preempt::Allowed::Rebalance { .. }) => 2,
+            let reason = match budget_v1::may_preempt(&ctx, &pview, &Self::view(sim, first)) {
+                Ok(budget_v1::Allowed::VictimFreeTier) => 0u8,
+                Ok(budget_v1::Allowed::VictimOverBudget) => 1,
+                Ok(budget_v1::Allowed::Rebalance { .. }) => 2,
                 Err(_) => continue,
             };
             for &v in set {
                 out.push(Candidate {
                     job: v,
-                    order: preempt::victim_order(Some(fs), &Self::view(sim, v), sim.now),
+                    order: budget_v1::victim_order(Some(fs), &Self::view(sim, v), sim.now),
                     reason,
                 });
             }

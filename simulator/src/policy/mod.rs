@@ -8,7 +8,7 @@
 //! - [`fair_share::FairSharePolicy`]: the product (tiers + Fair-Tree rank on
 //!   the sliding window + age). `budget` preempts by the cost-aware rule
 //!   ([`policy_core::rebalance`]); `budget-v1` by the old rule
-//!   ([`policy_core::preempt::may_preempt`]), kept for comparison.
+//!   ([`budget_v1::may_preempt`]), kept here only for comparison.
 //! - [`static_priority::StaticPriority`]: FIFO by a user-declared level; never preempts.
 //! - [`decay::DecayedFairShare`]: Slurm's classic fair share; never preempts.
 //! - [`fair_tree::FairTree`]: Slurm's Fair Tree (the default since 19.05) on
@@ -17,6 +17,7 @@
 //!   teams over their share go to a `scavenger` QOS that `normal` jobs preempt
 //!   after its `PreemptExemptTime` (each job's min_runtime).
 
+pub mod budget_v1;
 pub mod decay;
 pub mod fair_share;
 pub mod fair_tree;

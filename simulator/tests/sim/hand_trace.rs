@@ -18,7 +18,7 @@
 //!
 //! Expected schedule:
 //! - t=0: J1 (budgeted) and F (free, lowest tier) start; the node is full.
-//! - t=60: J2 does not fit; F is free tier, so `may_preempt` allows it at
+//! - t=60: J2 does not fit; F is free tier, so `budget_v1::may_preempt` allows it at
 //!   once: F yields (2 GPUs x 60 s lost), J2 starts. F waits (free jobs never preempt).
 //! - t=600: J3 does not fit; J1 is protected until 3,600, J2 until 3,660: no preemption.
 //! - t=3,600: J1's window ends. Recalculation: b used 2x3,600 + 2x3,540 =
