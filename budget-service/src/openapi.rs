@@ -17,6 +17,7 @@
 //! 503 for a TCP connection in the reserve kept for controller and agent tokens
 //! when the request carries neither (`crate::server`).
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 /// The document (JSON text).
@@ -37,14 +38,20 @@ pub const DOCUMENT: &str = r##"{
     "schemas": {
       "Error": { "type": "object", "required": ["error"], "properties": { "error": { "type": "string" }, "details": {} } },
       "Account": { "type": "object", "required": ["name", "allocation_gpu_hours"], "properties": {
-        "name": { "$ref": "#/components/schemas/Name" }, "parent": { "type": "string", "nullable": true, "description": "null or \"root\": top level" },
-        "allocation_gpu_hours": { "type": "number", "minimum": 0 }, "overcommit": { "type": "boolean" } }, "additionalProperties": false },
-      "AccountPatch": { "type": "object", "properties": { "allocation_gpu_hours": { "type": "number" }, "parent": { "type": "string" }, "overcommit": { "type": "boolean" } }, "additionalProperties": false },
-      "Member": { "type": "object", "required": ["user", "account"], "properties": { "user": { "$ref": "#/components/schemas/Name" }, "account": { "type": "string" }, "allocation_gpu_hours": { "type": "number", "nullable": true } }, "additionalProperties": false },
-      "Coordinator": { "type": "object", "required": ["user", "account"], "properties": { "user": { "$ref": "#/components/schemas/Name" }, "account": { "type": "string" } }, "additionalProperties": false },
+        "name": { "$ref": "#/components/schemas/Name" }, "parent": { "type": "string", "pattern": "^([a-z0-9][a-z0-9_.-]{0,63})?$", "nullable": true, "description": "an existing account; null, \"\" or \"root\": top level" },
+        "allocation_gpu_hours": { "$ref": "#/components/schemas/GpuHours" }, "overcommit": { "type": "boolean" } }, "additionalProperties": false },
+      "AccountPatch": { "type": "object", "description": "fields to change; an absent field is left as it is (null is refused)", "properties": { "allocation_gpu_hours": { "$ref": "#/components/schemas/GpuHours" }, "parent": { "type": "string", "pattern": "^([a-z0-9][a-z0-9_.-]{0,63})?$", "description": "an existing account; \"\" or \"root\": top level" }, "overcommit": { "type": "boolean" } }, "additionalProperties": false },
+      "Member": { "type": "object", "required": ["user", "account"], "properties": { "user": { "$ref": "#/components/schemas/Name" }, "account": { "$ref": "#/components/schemas/Name" }, "allocation_gpu_hours": { "type": "number", "minimum": 0, "maximum": 1e9, "nullable": true, "description": "null: share the account's rest equally" } }, "additionalProperties": false },
+      "Coordinator": { "type": "object", "required": ["user", "account"], "properties": { "user": { "$ref": "#/components/schemas/Name" }, "account": { "$ref": "#/components/schemas/Name" } }, "additionalProperties": false },
+      "GpuHours": { "type": "number", "minimum": 0, "maximum": 1e9, "description": "weighted GPU-hours" },
+      "Weight": { "type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1e6 },
+      "Time": { "type": "string", "pattern": "^([0-9]{1,10}|[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))[T ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?)$", "description": "Unix seconds, RFC 3339 (2026-01-01T00:00:00Z) or YYYY-MM-DDTHH:MM:SS (service-local time); 29 February is taken too (leap years are beyond a pattern)" },
+      "PolicyPatch": { "description": "any non-empty subset of Policy; null clears a site cap and puts max_requeues, tier_band, share_order, entitled_first, tier_projection and balance_band back to the rule's default (null is refused for the other fields)", "allOf": [ { "$ref": "#/components/schemas/Policy" } ], "minProperties": 1 },
+      "Hostlist": { "type": "string", "pattern": "^[A-Za-z0-9_.,\\[\\]-]{1,4096}$", "description": "a Slurm hostlist such as gpu[1-2],gpu7" },
+      "DrainRequest": { "type": "object", "required": ["nodes", "reason"], "additionalProperties": false, "properties": { "nodes": { "$ref": "#/components/schemas/Hostlist" }, "reason": { "type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[^\"=\\u0000-\\u001f\\u007f-\\u009f]*[^\"=\\s\\u0000-\\u001f\\u007f-\\u009f][^\"=\\u0000-\\u001f\\u007f-\\u009f]*$", "description": "at most 200 characters, not blank, no quotes, '=' or control characters (Slurm stores it in the node's Reason)" } } },
       "Weights": { "type": "object", "properties": { "default": { "type": "number" }, "by_type": { "type": "object", "additionalProperties": { "type": "number" } } } },
-      "WeightsPatch": { "type": "object", "properties": { "default": { "type": "number" }, "set": { "type": "object", "additionalProperties": { "type": "number" } } }, "additionalProperties": false },
-      "Policy": { "type": "object", "properties": { "window_secs": { "type": "integer" }, "default_min_runtime_secs": { "type": "integer" }, "max_min_runtime_secs": { "type": "integer" }, "require_min_runtime": { "type": "boolean" }, "hysteresis": { "type": "number" }, "snapshot_max_age_secs": { "type": "integer" }, "idle_threshold_secs": { "type": "integer" }, "site_max_preemptions": { "type": "integer", "nullable": true, "description": "Site cap: rebalancing preemptions per window (absent or null: none)." }, "site_max_lost_gpu_hours": { "type": "number", "nullable": true, "description": "Site cap: GPU-hours lost to rebalancing per window (absent or null: none)." }, "max_requeues": { "type": "integer", "nullable": true, "description": "A job requeued this many times is no longer taken for rebalancing (absent or null: the rule's default, 1; 4294967295: no cap)." }, "tier_band": { "type": "number", "minimum": 0, "maximum": 1, "nullable": true, "description": "Priority only: a pending job of an account over budget by less than this fraction and holding fewer GPUs than its entitlement ranks in the budgeted tier; 0: no band (absent or null: the rule's default, no band)." }, "share_order": { "type": "boolean", "nullable": true, "description": "Priority, with entitled_first: among siblings below their entitled GPUs the smallest share held comes first; false: by ratio alone (absent or null: the rule's default, false)." }, "entitled_first": { "type": "boolean", "nullable": true, "description": "Priority: within a tier, accounts holding fewer GPUs than their entitlement rank first; false: Fair-Tree's ratio order (absent or null: the rule's default, true)." }, "tier_projection": { "type": "number", "minimum": 0, "maximum": 1, "nullable": true, "description": "Priority only: a pending job's tier reads each account's ratio projected this fraction of a window ahead, r + a x (GPUs held x window / allocation - r); 0: the snapshot's tier (absent or null: the rule's default, 0.6)." }, "balance_band": { "type": "number", "minimum": 0, "maximum": 1, "nullable": true, "description": "Priority, with entitled_first: an account counts as below its entitlement while it holds fewer GPUs than its entitlement plus its window balance (entitled GPU-hours of the window not received, spread over one window), the balance within this fraction of the entitlement either way; 0: GPUs held against the entitlement alone (absent or null: the rule's default, 0.15)." } }, "additionalProperties": false },
+      "WeightsPatch": { "type": "object", "description": "an absent field is left as it is (null is refused)", "properties": { "default": { "$ref": "#/components/schemas/Weight" }, "set": { "type": "object", "description": "GPU type (1-64 characters of letters, digits, '-', '_', '.'; case-insensitive) -> weight", "patternProperties": { "^[A-Za-z0-9_.-]{1,64}$": { "$ref": "#/components/schemas/Weight" } }, "additionalProperties": false } }, "additionalProperties": false },
+      "Policy": { "type": "object", "properties": { "window_secs": { "type": "integer", "minimum": 3600, "maximum": 31622400 }, "default_min_runtime_secs": { "type": "integer", "minimum": 0, "maximum": 31622400, "description": "at most max_min_runtime_secs" }, "max_min_runtime_secs": { "type": "integer", "minimum": 0, "maximum": 31622400 }, "require_min_runtime": { "type": "boolean" }, "hysteresis": { "type": "number", "minimum": 0, "maximum": 10 }, "snapshot_max_age_secs": { "type": "integer", "minimum": 1, "maximum": 86400 }, "idle_threshold_secs": { "type": "integer", "minimum": 0, "maximum": 31622400 }, "site_max_preemptions": { "type": "integer", "minimum": 0, "maximum": 4294967295, "nullable": true, "description": "Site cap: rebalancing preemptions per window (absent or null: none)." }, "site_max_lost_gpu_hours": { "type": "number", "minimum": 0, "maximum": 1e9, "nullable": true, "description": "Site cap: GPU-hours lost to rebalancing per window (absent or null: none)." }, "max_requeues": { "type": "integer", "minimum": 0, "maximum": 4294967295, "nullable": true, "description": "A job requeued this many times is no longer taken for rebalancing (absent or null: the rule's default, 1; 4294967295: no cap)." }, "tier_band": { "type": "number", "minimum": 0, "maximum": 1, "nullable": true, "description": "Priority only: a pending job of an account over budget by less than this fraction and holding fewer GPUs than its entitlement ranks in the budgeted tier; 0: no band (absent or null: the rule's default, no band)." }, "share_order": { "type": "boolean", "nullable": true, "description": "Priority, with entitled_first: among siblings below their entitled GPUs the smallest share held comes first; false: by ratio alone (absent or null: the rule's default, false)." }, "entitled_first": { "type": "boolean", "nullable": true, "description": "Priority: within a tier, accounts holding fewer GPUs than their entitlement rank first; false: Fair-Tree's ratio order (absent or null: the rule's default, true)." }, "tier_projection": { "type": "number", "minimum": 0, "maximum": 1, "nullable": true, "description": "Priority only: a pending job's tier reads each account's ratio projected this fraction of a window ahead, r + a x (GPUs held x window / allocation - r); 0: the snapshot's tier (absent or null: the rule's default, 0.6)." }, "balance_band": { "type": "number", "minimum": 0, "maximum": 1, "nullable": true, "description": "Priority, with entitled_first: an account counts as below its entitlement while it holds fewer GPUs than its entitlement plus its window balance (entitled GPU-hours of the window not received, spread over one window), the balance within this fraction of the entitlement either way; 0: GPUs held against the entitlement alone (absent or null: the rule's default, 0.15)." } }, "additionalProperties": false },
       "ShareRow": { "type": "object", "properties": { "account": { "type": "string" }, "parent": { "type": "string", "nullable": true }, "user": { "type": "string", "nullable": true }, "depth": { "type": "integer" }, "allocation_gpu_hours": { "type": "number" }, "usage_gpu_hours": { "type": "number" }, "free_usage_gpu_hours": { "type": "number" }, "ratio": { "type": "number" }, "rank": { "type": "integer", "description": "1 = lowest ratio among siblings" }, "leaf_rank": { "type": "integer", "nullable": true }, "fair_share_factor": { "type": "number" }, "tier": { "type": "string", "enum": ["budgeted", "over_budget", "free"] }, "overcommit": { "type": "boolean" } } },
       "Name": { "type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$", "description": "account or user name" },
       "Health": { "type": "object", "required": ["generation", "schema_version", "started_at", "status", "version"], "additionalProperties": false, "properties": { "generation": { "type": "integer", "minimum": 0 }, "schema_version": { "type": "integer" }, "started_at": { "type": "integer" }, "status": { "type": "string" }, "version": { "type": "string" } } },
@@ -62,7 +69,7 @@ pub const DOCUMENT: &str = r##"{
       "HoldingJob": { "type": "object", "required": ["job_id", "run", "account", "user", "gpus", "free_tier", "requeue_at"], "properties": { "job_id": { "type": "integer" }, "run": { "type": "integer" }, "account": { "type": "string" }, "user": { "type": "string" }, "gpus": { "type": "integer" }, "free_tier": { "type": "boolean" }, "start": { "type": "integer", "nullable": true }, "requeue_at": { "type": "integer" } } },
       "DrainStatus": { "type": "object", "required": ["node", "reason", "since", "actor", "slurm_state", "empty", "empty_at", "jobs"], "additionalProperties": false, "properties": { "node": { "type": "string" }, "reason": { "type": "string" }, "since": { "type": "integer" }, "actor": { "type": "string" }, "slurm_state": { "type": "string" }, "empty": { "type": "boolean" }, "empty_at": { "type": "integer" }, "jobs": { "type": "array", "items": { "$ref": "#/components/schemas/HoldingJob" } } } },
       "PreemptionReason": { "type": "string", "enum": ["free_tier", "over_budget", "rebalance", "drain"] },
-      "PreemptionRecord": { "type": "object", "description": "budget_protocol::preemption::PreemptionRecord", "required": ["victim", "run", "reason", "at"], "properties": { "victim": { "type": "integer", "minimum": 0 }, "run": { "type": "integer", "minimum": 0 }, "preemptor": { "type": "integer", "nullable": true }, "reason": { "$ref": "#/components/schemas/PreemptionReason" }, "at": { "type": "integer" }, "account": { "type": "string", "nullable": true }, "user": { "type": "string", "nullable": true }, "gpus": { "type": "integer", "nullable": true }, "start": { "type": "integer", "nullable": true } } },
+      "PreemptionRecord": { "type": "object", "description": "budget_protocol::preemption::PreemptionRecord; account, user, gpus and start are taken from the ledger when absent (a run the ledger lacks needs them)", "required": ["victim", "run", "reason", "at"], "additionalProperties": false, "properties": { "victim": { "type": "integer", "minimum": 0, "maximum": 4294967295 }, "run": { "type": "integer", "minimum": 0, "maximum": 4294967295 }, "preemptor": { "type": "integer", "minimum": 0, "maximum": 4294967295, "nullable": true }, "reason": { "$ref": "#/components/schemas/PreemptionReason" }, "at": { "type": "integer", "minimum": 1, "maximum": 4102444800 }, "account": { "type": "string", "nullable": true }, "user": { "type": "string", "nullable": true }, "gpus": { "type": "integer", "minimum": 0, "maximum": 4294967295, "nullable": true }, "start": { "type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807, "nullable": true } } },
       "PreemptionReport": { "type": "object", "required": ["since", "rows", "by_account"], "additionalProperties": false, "properties": { "since": { "type": "integer" },
         "rows": { "type": "array", "items": { "type": "object", "required": ["job_id", "run", "account", "user", "reason", "at", "gpus"], "properties": { "job_id": { "type": "integer" }, "run": { "type": "integer" }, "account": { "type": "string" }, "user": { "type": "string" }, "preemptor": { "type": "integer", "nullable": true }, "preemptor_account": { "type": "string", "nullable": true }, "reason": { "$ref": "#/components/schemas/PreemptionReason" }, "at": { "type": "integer" }, "gpus": { "type": "integer" }, "run_start": { "type": "integer", "nullable": true }, "gpu_hours": { "type": "number" }, "source": { "type": "string" }, "gpu_type": { "type": "string", "nullable": true, "description": "GPU type of the lost run from the ledger (null: untyped or no longer there); lost-work budgets charge gpu_hours times its billing weight." } } } },
         "by_account": { "type": "array", "items": { "type": "object", "required": ["account", "preemptions", "gpu_hours_lost", "by_reason"], "additionalProperties": false, "properties": { "account": { "type": "string" }, "preemptions": { "type": "integer" }, "gpu_hours_lost": { "type": "number" }, "by_reason": { "type": "object", "additionalProperties": { "type": "integer" } } } } } } },
@@ -71,10 +78,11 @@ pub const DOCUMENT: &str = r##"{
       "PluginsState": { "type": "object", "required": ["applied_generation", "generation", "horizon_secs", "plugins"], "additionalProperties": false, "properties": { "applied_generation": { "type": "integer" }, "generation": { "type": "integer" }, "horizon_secs": { "type": "integer" },
         "plugins": { "type": "array", "items": { "type": "object", "required": ["fetched_at", "generation", "plugin"], "additionalProperties": false, "properties": { "fetched_at": { "type": "integer" }, "generation": { "type": "integer" }, "period_secs": { "type": "integer" }, "plugin": { "type": "string" } } } } } },
       "PluginSnapshot": { "type": "object", "description": "budget_protocol::PluginSnapshot", "required": ["version", "generated_at", "policy", "weights", "fair_share"], "properties": { "version": { "type": "string" }, "generated_at": { "type": "integer" }, "policy": { "$ref": "#/components/schemas/Policy" }, "weights": { "$ref": "#/components/schemas/Weights" }, "fair_share": { "type": "object" }, "drains": { "type": "array" }, "cluster_gpus": { "type": "integer", "minimum": 1, "description": "GPUs of the nodes that can run jobs, from scontrol show node (absent: unknown); raw, the capacity a previous release's budgetd published." }, "cluster_weighted_gpus": { "type": "number", "minimum": 0, "exclusiveMinimum": true, "description": "The same GPUs weighted: each node's GPUs x the billing weight of their Gres type under weights (untyped: the default weight), in the unit of the allocations (absent: unknown); the cost-aware rule scales entitlements to it." } } },
-      "JobSync": { "type": "object", "description": "budget_protocol::JobSync", "required": ["collected_at", "runs"], "properties": { "collected_at": { "type": "integer" }, "runs": { "type": "array", "items": { "type": "object" } } } },
-      "AgentReport": { "type": "object", "description": "budget_protocol::AgentReport", "required": ["node", "at", "nvml", "gpus"], "additionalProperties": false, "properties": { "node": { "type": "string" }, "at": { "type": "integer" }, "nvml": { "type": "boolean" },
-        "gpus": { "type": "array", "items": { "type": "object", "required": ["index", "uuid", "name", "util_pct", "memory_used_mib", "memory_total_mib", "processes", "idle_secs"], "additionalProperties": false, "properties": { "index": { "type": "integer" }, "uuid": { "type": "string" }, "name": { "type": "string" }, "util_pct": { "type": "integer" }, "memory_used_mib": { "type": "integer" }, "memory_total_mib": { "type": "integer" }, "idle_secs": { "type": "integer" },
-          "processes": { "type": "array", "items": { "type": "object", "required": ["pid"], "additionalProperties": false, "properties": { "pid": { "type": "integer" }, "job_id": { "type": "integer", "nullable": true }, "used_memory_mib": { "type": "integer", "nullable": true }, "sm_util_pct": { "type": "integer", "nullable": true } } } } } } } } },
+      "JobSync": { "type": "object", "description": "budget_protocol::JobSync; each run is checked on its own (a run out of bounds is listed in SyncOutcome.refused, the others stored)", "required": ["collected_at", "runs"], "additionalProperties": false, "properties": { "collected_at": { "type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807 }, "runs": { "type": "array", "items": { "$ref": "#/components/schemas/JobRun" } }, "live": { "type": "array", "nullable": true, "description": "the complete set of jobs Slurm had: [job_id, submit time of its current run (0: unknown)]", "items": { "type": "array", "minItems": 2, "maxItems": 2, "items": { "type": "integer", "minimum": 0, "maximum": 4294967295 } } } } },
+      "JobRun": { "type": "object", "description": "budget_protocol::JobRun", "required": ["job_id", "run", "account", "user", "gpus", "state"], "additionalProperties": false, "properties": { "job_id": { "type": "integer", "minimum": 0, "maximum": 4294967295 }, "run": { "type": "integer", "minimum": 0, "maximum": 4294967295 }, "submit": { "type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807, "nullable": true }, "account": { "type": "string" }, "user": { "type": "string" }, "partition": { "type": "string", "nullable": true }, "gpus": { "type": "integer", "minimum": 0, "maximum": 4294967295 }, "gpu_type": { "type": "string", "nullable": true }, "start": { "type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807, "nullable": true }, "end": { "type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807, "nullable": true }, "state": { "type": "string", "enum": ["pending", "running", "ended", "requeued"] }, "free_tier": { "type": "boolean" }, "min_runtime_secs": { "type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807 }, "nodes": { "type": "string", "nullable": true }, "priority": { "type": "integer", "minimum": 0, "maximum": 4294967295, "nullable": true }, "reason": { "type": "string", "nullable": true }, "time_limit_secs": { "type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807, "nullable": true }, "checkpoint_secs": { "type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807, "nullable": true } } },
+      "AgentReport": { "type": "object", "description": "budget_protocol::AgentReport; also refused (422): at more than 300 s ahead of budgetd's clock, GPUs with nvml false, a GPU listed twice, idle_secs not below at", "required": ["node", "at", "nvml", "gpus"], "additionalProperties": false, "properties": { "node": { "type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,128}$" }, "at": { "type": "integer", "minimum": 1, "maximum": 4102444800 }, "nvml": { "type": "boolean" },
+        "gpus": { "type": "array", "maxItems": 64, "items": { "type": "object", "required": ["index", "uuid", "name", "util_pct", "memory_used_mib", "memory_total_mib", "processes", "idle_secs"], "additionalProperties": false, "properties": { "index": { "type": "integer", "minimum": 0, "maximum": 4294967295 }, "uuid": { "type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,128}$" }, "name": { "type": "string" }, "util_pct": { "type": "integer", "minimum": 0, "maximum": 100 }, "memory_used_mib": { "type": "integer", "minimum": 0, "maximum": 18446744073709551615 }, "memory_total_mib": { "type": "integer", "minimum": 0, "maximum": 18446744073709551615 }, "idle_secs": { "type": "integer", "minimum": 0, "maximum": 9223372036854775807 },
+          "processes": { "type": "array", "maxItems": 256, "items": { "type": "object", "required": ["pid"], "additionalProperties": false, "properties": { "pid": { "type": "integer", "minimum": 0, "maximum": 4294967295 }, "job_id": { "type": "integer", "minimum": 0, "maximum": 4294967295, "nullable": true }, "used_memory_mib": { "type": "integer", "minimum": 0, "maximum": 18446744073709551615, "nullable": true }, "sm_util_pct": { "type": "integer", "minimum": 0, "maximum": 4294967295, "nullable": true } } } } } } } } },
       "SyncOutcome": { "type": "object", "required": ["inserted", "updated", "unchanged"], "additionalProperties": false, "properties": { "inserted": { "type": "integer" }, "updated": { "type": "integer" }, "unchanged": { "type": "integer" }, "closed": { "type": "integer", "description": "runs Slurm no longer had (a complete live set), closed" }, "refused": { "type": "array", "items": { "$ref": "#/components/schemas/RefusedRun" } } } }
     }
   },
@@ -84,27 +92,27 @@ pub const DOCUMENT: &str = r##"{
     "/v1/openapi.json": { "get": { "summary": "This document (no authentication).", "security": [], "responses": { "200": { "description": "OpenAPI 3 document" } } } },
     "/v1/accounts": {
       "get": { "summary": "Accounts the caller may read.", "responses": { "200": { "description": "accounts", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/AccountRow" } } } } } } },
-      "post": { "summary": "Create an account (admin, or coordinator of the parent's subtree).", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Account" } } } },
+      "post": { "summary": "Create an account (admin, or coordinator of the parent's subtree).", "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Account" } } } },
         "responses": { "201": { "description": "created", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AccountRow" } } } }, "409": { "description": "duplicate" }, "422": { "description": "unknown parent, cycle, bad allocation, children above parent" } } }
     },
     "/v1/accounts/{name}": {
       "parameters": [ { "name": "name", "in": "path", "required": true, "schema": { "type": "string" } } ],
       "get": { "summary": "One account with children, members and coordinators.", "responses": { "200": { "description": "account", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AccountDetail" } } } }, "403": { "description": "not yours" }, "404": { "description": "unknown" } } },
-      "patch": { "summary": "Change allocation, parent or overcommit (admin, or coordinator of an ancestor).", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AccountPatch" } } } }, "responses": { "200": { "description": "the new account", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AccountRow" } } } } } },
+      "patch": { "summary": "Change allocation, parent or overcommit (admin, or coordinator of an ancestor).", "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AccountPatch" } } } }, "responses": { "200": { "description": "the new account", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AccountRow" } } } }, "404": { "description": "unknown account" }, "422": { "description": "unknown parent, cycle, bad allocation, children above parent" } } },
       "delete": { "summary": "Delete an account without children or running jobs.", "responses": { "204": { "description": "deleted" }, "409": { "description": "has children or running jobs" } } }
     },
     "/v1/members": {
       "get": { "summary": "Memberships (filter with ?account=).", "parameters": [ { "name": "account", "in": "query", "schema": { "type": "string" } } ], "responses": { "200": { "description": "memberships", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/MemberRow" } } } } } } },
-      "post": { "summary": "Add a user to an account.", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Member" } } } }, "responses": { "201": { "description": "added", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/MemberRow" } } } } } }
+      "post": { "summary": "Add a user to an account.", "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Member" } } } }, "responses": { "201": { "description": "added", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/MemberRow" } } } }, "404": { "description": "unknown account" }, "409": { "description": "already a member" }, "422": { "description": "explicit allocations above the account's" } } }
     },
     "/v1/members/{account}/{user}": {
       "parameters": [ { "name": "account", "in": "path", "required": true, "schema": { "type": "string" } }, { "name": "user", "in": "path", "required": true, "schema": { "type": "string" } } ],
-      "patch": { "summary": "Set a member's explicit allocation ({\"allocation_gpu_hours\": number}; null: share the account's rest equally).", "requestBody": { "content": { "application/json": { "schema": { "type": "object", "properties": { "allocation_gpu_hours": { "type": "number", "nullable": true } }, "additionalProperties": false } } } }, "responses": { "200": { "description": "the new Member", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/MemberRow" } } } }, "404": { "description": "not a member" }, "422": { "description": "bad allocation or above the account's" } } },
+      "patch": { "summary": "Set a member's explicit allocation ({\"allocation_gpu_hours\": number}; null: share the account's rest equally).", "requestBody": { "required": true, "content": { "application/json": { "schema": { "type": "object", "required": ["allocation_gpu_hours"], "properties": { "allocation_gpu_hours": { "type": "number", "minimum": 0, "maximum": 1e9, "nullable": true } }, "additionalProperties": false } } } }, "responses": { "200": { "description": "the new Member", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/MemberRow" } } } }, "404": { "description": "not a member" }, "422": { "description": "bad allocation or above the account's" } } },
       "delete": { "summary": "Remove a user from an account.", "responses": { "204": { "description": "removed" } } }
     },
     "/v1/coordinators": {
       "get": { "summary": "Coordinators (filter with ?account=).", "parameters": [ { "name": "account", "in": "query", "schema": { "type": "string" } } ], "responses": { "200": { "description": "coordinators", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/Coordinator" } } } } } } },
-      "post": { "summary": "Make a user coordinator of an account.", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Coordinator" } } } }, "responses": { "201": { "description": "added" } } }
+      "post": { "summary": "Make a user coordinator of an account.", "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Coordinator" } } } }, "responses": { "201": { "description": "added" } } }
     },
     "/v1/coordinators/{account}/{user}": {
       "parameters": [ { "name": "account", "in": "path", "required": true, "schema": { "type": "string" } }, { "name": "user", "in": "path", "required": true, "schema": { "type": "string" } } ],
@@ -112,46 +120,46 @@ pub const DOCUMENT: &str = r##"{
     },
     "/v1/weights": {
       "get": { "summary": "GPU-type billing weights.", "responses": { "200": { "description": "Weights", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Weights" } } } } } },
-      "patch": { "summary": "Set weights (admin).", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/WeightsPatch" } } } }, "responses": { "200": { "description": "the new weights", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Weights" } } } } } }
+      "patch": { "summary": "Set weights (admin).", "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/WeightsPatch" } } } }, "responses": { "200": { "description": "the new weights", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Weights" } } } } } }
     },
     "/v1/policy": {
       "get": { "summary": "Site policy.", "responses": { "200": { "description": "Policy", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } } } },
-      "patch": { "summary": "Change policy fields (admin); any subset of Policy. null clears a site cap and puts max_requeues, tier_band, share_order, entitled_first, tier_projection and balance_band back to the rule's default.", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } }, "responses": { "200": { "description": "the new policy", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } } } }
+      "patch": { "summary": "Change policy fields (admin); any subset of Policy; default_min_runtime_secs may not exceed max_min_runtime_secs, either of them stored (422). null clears a site cap and puts max_requeues, tier_band, share_order, entitled_first, tier_projection and balance_band back to the rule's default.", "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/PolicyPatch" } } } }, "responses": { "200": { "description": "the new policy", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } } } }
     },
-    "/v1/audit": { "get": { "summary": "Append-only audit log (admins, readers).", "parameters": [ { "name": "after", "in": "query", "schema": { "type": "integer" } }, { "name": "limit", "in": "query", "schema": { "type": "integer" } } ], "responses": { "200": { "description": "entries, oldest first", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/AuditEntry" } } } } } } } },
-    "/v1/usage": { "get": { "summary": "Usage by account (descendants included) or by user, over [since, at] (default: the window ending at at).",
-      "parameters": [ { "name": "by", "in": "query", "schema": { "type": "string", "enum": ["account", "user"] } }, { "name": "since", "in": "query", "schema": { "type": "string" } }, { "name": "at", "in": "query", "schema": { "type": "string" } } ],
+    "/v1/audit": { "get": { "summary": "Append-only audit log (admins, readers).", "parameters": [ { "name": "after", "in": "query", "description": "entries with a larger id (default 0: from the first)", "schema": { "type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807 } }, { "name": "limit", "in": "query", "description": "at most this many entries (default 1000; taken as 1 below 1 and as 100000 above it)", "schema": { "type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807 } } ], "responses": { "200": { "description": "entries, oldest first", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/AuditEntry" } } } } } } } },
+    "/v1/usage": { "get": { "summary": "Usage by account (descendants included) or by user, over [since, at] (default: the window ending at at; since after at: 400).",
+      "parameters": [ { "name": "by", "in": "query", "schema": { "type": "string", "enum": ["account", "user"] } }, { "name": "since", "in": "query", "schema": { "$ref": "#/components/schemas/Time" } }, { "name": "at", "in": "query", "schema": { "$ref": "#/components/schemas/Time" } } ],
       "responses": { "200": { "description": "usage rows", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/UsageReport" } } } } } } },
     "/v1/usage/import": { "post": { "summary": "Import sacct -X -D -P -o JobID,Account,User,Partition,AllocTRES,Start,End,State output (admin). Idempotent.",
-      "parameters": [ { "name": "skip_invalid", "in": "query", "schema": { "type": "boolean" } }, { "name": "tz", "in": "query", "schema": { "type": "string" }, "description": "IANA zone of sacct times" } ],
-      "requestBody": { "content": { "text/plain": { "schema": { "type": "string" } } } },
-      "responses": { "200": { "description": "what the import changed", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ImportReport" } } } }, "422": { "description": "invalid lines (with line numbers); nothing imported" } } } },
-    "/v1/share": { "get": { "summary": "The sshare-like fair-share table at ?at= (default now).", "parameters": [ { "name": "at", "in": "query", "schema": { "type": "string" } } ],
+      "parameters": [ { "name": "skip_invalid", "in": "query", "schema": { "type": "boolean" } }, { "name": "tz", "in": "query", "schema": { "type": "string", "pattern": "^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$" }, "description": "IANA zone of sacct times (default: budgetd's own)" } ],
+      "requestBody": { "required": true, "content": { "text/plain": { "schema": { "type": "string", "minLength": 1, "description": "a sacct header line, then one line a job" } } } },
+      "responses": { "200": { "description": "what the import changed", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ImportReport" } } } }, "400": { "description": "tz not in the zone database" }, "422": { "description": "invalid lines (with line numbers); nothing imported" } } } },
+    "/v1/share": { "get": { "summary": "The sshare-like fair-share table at ?at= (default now).", "parameters": [ { "name": "at", "in": "query", "schema": { "$ref": "#/components/schemas/Time" } } ],
       "responses": { "200": { "description": "the fair-share table", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ShareReport" } } } } } } },
     "/v1/backup": { "post": { "summary": "Write a consistent copy of the database (SQLite online backup API) to an absolute path on budgetd's host (admin), inside its backup folder (backup_dir; default: backups beside the database). Body budget_protocol::service::BackupRequest {path, overwrite}; an existing file is refused (409) unless overwrite; the database's own files (-wal, -shm, -journal included) and the socket are always refused (422). Answers BackupReport: generation, last audit id and runs of the copy.", "responses": { "200": { "description": "BackupReport" }, "409": { "description": "the file exists" }, "422": { "description": "bad path, outside the backup folder, one of budgetd's own files, missing folder, write failure" } } } },
     "/v1/plugins": { "get": { "summary": "Which store generation each slurmctld plugin holds (from their snapshot requests' X-Budget-Plugin header) and applied_generation, the lowest among those seen within horizon_secs: every change up to it is in effect in slurmctld (any authenticated caller).", "responses": { "200": { "description": "PluginsState", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/PluginsState" } } } } } } },
     "/v1/snapshot": { "get": { "summary": "budget_protocol::PluginSnapshot (controller: slurmctld's plugins, as SlurmUser or root on the socket or with a role=controller token). ETag = version; If-None-Match gives 304. A plugin names itself in X-Budget-Plugin: NAME period=SECS.", "responses": { "200": { "description": "PluginSnapshot", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/PluginSnapshot" } } } }, "304": { "description": "unchanged" } } } },
-    "/v1/sync/jobs": { "post": { "summary": "Job-state sync from the plugin (controller); idempotent; taken run by run (refused runs listed).", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/JobSync" } } } },
+    "/v1/sync/jobs": { "post": { "summary": "Job-state sync from the plugin (controller); idempotent; taken run by run (refused runs listed).", "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/JobSync" } } } },
       "responses": { "200": { "description": "SyncOutcome", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/SyncOutcome" } } } } } } },
     "/v1/jobs/{id}/why": { "get": { "summary": "Explain a job: tier, rank path with ratios, fair-share factor, priority parts, protection, preemption peers.",
-      "parameters": [ { "name": "id", "in": "path", "required": true, "schema": { "type": "integer" } } ], "responses": { "200": { "description": "Why", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Why" } } } }, "404": { "description": "not in the ledger" } } } },
+      "parameters": [ { "name": "id", "in": "path", "required": true, "schema": { "type": "integer", "minimum": 0, "maximum": 4294967295 } } ], "responses": { "200": { "description": "Why", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Why" } } } }, "404": { "description": "not in the ledger" } } } },
     "/v1/drains": {
       "get": { "summary": "Drained nodes, from the drain worker's last reading of Slurm (at most 10 s old; no Slurm call per request), with Slurm's state, the jobs holding each, when each job is requeued (now for free tier, else its window end) and when the node will be empty.", "responses": { "200": { "description": "drained nodes", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/DrainStatus" } } } } }, "503": { "description": "the drain worker has not read Slurm in the last 10 s (Slurm unreachable) or not yet" } } },
-      "post": { "summary": "Drain nodes (admin): {\"nodes\": \"gpu[1-2]\", \"reason\": \"text\"}. Sets Slurm DRAIN (reason \"budget: text\"); budgetd requeues each job as soon as its contract allows.", "responses": { "201": { "description": "status of the drained nodes", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/DrainStatus" } } } } }, "403": { "description": "not an admin" }, "409": { "description": "Slurm refused the drain (error: \"Slurm refused this request: <Slurm's own message>\", e.g. slurm_update error: Invalid node name specified); what Slurm had applied is undone, and what could not be is named in the message" }, "422": { "description": "bad hostlist, unknown node (with Slurm's own words) or bad reason; nothing changed" }, "502": { "description": "Slurm could not be reached (error: \"could not reach Slurm: ...\"); nothing stored, what Slurm may have applied is undone or named" } } }
+      "post": { "summary": "Drain nodes (admin): {\"nodes\": \"gpu[1-2]\", \"reason\": \"text\"}. Sets Slurm DRAIN (reason \"budget: text\"); budgetd requeues each job as soon as its contract allows.", "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/DrainRequest" } } } }, "responses": { "201": { "description": "status of the drained nodes", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/DrainStatus" } } } } }, "403": { "description": "not an admin" }, "409": { "description": "Slurm refused the drain (error: \"Slurm refused this request: <Slurm's own message>\", e.g. slurm_update error: Invalid node name specified); what Slurm had applied is undone, and what could not be is named in the message" }, "422": { "description": "bad hostlist, unknown node (with Slurm's own words) or bad reason; nothing changed" }, "502": { "description": "Slurm could not be reached (error: \"could not reach Slurm: ...\"); nothing stored, what Slurm may have applied is undone or named" } } }
     },
     "/v1/drains/{nodes}": {
-      "parameters": [ { "name": "nodes", "in": "path", "required": true, "schema": { "type": "string" } } ],
-      "delete": { "summary": "Undrain nodes (admin): Slurm state=resume (of the nodes Slurm holds drained) and the drain forgotten.", "responses": { "200": { "description": "undrained" }, "404": { "description": "not drained by budgetd" }, "409": { "description": "Slurm refused the resume (error: \"Slurm refused this request: <Slurm's own message>\"); the drain stays in force, nodes Slurm resumed anyway are drained again" }, "422": { "description": "bad hostlist or unknown node (with Slurm's own words)" }, "502": { "description": "Slurm could not be reached (error: \"could not reach Slurm: ...\"); the drain stays" } } }
+      "parameters": [ { "name": "nodes", "in": "path", "required": true, "schema": { "$ref": "#/components/schemas/Hostlist" } } ],
+      "delete": { "summary": "Undrain nodes (admin): Slurm state=resume (of the nodes Slurm holds drained) and the drain forgotten. A list naming a node budgetd has not drained is answered 404 before Slurm is asked anything.", "responses": { "200": { "description": "undrained" }, "404": { "description": "names a node budgetd has not drained, or is no hostlist budgetd can read (nothing asked of Slurm)" }, "409": { "description": "Slurm refused the resume (error: \"Slurm refused this request: <Slurm's own message>\"); the drain stays in force, nodes Slurm resumed anyway are drained again" }, "422": { "description": "a node Slurm no longer knows (with Slurm's own words)" }, "502": { "description": "Slurm could not be reached (error: \"could not reach Slurm: ...\"); the drain stays" } } }
     },
     "/v1/preemptions": {
-      "get": { "summary": "Preemption record since ?since= (admins, readers): victim run, preemptor, reason (free_tier, over_budget, rebalance, drain), GPU-hours of the lost run; totals per account.", "parameters": [ { "name": "since", "in": "query", "schema": { "type": "string" } } ], "responses": { "200": { "description": "rows and by_account", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/PreemptionReport" } } } } } },
-      "post": { "summary": "Record a preemption (controller; preempt/budget's thread). Idempotent by (victim, run).", "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/PreemptionRecord" } } } }, "responses": { "200": { "description": "{inserted: bool}", "content": { "application/json": { "schema": { "type": "object", "required": ["inserted"], "additionalProperties": false, "properties": { "inserted": { "type": "boolean" } } } } } } } }
+      "get": { "summary": "Preemption record since ?since= (admins, readers): victim run, preemptor, reason (free_tier, over_budget, rebalance, drain), GPU-hours of the lost run; totals per account.", "parameters": [ { "name": "since", "in": "query", "schema": { "$ref": "#/components/schemas/Time" } } ], "responses": { "200": { "description": "rows and by_account", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/PreemptionReport" } } } } } },
+      "post": { "summary": "Record a preemption (controller; preempt/budget's thread). Idempotent by (victim, run). A run the ledger lacks needs account, user, gpus and start (422).", "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/PreemptionRecord" } } } }, "responses": { "200": { "description": "{inserted: bool}", "content": { "application/json": { "schema": { "type": "object", "required": ["inserted"], "additionalProperties": false, "properties": { "inserted": { "type": "boolean" } } } } } } } }
     },
     "/v1/agent/report": { "post": { "summary": "A node agent's report (budget_protocol::AgentReport; unknown fields refused; at most body_limit_bytes). Admins (the agent as root on the socket) or role=agent tokens over TCP. Stores the node's latest report and the idle streaks per (job, GPU); repeating a report changes nothing.",
-      "requestBody": { "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AgentReport" } } } },
+      "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AgentReport" } } } },
       "responses": { "200": { "description": "what the report changed", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/ReportOutcome" } } } }, "403": { "description": "neither admin nor agent" }, "413": { "description": "body too large; nothing stored" }, "422": { "description": "unknown field, bad node/uuid, time from the future, duplicate GPU; nothing stored" } } } },
-    "/v1/idle": { "get": { "summary": "Jobs idle beyond policy idle_threshold_secs in their nodes' latest (non-stale) reports, with account, user, nodes, idle GPUs and since when; idle GPU-hours per job account over [since, at] (default: the window ending at at); latest report per node (admins, readers). Coordinators see their subtrees' jobs, users their own and their accounts'.",
-      "parameters": [ { "name": "since", "in": "query", "schema": { "type": "string" } }, { "name": "at", "in": "query", "schema": { "type": "string" } } ],
+    "/v1/idle": { "get": { "summary": "Jobs idle beyond policy idle_threshold_secs in their nodes' latest (non-stale) reports, with account, user, nodes, idle GPUs and since when; idle GPU-hours per job account over [since, at] (default: the window ending at at; since after at: 400); latest report per node (admins, readers). Coordinators see their subtrees' jobs, users their own and their accounts'.",
+      "parameters": [ { "name": "since", "in": "query", "schema": { "$ref": "#/components/schemas/Time" } }, { "name": "at", "in": "query", "schema": { "$ref": "#/components/schemas/Time" } } ],
       "responses": { "200": { "description": "flagged jobs, idle GPU-hours by account, latest report per node", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/IdleReport" } } } } } } },
     "/metrics": { "get": { "summary": "Prometheus text metrics (admins, readers).", "responses": { "200": { "description": "text/plain; version=0.0.4" } } } }
   }
@@ -195,6 +203,84 @@ pub fn served() -> &'static str {
         }
         serde_json::to_string_pretty(&doc).unwrap_or_else(|_| DOCUMENT.to_string())
     })
+}
+
+/// What the schema of a JSON request body says of its top-level fields
+/// that serde alone does not check (see [`body_fields`]).
+#[derive(Debug, Default)]
+pub struct BodyFields {
+    /// Optional fields not marked nullable: `null` is refused, not read as absent.
+    pub not_null: Vec<String>,
+    /// Required fields marked nullable: absence is refused, not read as `null`.
+    pub present: Vec<String>,
+}
+
+/// [`BodyFields`] of the JSON request body of `method path` (a route as the
+/// router names it, e.g. `/v1/accounts/{name}`): `crate::api`'s body
+/// extractor refuses what the schema refuses.
+pub fn body_fields(method: &str, path: &str) -> &'static BodyFields {
+    static NONE: BodyFields = BodyFields {
+        not_null: Vec::new(),
+        present: Vec::new(),
+    };
+    static FIELDS: OnceLock<HashMap<(String, String), BodyFields>> = OnceLock::new();
+    FIELDS
+        .get_or_init(|| {
+            let doc: serde_json::Value = serde_json::from_str(served()).unwrap_or_default();
+            let mut out = HashMap::new();
+            let Some(paths) = doc["paths"].as_object() else {
+                return out;
+            };
+            for (route, item) in paths {
+                let Some(item) = item.as_object() else {
+                    continue;
+                };
+                for (m, op) in item {
+                    let schema = &op["requestBody"]["content"]["application/json"]["schema"];
+                    if schema.is_null() {
+                        continue;
+                    }
+                    let mut fields = BodyFields::default();
+                    collect_body_fields(&doc, schema, &mut fields);
+                    out.insert((m.to_ascii_uppercase(), route.clone()), fields);
+                }
+            }
+            out
+        })
+        .get(&(method.to_ascii_uppercase(), path.to_string()))
+        .unwrap_or(&NONE)
+}
+
+/// `schema` with its `$ref` followed (within this document).
+fn resolve<'a>(doc: &'a serde_json::Value, schema: &'a serde_json::Value) -> &'a serde_json::Value {
+    match schema["$ref"].as_str() {
+        Some(r) => r
+            .strip_prefix("#/")
+            .map_or(schema, |p| doc.pointer(&format!("/{p}")).unwrap_or(schema)),
+        None => schema,
+    }
+}
+
+fn collect_body_fields(doc: &serde_json::Value, schema: &serde_json::Value, out: &mut BodyFields) {
+    let schema = resolve(doc, schema);
+    if let Some(parts) = schema["allOf"].as_array() {
+        for part in parts {
+            collect_body_fields(doc, part, out);
+        }
+    }
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    if let Some(props) = schema["properties"].as_object() {
+        for (name, prop) in props {
+            match (required.contains(&name.as_str()), prop["nullable"] == true) {
+                (false, false) => out.not_null.push(name.clone()),
+                (true, true) => out.present.push(name.clone()),
+                _ => {}
+            }
+        }
+    }
 }
 
 /// Lists the refusal `status` ([`DOCUMENT`]'s response `name`) on an
@@ -256,6 +342,44 @@ mod tests {
             }
         }
         assert!(ops > 30, "{ops} operations");
+    }
+
+    /// The bounds the document states are the ones budgetd enforces, so a
+    /// schema-valid request is never refused for its size alone.
+    #[test]
+    fn the_stated_bounds_are_the_enforced_ones() {
+        let doc: serde_json::Value =
+            serde_json::from_str(super::DOCUMENT).expect("DOCUMENT is JSON");
+        let schemas = &doc["components"]["schemas"];
+        let max = |v: &serde_json::Value| v["maximum"].as_f64().expect("maximum");
+        assert_eq!(
+            max(&schemas["GpuHours"]),
+            policy_core::tree::MAX_ALLOCATION_GPU_HOURS
+        );
+        assert_eq!(max(&schemas["Weight"]), policy_core::weights::MAX_WEIGHT);
+        let policy = &schemas["Policy"]["properties"];
+        let duration = policy_core::duration::MAX_DURATION_SECS as f64;
+        for f in [
+            "window_secs",
+            "default_min_runtime_secs",
+            "max_min_runtime_secs",
+            "idle_threshold_secs",
+        ] {
+            assert_eq!(max(&policy[f]), duration, "{f}");
+        }
+        assert_eq!(
+            max(&policy["site_max_lost_gpu_hours"]),
+            policy_core::tree::MAX_ALLOCATION_GPU_HOURS
+        );
+        let time = crate::ledger::MAX_TIME as f64;
+        assert_eq!(max(&schemas["PreemptionRecord"]["properties"]["at"]), time);
+        let report = &schemas["AgentReport"]["properties"];
+        assert_eq!(max(&report["at"]), time);
+        assert_eq!(report["gpus"]["maxItems"], crate::idle::MAX_GPUS_PER_REPORT);
+        assert_eq!(
+            report["gpus"]["items"]["properties"]["processes"]["maxItems"],
+            crate::idle::MAX_PROCESSES_PER_GPU
+        );
     }
 
     /// The Policy schema forbids other properties, so a policy field missing

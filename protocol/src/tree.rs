@@ -27,16 +27,17 @@ pub struct NewAccount {
     pub overcommit: bool,
 }
 
-/// `PATCH /v1/accounts/{name}` body: fields to change.
+/// `PATCH /v1/accounts/{name}` body: fields to change; an absent field is
+/// left as it is (and sent absent: budgetd refuses `null` for these fields).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AccountPatch {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocation_gpu_hours: Option<f64>,
     /// New parent (`"root"` for the top level).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overcommit: Option<bool>,
 }
 
@@ -78,12 +79,13 @@ pub struct Coordinator {
     pub account: String,
 }
 
-/// `PATCH /v1/weights` body.
+/// `PATCH /v1/weights` body (`default` absent: unchanged, and sent absent:
+/// budgetd refuses `null` for it).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WeightsPatch {
     /// New weight for GPUs without a known type.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<f64>,
     /// Type -> weight to set.
     #[serde(default)]
@@ -96,19 +98,19 @@ pub struct WeightsPatch {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyPatch {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_secs: Option<i64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_min_runtime_secs: Option<i64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_min_runtime_secs: Option<i64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub require_min_runtime: Option<bool>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hysteresis: Option<f64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_max_age_secs: Option<i64>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_threshold_secs: Option<i64>,
     /// `Some(None)` (JSON `null`) clears the cap; absent keeps it.
     #[serde(

@@ -26,13 +26,14 @@ use crate::drains::{self, DrainRow};
 use crate::error::{AppError, AppResult};
 use crate::scontrol::{self, NodeInfo, SlurmError};
 use crate::state::AppState;
+use policy_core::hostlist;
 
 fn check_reason(r: &str) -> AppResult<String> {
     let r = r.trim();
     if r.is_empty() {
         return Err(AppError::Invalid("reason must not be empty".into()));
     }
-    if r.len() > 200 || r.chars().any(|c| c.is_control() || c == '"' || c == '=') {
+    if r.chars().count() > 200 || r.chars().any(|c| c.is_control() || c == '"' || c == '=') {
         return Err(AppError::Invalid(
             "reason: at most 200 characters, no quotes, '=' or control characters (Slurm stores it in the node's Reason)".into(),
         ));
@@ -291,6 +292,21 @@ pub async fn list(
     )?))
 }
 
+/// The 404 for the `nodes` that budgetd has not drained (`rows`), if any.
+fn not_drained(nodes: &[String], rows: &[DrainRow]) -> Option<AppError> {
+    let missing: Vec<&str> = nodes
+        .iter()
+        .filter(|n| !rows.iter().any(|d| &d.node == *n))
+        .map(String::as_str)
+        .collect();
+    (!missing.is_empty()).then(|| {
+        AppError::NotFound(format!(
+            "not drained by budgetd: {}",
+            first_names(missing.iter().copied(), missing.len())
+        ))
+    })
+}
+
 pub async fn remove(
     State(st): State<AppState>,
     caller: Caller,
@@ -300,18 +316,26 @@ pub async fn remove(
     // No drain worker pass between reading Slurm's nodes, the resume and
     // forgetting the drain (it would drain the resumed node again).
     let _ops = st.drain_ops.lock().await;
-    let (nodes, slurm_before) = resolve_nodes(&expr).await?;
     let rows = st.with_store(|s| drains::list(s)).await?;
-    let missing: Vec<&str> = nodes
-        .iter()
-        .filter(|n| !rows.iter().any(|d| &d.node == *n))
-        .map(String::as_str)
-        .collect();
-    if !missing.is_empty() {
-        return Err(AppError::NotFound(format!(
-            "not drained by budgetd: {}",
-            missing.join(",")
-        )));
+    // Only budgetd's own drains can be undrained here, and their names are
+    // stored expanded: a list naming any other node, or one budgetd cannot
+    // read itself (Slurm's grammar), names no drain of budgetd's and is
+    // answered without asking Slurm anything.
+    match hostlist::expand(expr.trim()) {
+        Ok(names) => {
+            if let Some(missing) = not_drained(&names, &rows) {
+                return Err(missing);
+            }
+        }
+        Err(e) => {
+            return Err(AppError::NotFound(format!(
+                "not drained by budgetd: {e} (GET /v1/drains lists the drains)"
+            )));
+        }
+    }
+    let (nodes, slurm_before) = resolve_nodes(&expr).await?;
+    if let Some(missing) = not_drained(&nodes, &rows) {
+        return Err(missing);
     }
     // Only nodes Slurm holds drained are resumed: Slurm refuses to resume one it
     // does not ("Invalid node state specified"), e.g. one resumed by hand, and

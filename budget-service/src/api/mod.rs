@@ -2,8 +2,10 @@
 //!
 //! Routes live under `/v1` (plus `/metrics`); the full list is in
 //! [`crate::openapi`], which a test checks against this router. Request
-//! bodies are JSON with unknown fields refused (except the sacct import,
-//! which is text); every error is `{"error": "..."}` with a 4xx/5xx status.
+//! bodies are JSON objects with unknown fields refused (except the sacct
+//! import, which is text); a field the document does not mark nullable is
+//! refused as `null` rather than read as absent; every error is
+//! `{"error": "..."}` with a 4xx/5xx status.
 //!
 //! The first middleware, [`authenticate_first`], decides who calls from the
 //! request head alone (peer credentials or bearer token) before any body byte
@@ -30,7 +32,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Request, State};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::middleware::{self, Next};
@@ -45,9 +47,58 @@ use crate::error::AppError;
 use crate::state::AppState;
 
 /// A JSON body, rejected with a message that names the problem (and the
-/// field, for unknown or mistyped fields).
+/// field, for unknown or mistyped fields). The body must be a JSON object
+/// (serde would also read a struct from an array of its fields), and a field
+/// the OpenAPI document does not mark nullable may not be `null` (serde
+/// reads `null` as absent for an optional field, which would make
+/// `{"default": null}` a silent no-op).
 #[derive(Debug)]
 pub struct ApiJson<T>(pub T);
+
+/// Whether `v` is JSON `null`, the value itself skipped unread otherwise.
+struct NullMark(bool);
+
+impl<'de> serde::Deserialize<'de> for NullMark {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Option::<serde::de::IgnoredAny>::deserialize(d).map(|v| NullMark(v.is_none()))
+    }
+}
+
+/// The checks of [`ApiJson`] that serde does not make, on a body that
+/// parsed: a JSON object, without `null` for the optional fields that
+/// `method path`'s request schema does not mark nullable, with each
+/// required field that may be `null` present (serde reads an absent
+/// `Option` as `None`).
+fn check_body_shape(bytes: &[u8], method: &str, path: Option<&str>) -> Result<(), AppError> {
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(AppError::Invalid(
+            "invalid request body: expected a JSON object".into(),
+        ));
+    }
+    let Some(path) = path else {
+        return Ok(());
+    };
+    let fields = crate::openapi::body_fields(method, path);
+    if fields.not_null.is_empty() && fields.present.is_empty() {
+        return Ok(());
+    }
+    let top: std::collections::BTreeMap<String, NullMark> =
+        serde_json::from_slice(bytes).map_err(|e| json_error(&e))?;
+    if let Some((name, _)) = top
+        .iter()
+        .find(|(name, v)| v.0 && fields.not_null.iter().any(|f| f == *name))
+    {
+        return Err(AppError::Invalid(format!(
+            "invalid request body: field `{name}` may not be null (leave it out to keep the current value)"
+        )));
+    }
+    if let Some(name) = fields.present.iter().find(|f| !top.contains_key(*f)) {
+        return Err(AppError::Invalid(format!(
+            "invalid request body: missing field `{name}` (null is a value here)"
+        )));
+    }
+    Ok(())
+}
 
 /// The body limit [`authenticate_first`] applied to this request.
 #[derive(Debug, Clone, Copy)]
@@ -81,12 +132,18 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let limit = limit_of(&req);
+        let method = req.method().to_string();
+        let path = req
+            .extensions()
+            .get::<MatchedPath>()
+            .map(|p| p.as_str().to_string());
         let bytes = Bytes::from_request(req, state)
             .await
             .map_err(|e| body_error(e, limit))?;
         // Fast path; on failure parse again with path tracking for the message
         // (serde_path_to_error costs ~2x on large bodies such as 10k-run syncs).
         if let Ok(v) = serde_json::from_slice::<T>(&bytes) {
+            check_body_shape(&bytes, &method, path.as_deref())?;
             return Ok(ApiJson(v));
         }
         let mut de = serde_json::Deserializer::from_slice(&bytes);
@@ -102,6 +159,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
             }
         })?;
         de.end().map_err(|e| json_error(&e))?;
+        check_body_shape(&bytes, &method, path.as_deref())?;
         Ok(ApiJson(value))
     }
 }

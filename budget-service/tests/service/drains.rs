@@ -118,9 +118,14 @@ fn an_unknown_node_is_refused_before_anything_changes_with_slurms_words() {
             && msg.contains("Slurm has: n1,n2,n3"),
         "{b}"
     );
+    // An undrain names only budgetd's own drains: a node it never drained,
+    // known to Slurm or not, is a 404 (`conformance` checks Slurm is not asked).
     let (s, b) = call(&c, "DELETE", "/v1/drains/nosuchnode", None);
-    assert_eq!(s, 422, "{b}");
-    assert!(error_of(&b).contains("Node nosuchnode not found"), "{b}");
+    assert_eq!(s, 404, "{b}");
+    assert!(
+        error_of(&b).contains("not drained by budgetd: nosuchnode"),
+        "{b}"
+    );
     assert!(stored(dir.path()).is_empty());
     assert!(slurm_drained(&slurm).is_empty());
     let calls = std::fs::read_to_string(slurm.join("calls")).unwrap_or_default();

@@ -8,6 +8,7 @@ mod daemon;
 mod api;
 mod auth;
 mod backup;
+mod conformance;
 mod crash;
 mod drains;
 mod hardening;

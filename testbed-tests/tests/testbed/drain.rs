@@ -391,8 +391,8 @@ fn section_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
     );
     let (ok, out) = tb.run_budgetctl(&[], &["undrain", "nosuchnode"])?;
     c.record(
-        "2 unknown node: undrain refused with Slurm's words",
-        Check::that(!ok && out.contains("Node nosuchnode not found")).actual(&out),
+        "2 unknown node: undrain refused as no drain of budgetd's, Slurm not asked",
+        Check::that(!ok && out.contains("not drained by budgetd: nosuchnode")).actual(&out),
     );
     let (ok, out) = tb.run_budgetctl(&[], &["drain", "gpu[1-", "--reason", "x"])?;
     c.record(
