@@ -243,3 +243,38 @@ fn an_undrain_of_a_node_budgetd_has_not_drained_asks_slurm_nothing() {
     let (st, b) = call(&c, "DELETE", "/v1/drains/n3", None);
     assert_eq!(st, 200, "{b}");
 }
+
+/// A number written just past a bound the document states is refused: read
+/// with serde_json's fast float parser, `1000000.0000000001` came out as the
+/// bound itself (one unit in the last place off), so a weight the schema
+/// forbids was stored.
+#[test]
+fn a_number_written_just_past_a_stated_bound_is_refused() {
+    let s = start();
+    let c = s.unix();
+    add_account(&c, "teama", None, 100.0);
+    refused_unchanged(
+        &c,
+        "PATCH",
+        "/v1/weights",
+        br#"{"default": 1000000.0000000001}"#,
+        422,
+    );
+    refused_unchanged(
+        &c,
+        "PATCH",
+        "/v1/accounts/teama",
+        br#"{"allocation_gpu_hours": 1000000000.0000002}"#,
+        422,
+    );
+    // The bounds themselves are taken.
+    let (st, b) = call_raw(&c, "PATCH", "/v1/weights", br#"{"default": 1000000.0}"#);
+    assert_eq!(st, 200, "{b}");
+    let (st, b) = call_raw(
+        &c,
+        "PATCH",
+        "/v1/accounts/teama",
+        br#"{"allocation_gpu_hours": 1000000000}"#,
+    );
+    assert_eq!(st, 200, "{b}");
+}
