@@ -162,7 +162,16 @@ pub fn explain(
             let views: Vec<_> = running.iter().map(|r| r.running_job(w)).collect();
             let none = InFlight::default();
             let wt = rebalance::explain_wait(&rule.state, Some(fs), &none, &p, &views, now);
-            wait = Some(rebalance::describe_wait(Some(fs), &wt, now));
+            // The words name only jobs the reader may see, as the lists do.
+            let shown: std::collections::HashSet<u32> = running
+                .iter()
+                .chain(pending.iter())
+                .filter(|r| visible(r))
+                .map(|r| r.job_id)
+                .collect();
+            wait = Some(rebalance::describe_wait_shown(Some(fs), &wt, now, &|id| {
+                shown.contains(&id)
+            }));
         }
         RunState::Running => {
             for p in pending.iter().filter(|p| visible(p)) {

@@ -438,6 +438,10 @@ fn why_timing_lists_only_jobs_the_caller_may_see() {
     let (st, w1) = call(&alice, "GET", "/v1/jobs/1/why", None);
     assert_eq!(st, 200, "{w1}");
     assert_eq!(ids(&w1, "may_preempt"), vec![3], "{w1}");
+    // Nor do the rule's words about the wait name teamb's job.
+    let words = w1["wait"].as_str().unwrap_or_default();
+    assert!(!words.is_empty(), "{w1}");
+    assert!(!words.contains("job 2"), "{words}");
     let (st, w3) = call(&alice, "GET", "/v1/jobs/3/why", None);
     assert_eq!(st, 200, "{w3}");
     assert_eq!(ids(&w3, "may_be_taken_by"), vec![1], "{w3}");

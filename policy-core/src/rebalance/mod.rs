@@ -161,4 +161,6 @@ pub use judge::{
 };
 pub use policy::{PolicyError, RebalancePolicy};
 pub use state::{PreemptState, Release, SideState, entitled_with_balance, node_name};
-pub use wait::{Wait, denied_words, describe, describe_wait, explain_wait, gpus_text, utc};
+pub use wait::{
+    Wait, denied_words, describe, describe_wait, describe_wait_shown, explain_wait, gpus_text, utc,
+};

@@ -186,7 +186,42 @@ pub fn utc(t: i64) -> String {
 /// "GPUs expected free at T from jobs A, B; no preemption needed" or
 /// "preempting job C: its window ended, least work lost".
 pub fn describe_wait(fs: Option<&FairShare>, w: &Wait, now: i64) -> String {
-    let jobs = |j: &[u32]| j.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    describe_wait_shown(fs, w, now, &|_| true)
+}
+
+/// [`describe_wait`] for a reader who may see only some jobs: a job `shown`
+/// refuses is named as one of another account, never by its id, so the words
+/// reveal no more than the job lists beside them (budgetd's `why` for a user).
+pub fn describe_wait_shown(
+    fs: Option<&FairShare>,
+    w: &Wait,
+    now: i64,
+    shown: &dyn Fn(u32) -> bool,
+) -> String {
+    let job = |id: u32| {
+        if shown(id) {
+            format!("job {id}")
+        } else {
+            "a job of another account".to_string()
+        }
+    };
+    let jobs = |j: &[u32]| {
+        let ids: Vec<String> = j
+            .iter()
+            .filter(|&&id| shown(id))
+            .map(u32::to_string)
+            .collect();
+        let hidden = j.len() - ids.len();
+        let others = match hidden {
+            1 => "1 job of another account".to_string(),
+            n => format!("{n} jobs of other accounts"),
+        };
+        match (ids.is_empty(), hidden) {
+            (false, 0) => format!("jobs {}", ids.join(", ")),
+            (false, _) => format!("jobs {} and {others}", ids.join(", ")),
+            (true, _) => others,
+        }
+    };
     match w {
         Wait::Preempting {
             victim,
@@ -196,15 +231,17 @@ pub fn describe_wait(fs: Option<&FairShare>, w: &Wait, now: i64) -> String {
             let ago = crate::format_duration(now - window_ended);
             match (allowed, fs) {
                 (Allowed::VictimFreeTier, _) => {
-                    format!("preempting job {victim}: it runs in the free tier")
+                    format!("preempting {}: it runs in the free tier", job(*victim))
                 }
                 (Allowed::Rebalance(r), Some(fs)) => format!(
-                    "preempting job {victim}: its window ended {ago} ago, least work lost ({:.2} GPU-h); {}",
+                    "preempting {}: its window ended {ago} ago, least work lost ({:.2} GPU-h); {}",
+                    job(*victim),
                     r.victim_lost_gpu_secs / crate::HOUR as f64,
                     describe(fs, r)
                 ),
                 (Allowed::Rebalance(r), None) => format!(
-                    "preempting job {victim}: its window ended {ago} ago, least work lost ({:.2} GPU-h)",
+                    "preempting {}: its window ended {ago} ago, least work lost ({:.2} GPU-h)",
+                    job(*victim),
                     r.victim_lost_gpu_secs / crate::HOUR as f64
                 ),
             }
@@ -228,7 +265,7 @@ pub fn describe_wait(fs: Option<&FairShare>, w: &Wait, now: i64) -> String {
             };
             let u = unit(*weighted);
             let mut o = format!(
-                "GPUs expected free {when} from jobs {}; no preemption needed ({name} short of {deficit:.1} {u}, covered by their time limits",
+                "GPUs expected free {when} from {}; no preemption needed ({name} short of {deficit:.1} {u}, covered by their time limits",
                 jobs(j)
             );
             if *in_flight > 0.0 {
@@ -248,7 +285,8 @@ pub fn describe_wait(fs: Option<&FairShare>, w: &Wait, now: i64) -> String {
             victim: Some(v),
             denied,
         } => format!(
-            "no preemption: job {v} (first in Slurm's order) {}",
+            "no preemption: {} (first in Slurm's order) {}",
+            job(*v),
             denied
                 .as_ref()
                 .map_or_else(String::new, |d| denied_words(fs, d, now))
@@ -378,6 +416,26 @@ mod tests {
             describe_wait(Some(&fs), &w, now),
             "GPUs expected free at 1970-01-01 05:00:00 UTC (in 3h) from jobs 2; no preemption needed (a short of 4.0 GPUs, covered by their time limits)"
         );
+        // A reader who may not see job 2 reads no id.
+        assert_eq!(
+            describe_wait_shown(Some(&fs), &w, now, &|id| id != 2),
+            "GPUs expected free at 1970-01-01 05:00:00 UTC (in 3h) from 1 job of another account; no preemption needed (a short of 4.0 GPUs, covered by their time limits)"
+        );
+        let several = Wait::Turnover {
+            side: 0,
+            at: None,
+            jobs: vec![2, 3, 5],
+            deficit: 1.0,
+            in_flight: 0.0,
+            weighted: false,
+        };
+        let text = describe_wait_shown(Some(&fs), &several, now, &|id| id == 3);
+        assert!(
+            text.contains("from jobs 3 and 2 jobs of other accounts;"),
+            "{text}"
+        );
+        let text = describe_wait_shown(Some(&fs), &several, now, &|_| false);
+        assert!(text.contains("from 3 jobs of other accounts;"), "{text}");
         // Multi-day runs: preempt the one that loses least (the youngest).
         let (fs, mut running) = starved(48 * H);
         running[3].run_start = H;
@@ -395,6 +453,11 @@ mod tests {
         let text = describe_wait(Some(&fs), &w, now);
         assert!(
             text.starts_with("preempting job 4: its window ended 0s ago, least work lost (4.00 GPU-h); rebalance below"),
+            "{text}"
+        );
+        let text = describe_wait_shown(Some(&fs), &w, now, &|id| id != 4);
+        assert!(
+            text.starts_with("preempting a job of another account: its window ended"),
             "{text}"
         );
         // Nothing to take.
