@@ -26,6 +26,8 @@ pub mod preempt;
 pub mod priority;
 pub mod protection;
 pub mod rebalance;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 pub mod tree;
 pub mod tres;
 pub mod weights;

@@ -1129,7 +1129,7 @@ mod tests {
 
     fn build(accts: &[AccountGen]) -> TreeSpec {
         let with_unused: Vec<(u32, u32, u32)> = accts.iter().map(|&(a, u)| (a, u, 0)).collect();
-        crate::preempt::tests::build(&with_unused)
+        crate::testkit::nested_tree(&with_unused)
     }
 
     proptest! {

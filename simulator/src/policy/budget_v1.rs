@@ -17,7 +17,7 @@
 //!
 //! The rule is antisymmetric in any one state: see the property tests.
 
-use policy_core::fairshare::{FairShare, NodeKind, Tier};
+use policy_core::fairshare::{FairShare, Tier};
 use policy_core::preempt::{JobView, job_tier, over_share};
 use policy_core::protection::{is_protected, protected_until};
 
@@ -50,17 +50,14 @@ pub struct Context<'a> {
 pub enum Allowed {
     VictimFreeTier,
     VictimOverBudget,
-    /// Both budgeted; they split below `parent`.
+    /// Both budgeted; their paths split below the tree node `parent`, into
+    /// the sides `preemptor_side` and `victim_side` (node indexes of the
+    /// fair-share tree: the baseline only orders by the clause, and what
+    /// budgetd reports is `budget_protocol::why::PeerReason`, of the rule).
     Rebalance {
-        parent: String,
-        preemptor_side: String,
-        preemptor_ratio: f64,
-        victim_side: String,
-        victim_ratio: f64,
-        /// GPUs the victim's side holds (raw).
-        victim_side_gpus: u32,
-        /// Its entitled GPUs.
-        victim_side_entitled_gpus: f64,
+        parent: usize,
+        preemptor_side: usize,
+        victim_side: usize,
     },
 }
 
@@ -173,18 +170,10 @@ pub fn may_preempt(ctx: &Context<'_>, preemptor: &JobView<'_>, victim: &JobView<
             entitled,
         });
     }
-    let name = |i: usize| match &fs.nodes[i].kind {
-        NodeKind::Account => fs.nodes[i].name.clone(),
-        NodeKind::User { account } => format!("{account}/{}", fs.nodes[i].name),
-    };
     Ok(Allowed::Rebalance {
-        parent: name(parent),
-        preemptor_side: name(p_side),
-        preemptor_ratio: p_ratio,
-        victim_side: name(v_side),
-        victim_ratio: v_ratio,
-        victim_side_gpus: held_side,
-        victim_side_entitled_gpus: entitled,
+        parent,
+        preemptor_side: p_side,
+        victim_side: v_side,
     })
 }
 
@@ -216,67 +205,8 @@ mod tests {
     use super::*;
     use policy_core::fairshare::UsageByLeaf;
     use policy_core::preempt::drain_may_take;
-    use policy_core::tree::{AccountSpec, MemberSpec, TreeSpec};
+    use policy_core::testkit::{job, nested_tree, two_teams};
     use proptest::prelude::*;
-
-    fn job<'a>(
-        id: u32,
-        account: &'a str,
-        user: &'a str,
-        free: bool,
-        start: i64,
-        min: i64,
-        gpus: u32,
-    ) -> JobView<'a> {
-        JobView {
-            job_id: id,
-            account,
-            user,
-            free_tier: free,
-            run_start: start,
-            min_runtime: min,
-            gpus,
-        }
-    }
-
-    fn two_teams(a_used: f64, b_used: f64) -> FairShare {
-        let tree = TreeSpec {
-            root_allocation_gpu_hours: None,
-            accounts: vec![
-                AccountSpec {
-                    name: "a".into(),
-                    parent: None,
-                    allocation_gpu_hours: 100.0,
-                    overcommit: false,
-                },
-                AccountSpec {
-                    name: "b".into(),
-                    parent: None,
-                    allocation_gpu_hours: 100.0,
-                    overcommit: false,
-                },
-            ],
-            members: vec![
-                MemberSpec {
-                    user: "ua".into(),
-                    account: "a".into(),
-                    allocation_gpu_hours: None,
-                },
-                MemberSpec {
-                    user: "ub".into(),
-                    account: "b".into(),
-                    allocation_gpu_hours: None,
-                },
-            ],
-        };
-        let usage: UsageByLeaf = [
-            (("a".to_string(), "ua".to_string()), a_used * 3600.0),
-            (("b".to_string(), "ub".to_string()), b_used * 3600.0),
-        ]
-        .into_iter()
-        .collect();
-        FairShare::compute(&tree, &usage, 0, policy_core::DEFAULT_WINDOW_SECS)
-    }
 
     #[test]
     fn each_clause_of_the_rule() {
@@ -394,40 +324,12 @@ mod tests {
         )
     }
 
-    /// a0, a1 top-level; a2 under a0; a3 under a1 (overcommit allowed); users
-    /// u0..u2 in every account.
-    fn build(accts: &[(u32, u32, u32)]) -> TreeSpec {
-        let parents = [None, None, Some("a0"), Some("a1")];
-        TreeSpec {
-            root_allocation_gpu_hours: None,
-            accounts: accts
-                .iter()
-                .enumerate()
-                .map(|(i, &(alloc, _, _))| AccountSpec {
-                    name: format!("a{i}"),
-                    parent: parents[i].map(Into::into),
-                    allocation_gpu_hours: f64::from(alloc),
-                    overcommit: true,
-                })
-                .collect(),
-            members: (0..4)
-                .flat_map(|a| {
-                    (0..3).map(move |u| MemberSpec {
-                        user: format!("u{u}"),
-                        account: format!("a{a}"),
-                        allocation_gpu_hours: None,
-                    })
-                })
-                .collect(),
-        }
-    }
-
     proptest! {
         /// In any one state the rule never allows both A->B and B->A, and
         /// never lets anyone take a job inside its protected window.
         #[test]
         fn antisymmetric_and_respects_contracts((accts, jobs, now, h) in arb_state()) {
-            let tree = build(&accts);
+            let tree = nested_tree(&accts);
             let mut usage = UsageByLeaf::new();
             for (i, &(_, used, _)) in accts.iter().enumerate() {
                 usage.insert((format!("a{i}"), "u0".into()), f64::from(used) * 3600.0);

@@ -16,7 +16,8 @@
 //! - [`snapshot`]: the in-memory budgetd snapshot, the fetcher that keeps it fresh and
 //!   safe mode;
 //! - [`gpus`]: the GPUs of a job record;
-//! - [`users`]: the uid -> user name cache (lookups on background threads only).
+//! - [`users`]: the uid -> user name cache (lookups on background threads only);
+//! - `test_records` (feature `test-records`, tests only): job records to start a test from.
 //!
 //! Pure formats shared with budgetd (the stored contract, hostlists, TRES strings)
 //! live in `policy-core`; wire types in `budget-protocol`.
@@ -30,6 +31,8 @@ pub mod guard;
 pub mod log;
 pub mod settings;
 pub mod snapshot;
+#[cfg(feature = "test-records")]
+pub mod test_records;
 pub mod users;
 pub mod worker;
 

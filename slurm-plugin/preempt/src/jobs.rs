@@ -188,18 +188,14 @@ mod tests {
     use super::*;
     use slurm_ffi::{EmptyRecord, sys::slurmdb_qos_rec_t};
     use slurm_plugin_common::gpus::requested_gpus;
+    use slurm_plugin_common::test_records::running_job;
 
     #[test]
     fn facts_of_a_record() {
-        let (mut job, mut qos) = (job_record_t::empty(), slurmdb_qos_rec_t::empty());
-        job.job_id = 9;
+        let mut job = running_job(9, c"TeamA", c"gres/gpu:h100=4", 1000, 2);
+        let mut qos = slurmdb_qos_rec_t::empty();
         job.user_id = 4242;
-        job.job_state = slurm_ffi::sys::JOB_RUNNING;
-        job.start_time = 1000;
-        job.node_cnt = 2;
-        job.account = c"TeamA".as_ptr().cast_mut();
         job.nodes = c"gpu[1-2]".as_ptr().cast_mut();
-        job.tres_per_node = c"gres/gpu:h100=4".as_ptr().cast_mut();
         job.comment = c"min_runtime=2h checkpoint=30m".as_ptr().cast_mut();
         job.time_limit = 90;
         job.restart_cnt = 2;

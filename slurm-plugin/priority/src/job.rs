@@ -392,6 +392,7 @@ mod tests {
     use super::*;
     use slurm_ffi::{EmptyRecord, sys::slurmdb_qos_rec_t};
     use slurm_plugin_common::gpus::requested_gpus;
+    use slurm_plugin_common::test_records::running_job;
 
     #[test]
     fn contract_is_the_stored_one_else_read_like_job_submit() {
@@ -429,14 +430,8 @@ mod tests {
 
     #[test]
     fn synced_runs_carry_the_enforced_contract() {
-        let mut job = job_record_t::empty();
-        job.job_id = 7;
-        job.job_state = slurm_ffi::sys::JOB_RUNNING;
-        job.start_time = 1000;
-        job.node_cnt = 1;
-        job.account = c"teama".as_ptr().cast_mut();
+        let mut job = running_job(7, c"teama", c"gres:gpu:2", 1000, 1);
         job.user_name = c"alice".as_ptr().cast_mut();
-        job.tres_per_node = c"gres:gpu:2".as_ptr().cast_mut();
         // Submitted to the free partition: job_submit/budget stored the free tier; the
         // user's comment says nothing about it.
         job.comment = c"exp42".as_ptr().cast_mut();
