@@ -12,8 +12,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::why::PeerReason;
-
 /// Route of the preemption record (`POST` to add, `GET` to list).
 pub const ROUTE: &str = "/v1/preemptions";
 
@@ -64,23 +62,6 @@ impl PreemptionReason {
     /// The reason spelled `s`, if any.
     pub fn parse(s: &str) -> Option<PreemptionReason> {
         Self::ALL.into_iter().find(|r| r.as_str() == s)
-    }
-
-    /// The reason recorded for a preemption: the rule's (`Some`, as `why`
-    /// reports it), or the drain hook's (`None`, a drained node's job past its
-    /// window).
-    pub fn of(allowed: Option<&PeerReason>) -> PreemptionReason {
-        allowed.map_or(PreemptionReason::Drain, PreemptionReason::from)
-    }
-}
-
-impl From<&PeerReason> for PreemptionReason {
-    fn from(a: &PeerReason) -> Self {
-        match a {
-            PeerReason::VictimFreeTier => PreemptionReason::FreeTier,
-            PeerReason::VictimOverBudget => PreemptionReason::OverBudget,
-            PeerReason::Rebalance { .. } => PreemptionReason::Rebalance,
-        }
     }
 }
 
@@ -167,6 +148,7 @@ pub struct PreemptionReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::why::PeerReason;
     use serde_json::json;
 
     #[test]

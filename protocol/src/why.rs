@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::RunState;
 use crate::idle::FlaggedJob;
-use crate::preemption::Preemption;
+use crate::preemption::{Preemption, PreemptionReason};
 
 /// One step of a job's rank path.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -185,6 +185,28 @@ pub struct Why {
     /// (docs/design.md §8).
     #[serde(default)]
     pub idle: Option<FlaggedJob>,
+}
+
+// The record's reason follows from the rule's permission; it is written here,
+// beside `PeerReason`, so that `preemption` (what is recorded) needs nothing of
+// `why` (what is explained).
+impl PreemptionReason {
+    /// The reason recorded for a preemption: the rule's (`Some`, as `why`
+    /// reports it), or the drain hook's (`None`, a drained node's job past its
+    /// window).
+    pub fn of(allowed: Option<&PeerReason>) -> PreemptionReason {
+        allowed.map_or(PreemptionReason::Drain, PreemptionReason::from)
+    }
+}
+
+impl From<&PeerReason> for PreemptionReason {
+    fn from(a: &PeerReason) -> Self {
+        match a {
+            PeerReason::VictimFreeTier => PreemptionReason::FreeTier,
+            PeerReason::VictimOverBudget => PreemptionReason::OverBudget,
+            PeerReason::Rebalance { .. } => PreemptionReason::Rebalance,
+        }
+    }
 }
 
 #[cfg(test)]
