@@ -171,7 +171,7 @@ pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) 
         snap.snapshot.policy.snapshot_max_age_secs,
     );
     let c = &state.counters;
-    let counters: [(&str, &str, u64); 13] = [
+    let counters: [(&str, &str, u64); 14] = [
         (
             "budget_syncs_total",
             "Job-state syncs accepted.",
@@ -211,6 +211,11 @@ pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) 
             "budget_reserve_refusals_total",
             "Requests on a reserved TCP connection answered 503 for carrying no controller or agent token.",
             load(&c.reserve_refusals),
+        ),
+        (
+            "budget_reserve_displaced_total",
+            "Reserved TCP connections closed, unread, to make room for a newcomer because they had shown no controller or agent token.",
+            load(&c.reserve_displaced),
         ),
         (
             "budget_reads_throttled_total",

@@ -209,6 +209,10 @@ fn admit(state: &AppState, counts: &Arc<Mutex<ConnCount>>, peer: &Peer) -> Optio
             let (id, displaced) = oldest?;
             c.reserve.remove(&id);
             displaced.notify_one();
+            state
+                .counters
+                .reserve_displaced
+                .fetch_add(1, Ordering::Relaxed);
         }
         let id = c.next_reserve_id;
         c.next_reserve_id += 1;

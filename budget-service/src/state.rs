@@ -52,6 +52,9 @@ pub struct Counters {
     /// Requests on a connection of the TCP reserve answered 503 because they
     /// carry no controller or agent token (`crate::server`).
     pub reserve_refusals: AtomicU64,
+    /// Reserved TCP connections closed to make room for a newcomer because
+    /// they had shown no controller or agent token (`crate::server`).
+    pub reserve_displaced: AtomicU64,
     /// Jobs in agent reports ignored because the ledger places them on
     /// other nodes (`crate::idle`).
     pub agent_jobs_off_node: AtomicU64,

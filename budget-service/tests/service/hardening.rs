@@ -272,6 +272,18 @@ fn idle_clients_holding_the_reserve_too_are_displaced_by_the_controller() {
         Some(200),
         "the controller's snapshot while idle clients held the general share and the reserve"
     );
+    // The displacement is counted where operators look.
+    let metrics = s
+        .unix()
+        .request("GET", "/metrics", &[], None)
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .unwrap_or_default();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("budget_reserve_displaced_total ") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
     drop(held);
 }
 
