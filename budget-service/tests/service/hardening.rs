@@ -37,6 +37,18 @@ fn head_only(addr: std::net::SocketAddr, head: &str, wait: Duration) -> Option<S
     }
 }
 
+/// A budgetd whose configuration is `extra` before the test configuration.
+fn start_with(extra: &str) -> budgetd_testkit::Budgetd {
+    budgetd_testkit::Budgetd::start(&format!("{extra}{}", config_text()))
+}
+
+/// `n` TCP connections to `addr` that send nothing, accepted in this order.
+fn hold_idle(addr: std::net::SocketAddr, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| TcpStream::connect(addr).expect("connect"))
+        .collect()
+}
+
 #[test]
 fn a_plain_users_large_body_is_refused_from_its_head_before_any_byte_is_read() {
     let s = start();
@@ -135,15 +147,10 @@ fn roles_are_exact_and_the_controller_alone_syncs_and_reads_the_snapshot() {
 
 #[test]
 fn idle_and_slow_connections_are_closed_and_capped_per_peer_while_root_gets_in() {
-    let s = budgetd_testkit::Budgetd::start(&format!(
-        "header_timeout_secs = 1\nmax_connections_per_peer = 4\n{}",
-        config_text()
-    ));
+    let s = start_with("header_timeout_secs = 1\nmax_connections_per_peer = 4\n");
     let addr = s.tcp.expect("tcp");
     let t = Instant::now();
-    let mut idle: Vec<TcpStream> = (0..4)
-        .map(|_| TcpStream::connect(addr).expect("connect"))
-        .collect();
+    let mut idle = hold_idle(addr, 4);
     // A slow client: half a request head, then nothing.
     idle[0]
         .write_all(b"GET /v1/health HTTP/1.1\r\nHo")
@@ -186,16 +193,11 @@ fn idle_and_slow_connections_are_closed_and_capped_per_peer_while_root_gets_in()
 
 #[test]
 fn the_controller_and_agents_get_in_over_tcp_while_idle_clients_hold_the_general_share() {
-    let s = budgetd_testkit::Budgetd::start(&format!(
-        "max_connections = 4\nmax_connections_per_peer = 4\n{}",
-        config_text()
-    ));
+    let s = start_with("max_connections = 4\nmax_connections_per_peer = 4\n");
     let addr = s.tcp.expect("tcp");
     // Unauthenticated clients hold every connection of the general share,
     // sending nothing.
-    let held: Vec<TcpStream> = (0..4)
-        .map(|_| TcpStream::connect(addr).expect("connect"))
-        .collect();
+    let held = hold_idle(addr, 4);
     std::thread::sleep(Duration::from_millis(200));
     // The controller's snapshot still answers, over TCP, from the same address.
     let r = s
@@ -251,16 +253,12 @@ fn the_controller_and_agents_get_in_over_tcp_while_idle_clients_hold_the_general
 
 #[test]
 fn idle_clients_holding_the_reserve_too_are_displaced_by_the_controller() {
-    let s = budgetd_testkit::Budgetd::start(&format!(
-        "max_connections = 4\nmax_connections_per_peer = 4\nreserved_connections = 2\n{}",
-        config_text()
-    ));
+    let s =
+        start_with("max_connections = 4\nmax_connections_per_peer = 4\nreserved_connections = 2\n");
     let addr = s.tcp.expect("tcp");
     // Unauthenticated clients hold the general share and then the whole
     // reserve, sending nothing (accepted in this order).
-    let held: Vec<TcpStream> = (0..6)
-        .map(|_| TcpStream::connect(addr).expect("connect"))
-        .collect();
+    let held = hold_idle(addr, 6);
     // The controller still gets in: its connection takes the place of the
     // oldest reserved one that showed no token.
     let r = s
@@ -289,10 +287,7 @@ fn idle_clients_holding_the_reserve_too_are_displaced_by_the_controller() {
 
 #[test]
 fn expensive_reads_are_limited_per_caller_but_not_for_admins_or_the_controller() {
-    let s = budgetd_testkit::Budgetd::start(&format!(
-        "expensive_reads_per_minute = 3\n{}",
-        config_text()
-    ));
+    let s = start_with("expensive_reads_per_minute = 3\n");
     let alice = s.tcp(Some(ALICE_TOKEN));
     let statuses: Vec<u16> = (0..5)
         .map(|_| call(&alice, "GET", "/v1/share", None).0)

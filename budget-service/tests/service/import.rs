@@ -36,6 +36,14 @@ fn setup() -> Server {
     s
 }
 
+/// A Unix time as sacct prints it (`%Y-%m-%dT%H:%M:%S`, UTC here).
+fn sacct_time(t: i64) -> String {
+    jiff::Timestamp::from_second(t)
+        .expect("time")
+        .strftime("%Y-%m-%dT%H:%M:%S")
+        .to_string()
+}
+
 #[test]
 fn bad_lines_are_reported_with_numbers_and_import_nothing_by_default() {
     let s = setup();
@@ -172,12 +180,6 @@ fn an_imported_end_the_controller_contradicts_is_refused_and_the_run_stays_charg
     let s = setup();
     let c = s.unix();
     let now = budget_service::clock::now();
-    let iso = |t: i64| {
-        jiff::Timestamp::from_second(t)
-            .expect("time")
-            .strftime("%Y-%m-%dT%H:%M:%S")
-            .to_string()
-    };
     let run = |id: u32| {
         serde_json::json!({"job_id": id, "run": 0, "account": "teama", "user": "alice",
                            "gpus": 1, "state": "running", "start": now - 4 * 3600})
@@ -198,8 +200,8 @@ fn an_imported_end_the_controller_contradicts_is_refused_and_the_run_stays_charg
     let line = |id: u32| {
         format!(
             "{id}|teama|alice|gpu|gres/gpu=1|{}|{}|COMPLETED\n",
-            iso(now - 4 * 3600),
-            iso(now - 3 * 3600)
+            sacct_time(now - 4 * 3600),
+            sacct_time(now - 3 * 3600)
         )
     };
     let text = format!("{HEADER}\n{}{}", line(300), line(301));
@@ -232,12 +234,6 @@ fn a_sync_reporting_running_a_run_an_import_ended_keeps_the_end_and_is_counted()
     let s = setup();
     let c = s.unix();
     let now = budget_service::clock::now();
-    let iso = |t: i64| {
-        jiff::Timestamp::from_second(t)
-            .expect("time")
-            .strftime("%Y-%m-%dT%H:%M:%S")
-            .to_string()
-    };
     let run = |id: u32| {
         serde_json::json!({"job_id": id, "run": 0, "account": "teama", "user": "alice",
                            "gpus": 1, "state": "running", "start": now - 4 * 3600})
@@ -259,8 +255,8 @@ fn a_sync_reporting_running_a_run_an_import_ended_keeps_the_end_and_is_counted()
     // sacct says 400 ended 3 h ago.
     let text = format!(
         "{HEADER}\n400|teama|alice|gpu|gres/gpu=1|{}|{}|COMPLETED\n",
-        iso(now - 4 * 3600),
-        iso(now - 3 * 3600)
+        sacct_time(now - 4 * 3600),
+        sacct_time(now - 3 * 3600)
     );
     let (st, b) = import(&c, &text, false);
     assert_eq!((st, &b["updated"]), (200, &serde_json::json!(1)), "{b}");
@@ -514,12 +510,6 @@ fn an_import_stopped_between_batches_is_completed_by_importing_the_file_again_ch
 #[test]
 fn a_batched_import_reports_what_a_single_batch_does() {
     let now = budget_service::clock::now();
-    let iso = |t: i64| {
-        jiff::Timestamp::from_second(t)
-            .expect("time")
-            .strftime("%Y-%m-%dT%H:%M:%S")
-            .to_string()
-    };
     // Inserted: 40 new runs; updated: 10 synced running, ended by the file;
     // unchanged: 10 imported before; conflicts: 5 stored with another user;
     // one invalid line, skipped.
@@ -529,8 +519,8 @@ fn a_batched_import_reports_what_a_single_batch_does() {
         text.push_str(&format!(
             "{}|teama|{user}|gpu|gres/gpu=2|{}|{}|COMPLETED\n",
             500 + i,
-            iso(now - 5 * 3600 - i64::from(i)),
-            iso(now - 3600)
+            sacct_time(now - 5 * 3600 - i64::from(i)),
+            sacct_time(now - 3600)
         ));
     }
     text.push_str("999|teama|alice|gpu|gres/gpu=2|2026-01-01T25:00:00|Unknown|RUNNING\n");
