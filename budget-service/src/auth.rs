@@ -374,6 +374,32 @@ fn token_spec<'a>(state: &'a AppState, token: Option<&str>) -> Option<&'a TokenS
     hit
 }
 
+/// The caller a configured token names (`None`: no such token), as it
+/// reached budgetd (`via`: `tcp` for a bearer token, `ui` for the web
+/// view's cookie).
+pub fn token_caller(state: &AppState, token: Option<&str>, via: &'static str) -> Option<Caller> {
+    let spec = token_spec(state, token)?;
+    let role = match spec.role {
+        TokenRole::Admin => Role::Admin,
+        TokenRole::Controller => Role::Controller,
+        TokenRole::Reader => Role::Reader,
+        TokenRole::User => Role::User,
+        TokenRole::Agent => Role::Agent,
+    };
+    Some(Caller {
+        user: if role == Role::Agent {
+            format!("agent:{}", spec.user)
+        } else {
+            spec.user.clone()
+        },
+        uid: None,
+        role,
+        controller: role == Role::Controller,
+        agent_nodes: spec.nodes.clone(),
+        via,
+    })
+}
+
 /// Whether a request head carries a controller or agent token: the only
 /// callers a TCP connection in the reserve over the connection caps is
 /// served for (see `server.rs`).
@@ -420,28 +446,8 @@ pub async fn authenticate(parts: &Parts, state: &AppState) -> Result<Caller, App
         }
         Some(Peer::Tcp(addr)) => {
             let token = bearer(&parts.headers);
-            match token_spec(state, token) {
-                Some(spec) => {
-                    let role = match spec.role {
-                        TokenRole::Admin => Role::Admin,
-                        TokenRole::Controller => Role::Controller,
-                        TokenRole::Reader => Role::Reader,
-                        TokenRole::User => Role::User,
-                        TokenRole::Agent => Role::Agent,
-                    };
-                    Ok(Caller {
-                        user: if role == Role::Agent {
-                            format!("agent:{}", spec.user)
-                        } else {
-                            spec.user.clone()
-                        },
-                        uid: None,
-                        role,
-                        controller: role == Role::Controller,
-                        agent_nodes: spec.nodes.clone(),
-                        via: "tcp",
-                    })
-                }
+            match token_caller(state, token, "tcp") {
+                Some(caller) => Ok(caller),
                 None => {
                     state.counters.auth_refusals.fetch_add(1, Ordering::Relaxed);
                     if let Some(left_out) = crate::loglimit::UNAUTHENTICATED.allow() {

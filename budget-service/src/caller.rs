@@ -28,7 +28,7 @@ pub struct Caller {
     pub controller: bool,
     /// For agents: the nodes they may report for (empty: any, for admins).
     pub agent_nodes: Vec<String>,
-    /// `"unix"` or `"tcp"`.
+    /// `"unix"`, `"tcp"` (bearer token) or `"ui"` (the web view's cookie).
     pub via: &'static str,
 }
 

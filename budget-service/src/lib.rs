@@ -58,6 +58,7 @@ pub mod snapshot;
 pub mod state;
 pub mod store;
 pub mod throttle;
+pub mod ui;
 pub mod why;
 
 pub use api::app;

@@ -278,18 +278,19 @@ pub async fn list(
     State(st): State<AppState>,
     _caller: Caller,
 ) -> AppResult<Json<Vec<DrainStatus>>> {
-    // From the drain worker's last reading of Slurm, never a Slurm call of
-    // its own: any caller may ask as often as it likes.
+    statuses(&st).await.map(Json)
+}
+
+/// `GET /v1/drains`'s answer: every drain with its node's jobs and ETA. From
+/// the drain worker's last reading of Slurm, never a Slurm call of its own:
+/// any caller may ask as often as it likes. The web view (`crate::ui`)
+/// reads it from here.
+pub async fn statuses(st: &AppState) -> AppResult<Vec<DrainStatus>> {
     let (rows, default_min) = st
         .with_store(|s| Ok((drains::list(s)?, s.policy().default_min_runtime_secs)))
         .await?;
     let view = st.drain_view();
-    Ok(Json(drains::status_from_view(
-        &rows,
-        view.as_deref(),
-        default_min,
-        now(),
-    )?))
+    drains::status_from_view(&rows, view.as_deref(), default_min, now())
 }
 
 /// The 404 for the `nodes` that budgetd has not drained (`rows`), if any.

@@ -17,6 +17,7 @@ use crate::clock::now;
 use crate::error::{AppError, AppResult};
 use crate::idle;
 use crate::state::AppState;
+use crate::store::Store;
 
 pub async fn report(
     State(st): State<AppState>,
@@ -62,15 +63,27 @@ pub async fn list(
     }
     let _permit = st.expensive_read(&caller).await?;
     let stale = st.config.agent_stale_secs;
-    st.with_store(move |s| {
-        let scope = Scope::of(&caller, s.tree(), s.coordinators());
-        let from = since.unwrap_or(at - s.policy().window_secs);
-        let visible = |account: Option<&str>, user: Option<&str>| {
-            caller.reads_all()
-                || user == Some(caller.user.as_str())
-                || account.is_some_and(|a| scope.can_see_jobs_of(a))
-        };
-        idle::report(s, t, from, at, stale, &visible, caller.reads_all()).map(Json)
-    })
-    .await
+    st.with_store(move |s| report_for(s, &caller, t, since, at, stale).map(Json))
+        .await
+}
+
+/// `GET /v1/idle`'s answer for `caller` once admitted: idle GPU-hours in
+/// `[since, at]` (default: one window before `at`), jobs flagged now, only
+/// those `caller` may see. The web view (`crate::ui`) reads it from here.
+pub fn report_for(
+    s: &Store,
+    caller: &Caller,
+    now: i64,
+    since: Option<i64>,
+    at: i64,
+    stale: i64,
+) -> AppResult<IdleReport> {
+    let scope = Scope::of(caller, s.tree(), s.coordinators());
+    let from = since.unwrap_or(at - s.policy().window_secs);
+    let visible = |account: Option<&str>, user: Option<&str>| {
+        caller.reads_all()
+            || user == Some(caller.user.as_str())
+            || account.is_some_and(|a| scope.can_see_jobs_of(a))
+    };
+    idle::report(s, now, from, at, stale, &visible, caller.reads_all())
 }

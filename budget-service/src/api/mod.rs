@@ -13,17 +13,17 @@
 //! controller's syncs medium, everyone else small; a too-large
 //! `Content-Length` is refused unread) and the whole request by a deadline.
 
-mod drains;
-mod idle;
+pub(crate) mod drains;
+pub(crate) mod idle;
 mod import;
 mod metrics;
-mod preemptions;
+pub(crate) mod preemptions;
 mod reports;
 mod site;
 mod snapshot;
 mod sync;
 mod tree;
-mod why;
+pub(crate) mod why;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -291,7 +291,11 @@ pub fn query_time(value: Option<&str>, name: &str, default: i64) -> Result<i64, 
     }
 }
 
-async fn count_requests(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub(crate) async fn count_requests(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
     let res = next.run(req).await;
     state.counters.requests.fetch_add(1, Ordering::Relaxed);
     let s = res.status();
@@ -402,5 +406,8 @@ pub fn app(state: AppState) -> Router {
             state.clone(),
             count_requests,
         ))
-        .with_state(state)
+        .with_state(state.clone())
+        // The web view: HTML, its own login, outside the bearer-token
+        // middleware and the OpenAPI document.
+        .merge(crate::ui::router(state))
 }

@@ -11,6 +11,7 @@ use crate::auth::Caller;
 use crate::error::AppResult;
 use crate::preemptions;
 use crate::state::AppState;
+use crate::store::Store;
 
 pub async fn create(
     State(st): State<AppState>,
@@ -38,13 +39,18 @@ pub async fn list(
 ) -> AppResult<Json<PreemptionReport>> {
     caller.require_reader(&st, "read the preemption record")?;
     let since = query_time(q.since.as_deref(), "since", 0)?;
-    st.with_store(move |s| {
-        let rows = preemptions::list(s, since)?;
-        Ok(Json(PreemptionReport {
-            since,
-            by_account: preemptions::by_account(&rows),
-            rows,
-        }))
+    st.with_store(move |s| report_since(s, since).map(Json))
+        .await
+}
+
+/// `GET /v1/preemptions`'s answer (readers only: check first): every
+/// preemption since `since` and the totals per account. The web view
+/// (`crate::ui`) reads it from here.
+pub fn report_since(s: &Store, since: i64) -> AppResult<PreemptionReport> {
+    let rows = preemptions::list(s, since)?;
+    Ok(PreemptionReport {
+        since,
+        by_account: preemptions::by_account(&rows),
+        rows,
     })
-    .await
 }

@@ -7,7 +7,10 @@ use budget_protocol::why::Why;
 use crate::auth::{Caller, Scope};
 use crate::clock::now;
 use crate::error::{AppError, AppResult};
+use crate::ledger::RunRecord;
 use crate::state::AppState;
+use crate::store::Store;
+use budget_protocol::PluginSnapshot;
 
 pub async fn why(
     State(st): State<AppState>,
@@ -23,27 +26,57 @@ pub async fn why(
     let st2 = st.clone();
     st.with_store(move |s| {
         let runs = s.ledger().job_runs(job_id);
-        let Some(job) = runs
-            .iter()
-            .rfind(|r| r.run < crate::sacct::ARRAY_RUN_BASE)
-            .or(runs.last())
-        else {
+        let Some(job) = explained_run(&runs) else {
             return Err(AppError::NotFound(format!(
                 "job {job_id} is not in the ledger"
             )));
         };
         let scope = Scope::of(&caller, s.tree(), s.coordinators());
-        // Jobs of the accounts the caller belongs to or coordinates, not
-        // those of ancestors it may only read for the rank path.
-        let sees = |r: &crate::ledger::RunRecord| {
-            caller.reads_all() || caller.user == r.user || scope.can_see_jobs_of(&r.account)
-        };
-        if !sees(job) {
+        if !sees(&caller, &scope, job) {
             return Err(caller.refuse(&st2, &format!("explain job {job_id}")));
         }
-        let mut why = crate::why::explain(s, &snap.snapshot, job, t, &sees);
-        why.idle = crate::idle::job_flag(s, job_id, t, st2.config.agent_stale_secs);
-        Ok(Json(why))
+        Ok(Json(explain_for(
+            s,
+            &snap.snapshot,
+            &caller,
+            &scope,
+            job,
+            t,
+            st2.config.agent_stale_secs,
+        )))
     })
     .await
+}
+
+/// The run of a job that `why` explains: its latest run that is not an
+/// array element's, else its latest.
+pub fn explained_run(runs: &[RunRecord]) -> Option<&RunRecord> {
+    runs.iter()
+        .rfind(|r| r.run < crate::sacct::ARRAY_RUN_BASE)
+        .or(runs.last())
+}
+
+/// Whether `caller` may see job run `r`: readers everything, anyone their
+/// own jobs and those of the accounts they belong to or coordinate, not
+/// those of ancestors they may only read for the rank path.
+pub fn sees(caller: &Caller, scope: &Scope, r: &RunRecord) -> bool {
+    caller.reads_all() || caller.user == r.user || scope.can_see_jobs_of(&r.account)
+}
+
+/// `GET /v1/jobs/{id}/why`'s answer for a `job` that `caller` may see
+/// ([`sees`]), other jobs named only if `caller` may see them. The web
+/// view's queue (`crate::ui`) reads it from here.
+pub fn explain_for(
+    s: &Store,
+    snap: &PluginSnapshot,
+    caller: &Caller,
+    scope: &Scope,
+    job: &RunRecord,
+    t: i64,
+    stale: i64,
+) -> Why {
+    let visible = |r: &RunRecord| sees(caller, scope, r);
+    let mut why = crate::why::explain(s, snap, job, t, &visible);
+    why.idle = crate::idle::job_flag(s, job.job_id, t, stale);
+    why
 }

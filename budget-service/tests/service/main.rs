@@ -18,3 +18,4 @@ mod import;
 mod migrations;
 mod sync;
 mod tree;
+mod ui;

@@ -1,0 +1,448 @@
+//! The web view under `/ui` on a real budgetd (real SQLite file, real TCP):
+//! the login sets an `HttpOnly`, `SameSite=Strict` cookie and logout clears
+//! it; without a valid cookie every page is the login page with no data; a
+//! bad token gets a clear error and no cookie; each page's figures equal the
+//! JSON API's for the same instant and caller; a user token sees no other
+//! team's jobs; text from the ledger is escaped.
+
+use budget_client::{Client, Response};
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+const PAGES: [&str; 4] = ["/ui/tree", "/ui/queue", "/ui/preemptions", "/ui/drains"];
+
+fn get(c: &Client, path: &str, cookie: Option<&str>) -> Response {
+    let h: Vec<(&str, &str)> = cookie.map(|v| ("Cookie", v)).into_iter().collect();
+    c.request("GET", path, &h, None).expect("request")
+}
+
+fn text(r: &Response) -> String {
+    String::from_utf8(r.body.clone()).expect("utf8 page")
+}
+
+/// Posts the login form; the answer.
+fn login(c: &Client, token: &str, extra: &[(&str, &str)]) -> Response {
+    let mut h = vec![("Content-Type", "application/x-www-form-urlencoded")];
+    h.extend_from_slice(extra);
+    let body = format!("token={}", token.replace('+', "%2B"));
+    c.request("POST", "/ui/login", &h, Some(body.as_bytes()))
+        .expect("login")
+}
+
+/// Logs in with `token` and returns the `Cookie` header value to send.
+fn session(s: &Server, token: &str) -> String {
+    let r = login(&s.tcp(None), token, &[]);
+    assert_eq!(r.status, 303, "{}", text(&r));
+    let set = r.header("set-cookie").expect("Set-Cookie").to_string();
+    set.split(';').next().expect("cookie pair").to_string()
+}
+
+/// The number in `data-ATTR="N"` of a page.
+fn data_num(page: &str, attr: &str) -> i64 {
+    let key = format!("{attr}=\"");
+    let at = page
+        .find(&key)
+        .unwrap_or_else(|| panic!("no {attr} in {page}"))
+        + key.len();
+    page[at..]
+        .split('"')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("bad {attr}"))
+}
+
+/// The HTML of the table row whose first attribute is `attr="value"`.
+fn row<'p>(page: &'p str, attr: &str, value: &str) -> &'p str {
+    let key = format!("<tr {attr}=\"{value}\">");
+    let at = page
+        .find(&key)
+        .unwrap_or_else(|| panic!("no row {key} in {page}"));
+    let end = page[at..].find("</tr>").map_or(page.len(), |e| at + e);
+    &page[at..end]
+}
+
+/// Teams and runs: teama (alice) with a sub-account, teamb (bob); runs
+/// ended in this window and the windows before, one running, pending jobs
+/// of both teams; a preemption and idle reports of teama's running job.
+fn setup(s: &Server, now: i64) {
+    let c = s.unix();
+    add_account(&c, "teama", None, 100.0);
+    add_account(&c, "teama-ml", Some("teama"), 40.0);
+    add_account(&c, "teamb", None, 50.0);
+    add_member(&c, "alice", "teama");
+    add_member(&c, "alice", "teama-ml");
+    add_member(&c, "bob", "teamb");
+    let d = 86_400;
+    let ended = |job: u32, acct: &str, user: &str, gpus: u32, start: i64, end: i64| {
+        json!({"job_id": job, "run": 0, "account": acct, "user": user, "gpus": gpus,
+               "state": "ended", "start": start, "end": end})
+    };
+    let pending = |job: u32, acct: &str, user: &str, gpus: u32| {
+        json!({"job_id": job, "run": 0, "account": acct, "user": user, "gpus": gpus,
+               "state": "pending", "submit": now - 600})
+    };
+    let sync = json!({"collected_at": now, "runs": [
+        ended(101, "teama", "alice", 4, now - 3 * d, now - 2 * d),
+        ended(102, "teama-ml", "alice", 2, now - 10 * d, now - 9 * d),
+        ended(103, "teamb", "bob", 1, now - 20 * d, now - 19 * d),
+        ended(104, "teamb", "bob", 8, now - 5 * d, now - 4 * d),
+        json!({"job_id": 105, "run": 0, "account": "teama", "user": "alice", "gpus": 2,
+               "state": "running", "start": now - 7200, "nodes": "n1"}),
+        pending(106, "teama", "alice", 2),
+        pending(107, "teama-ml", "alice", 1),
+        pending(201, "teamb", "bob", 4),
+    ]});
+    let (st, b) = call(&c, "POST", "/v1/sync/jobs", Some(&sync));
+    assert_eq!(st, 200, "{b}");
+    let ctl = s.tcp(Some(CONTROLLER_TOKEN));
+    let rec = json!({"victim": 104, "run": 0, "reason": "rebalance", "at": now - 4 * d - 60,
+                     "account": "teamb", "user": "bob", "gpus": 8, "start": now - 5 * d});
+    let (st, b) = call(&ctl, "POST", "/v1/preemptions", Some(&rec));
+    assert_eq!(st, 200, "{b}");
+    let gpu = |idle: i64| {
+        json!({"index": 0, "uuid": "GPU-a1", "name": "NVIDIA H100", "util_pct": 0,
+               "memory_used_mib": 500, "memory_total_mib": 81559, "idle_secs": idle,
+               "processes": [{"pid": 4000, "job_id": 105, "used_memory_mib": 500}]})
+    };
+    for (at, idle) in [(now - 3600, 0), (now, 3600)] {
+        let r = json!({"node": "n1", "at": at, "nvml": true, "gpus": [gpu(idle)]});
+        let (st, b) = call(&c, "POST", "/v1/agent/report", Some(&r));
+        assert_eq!(st, 200, "{b}");
+    }
+}
+
+#[test]
+fn login_sets_an_httponly_strict_cookie_and_logout_clears_it() {
+    let s = start();
+    let c = s.tcp(None);
+    let r = login(&c, READER_TOKEN, &[]);
+    assert_eq!(r.status, 303);
+    assert_eq!(r.header("location"), Some("/ui/tree"));
+    let set = r.header("set-cookie").expect("Set-Cookie");
+    assert!(set.starts_with("budget_ui="), "{set}");
+    for part in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+        assert!(set.contains(part), "{part} missing: {set}");
+    }
+    // The token is not in the cookie as written, and no Secure over plain HTTP.
+    assert!(
+        !set.contains(READER_TOKEN) && !set.contains("Secure"),
+        "{set}"
+    );
+    // Behind a TLS proxy that says so, the cookie is Secure.
+    let r = login(&c, READER_TOKEN, &[("X-Forwarded-Proto", "https")]);
+    assert!(
+        r.header("set-cookie")
+            .is_some_and(|v| v.contains("; Secure"))
+    );
+    let cookie = session(&s, READER_TOKEN);
+    let page = get(&c, "/ui/tree", Some(&cookie));
+    assert_eq!(page.status, 200);
+    let html = text(&page);
+    assert!(html.contains("Signed in as prom") && html.contains("<h1>Accounts</h1>"));
+    // No script, nothing from elsewhere, not cached.
+    assert!(!html.contains("<script") && !html.contains("http://") && !html.contains("https://"));
+    assert!(
+        page.header("content-security-policy")
+            .is_some_and(|v| v.contains("default-src 'none'"))
+    );
+    assert_eq!(page.header("cache-control"), Some("no-store"));
+    let out = c
+        .request("POST", "/ui/logout", &[("Cookie", &cookie)], None)
+        .expect("logout");
+    assert_eq!(
+        (out.status, out.header("location")),
+        (303, Some("/ui/login"))
+    );
+    let cleared = out.header("set-cookie").expect("Set-Cookie");
+    assert!(
+        cleared.starts_with("budget_ui=;") && cleared.contains("Max-Age=0"),
+        "{cleared}"
+    );
+    // The API does not take the cookie for a token.
+    let r = c
+        .request("GET", "/v1/share", &[("Cookie", &cookie)], None)
+        .expect("api");
+    assert_eq!(r.status, 401);
+}
+
+#[test]
+fn without_a_valid_cookie_every_page_is_the_login_page_with_no_data() {
+    let s = start();
+    let now = budget_service::clock::now();
+    setup(&s, now);
+    let c = s.tcp(None);
+    for cookie in [
+        None,
+        Some("budget_ui=00ff"),
+        Some("budget_ui=not-hex"),
+        Some("other=1"),
+    ] {
+        for p in PAGES {
+            let r = get(&c, p, cookie);
+            assert_eq!(r.status, 401, "{p} {cookie:?}");
+            let html = text(&r);
+            assert!(
+                html.contains("<form method=\"post\" action=\"/ui/login\">"),
+                "{html}"
+            );
+            for secret in ["teama", "teamb", "alice", "bob", "106", "201"] {
+                assert!(!html.contains(secret), "{p} shows {secret} without login");
+            }
+        }
+    }
+    // The Unix socket's peer (an admin here) is no login for the view either.
+    let r = get(&s.unix(), "/ui/tree", None);
+    assert_eq!(r.status, 401);
+    assert!(!text(&r).contains("teama"));
+    // /ui goes to the accounts page; the login page itself answers 200.
+    assert_eq!(get(&c, "/ui", None).header("location"), Some("/ui/tree"));
+    assert_eq!(get(&c, "/ui/login", None).status, 200);
+}
+
+#[test]
+fn a_bad_token_is_refused_clearly_and_sets_no_cookie() {
+    let s = start();
+    let c = s.tcp(None);
+    let refusals = |t: &str| (login(&c, t, &[]), t.to_string());
+    for ((r, t), status, words) in [
+        (refusals("no-such-token"), 401, "unknown token"),
+        (refusals(ADMIN_TOKEN), 403, "reader or user tokens only"),
+        (
+            refusals(CONTROLLER_TOKEN),
+            403,
+            "reader or user tokens only",
+        ),
+        (refusals(AGENT_TOKEN), 403, "reader or user tokens only"),
+        (refusals(""), 400, "enter a token"),
+    ] {
+        assert_eq!(r.status, status, "{t}");
+        assert!(r.header("set-cookie").is_none(), "{t} got a cookie");
+        assert!(text(&r).contains(words), "{t}: {}", text(&r));
+        assert!(text(&r).contains("role=\"alert\""));
+    }
+    // A cookie made by hand from an admin token is no login either.
+    let hex: String = ADMIN_TOKEN.bytes().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        get(&c, "/ui/tree", Some(&format!("budget_ui={hex}"))).status,
+        401
+    );
+    // A form over the view's limit is refused unread.
+    let big = format!("token={}", "x".repeat(10_000));
+    let r = c
+        .request(
+            "POST",
+            "/ui/login",
+            &[("Content-Type", "application/x-www-form-urlencoded")],
+            Some(big.as_bytes()),
+        )
+        .expect("login");
+    assert!(r.status == 400 || r.status == 413, "{}", r.status);
+    assert!(r.header("set-cookie").is_none());
+}
+
+/// The account rows of `GET /v1/share?at=` by name.
+fn share_at(c: &Client, at: i64) -> Vec<Value> {
+    let (st, b) = call(c, "GET", &format!("/v1/share?at={at}"), None);
+    assert_eq!(st, 200, "{b}");
+    b["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["user"].is_null())
+        .cloned()
+        .collect()
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().expect("number")
+}
+
+#[test]
+fn each_page_equals_the_api_for_the_same_instant_and_caller() {
+    let s = start();
+    let now = budget_service::clock::now();
+    setup(&s, now);
+    let c = s.tcp(None);
+    for token in [READER_TOKEN, ALICE_TOKEN] {
+        let api = s.tcp(Some(token));
+        let cookie = session(&s, token);
+        // Accounts: every row's figures and its 4 windows, as /v1/share says.
+        let html = text(&get(&c, "/ui/tree", Some(&cookie)));
+        let at = data_num(&html, "data-at");
+        let (_, policy) = call(&api, "GET", "/v1/policy", None);
+        let window = policy["window_secs"].as_i64().expect("window");
+        let rows = share_at(&api, at);
+        assert!(!rows.is_empty());
+        for r in &rows {
+            let name = r["account"].as_str().expect("name");
+            let tr = row(&html, "data-account", name);
+            let cells = format!(
+                "<td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.3}</td>",
+                f(&r["allocation_gpu_hours"]),
+                f(&r["usage_gpu_hours"]),
+                f(&r["ratio"])
+            );
+            assert!(tr.contains(&cells), "{token} {name}: {cells} not in {tr}");
+            assert!(
+                tr.contains(&format!("<td class=\"n\">{}</td>", r["rank"])),
+                "{tr}"
+            );
+            let mut desc = String::new();
+            for k in (0..4).rev() {
+                let old = share_at(&api, at - k * window);
+                let (a, u) = old
+                    .iter()
+                    .find(|o| o["account"] == name)
+                    .map_or((0.0, 0.0), |o| {
+                        (f(&o["allocation_gpu_hours"]), f(&o["usage_gpu_hours"]))
+                    });
+                desc.push_str(&format!(
+                    " {u:.2} of {a:.2}{};",
+                    if u > a { " (over)" } else { "" }
+                ));
+            }
+            assert!(
+                tr.contains(&desc),
+                "{token} {name} chart: {desc} not in {tr}"
+            );
+        }
+        // The usage of the windows before shows (102 ended 9 days ago).
+        if token == READER_TOKEN {
+            assert!(html.contains(" 48.00 of 40.00 (over);"), "{html}");
+            assert!(!rows.is_empty() && html.matches("<tr data-account=").count() == rows.len());
+        } else {
+            // alice reads her accounts and their ancestors, not teamb.
+            assert!(!html.contains("data-account=\"teamb\""));
+        }
+
+        // Queue: each waiting job's tier, rank and reason, as `why` says.
+        let html = text(&get(&c, "/ui/queue", Some(&cookie)));
+        let shown = if token == READER_TOKEN {
+            vec![106, 107, 201]
+        } else {
+            vec![106, 107]
+        };
+        assert_eq!(html.matches("<tr data-job=").count(), shown.len(), "{html}");
+        for id in shown {
+            let (st, why) = call(&api, "GET", &format!("/v1/jobs/{id}/why"), None);
+            assert_eq!(st, 200, "{why}");
+            let tr = row(&html, "data-job", &id.to_string());
+            let tier = match why["tier"].as_str() {
+                Some("budgeted") => "within budget",
+                Some("over_budget") => "over budget",
+                _ => "free tier",
+            };
+            let rank = format!("{} of {}", why["rank"], why["num_leaves"]);
+            assert!(
+                tr.contains(&format!("<td>{tier}</td>")),
+                "{tier} not in {tr}"
+            );
+            assert!(tr.contains(&rank), "{rank} not in {tr}");
+            let wait = budget_service::ui::escape(why["wait"].as_str().expect("wait"));
+            assert!(tr.contains(&wait), "{wait} not in {tr}");
+        }
+
+        // Preemptions (readers only, as in the API) and idle GPU-hours.
+        let html = text(&get(&c, "/ui/preemptions", Some(&cookie)));
+        let since = data_num(&html, "data-since");
+        let at = data_num(&html, "data-at");
+        let (st, lost) = call(&api, "GET", &format!("/v1/preemptions?since={since}"), None);
+        if token == READER_TOKEN {
+            assert_eq!(st, 200);
+            let by = lost["by_account"].as_array().expect("by_account");
+            assert_eq!(by.len(), 1, "{lost}");
+            for a in by {
+                let tr = row(
+                    &html,
+                    "data-account",
+                    a["account"].as_str().expect("account"),
+                );
+                let cells = format!(
+                    "<td class=\"n\">{}</td><td class=\"n\">{:.2}</td>",
+                    a["preemptions"],
+                    f(&a["gpu_hours_lost"])
+                );
+                assert!(tr.contains(&cells), "{cells} not in {tr}");
+            }
+        } else {
+            assert_eq!(st, 403);
+            assert!(html.contains("may not read the preemption record"));
+            assert!(!html.contains("teamb"));
+        }
+        let (st, idle) = call(
+            &api,
+            "GET",
+            &format!("/v1/idle?since={since}&at={at}"),
+            None,
+        );
+        assert_eq!(st, 200, "{idle}");
+        let by = idle["by_account"].as_array().expect("by_account");
+        assert!(!by.is_empty(), "{idle}");
+        for a in by {
+            let tr = row(&html, "data-idle", a["account"].as_str().expect("account"));
+            let cells = format!(
+                "<td class=\"n\">{:.2}</td><td class=\"n\">{}</td>",
+                f(&a["idle_gpu_hours"]),
+                a["jobs"]
+            );
+            assert!(tr.contains(&cells), "{cells} not in {tr}");
+        }
+
+        // Drains: none here, as the API says.
+        let html = text(&get(&c, "/ui/drains", Some(&cookie)));
+        let (st, drains) = call(&api, "GET", "/v1/drains", None);
+        assert_eq!((st, drains), (200, json!([])));
+        assert!(html.contains("No drain in progress."));
+    }
+}
+
+#[test]
+fn a_user_token_does_not_see_another_teams_jobs_in_the_queue() {
+    let s = start();
+    let now = budget_service::clock::now();
+    setup(&s, now);
+    let c = s.tcp(None);
+    let alice = session(&s, ALICE_TOKEN);
+    let html = text(&get(&c, "/ui/queue", Some(&alice)));
+    assert!(html.contains("<tr data-job=\"106\">") && html.contains("<tr data-job=\"107\">"));
+    for other in ["data-job=\"201\"", "bob", "teamb", ">201<"] {
+        assert!(!html.contains(other), "alice's queue shows {other}: {html}");
+    }
+    // The API refuses her the same job.
+    let (st, _) = call(&s.tcp(Some(ALICE_TOKEN)), "GET", "/v1/jobs/201/why", None);
+    assert_eq!(st, 403);
+    // A reader sees both teams, grouped.
+    let reader = session(&s, READER_TOKEN);
+    let html = text(&get(&c, "/ui/queue", Some(&reader)));
+    assert!(
+        html.contains("<table data-team=\"teama\">")
+            && html.contains("<table data-team=\"teamb\">")
+    );
+    assert!(html.contains("<tr data-job=\"201\">"));
+}
+
+#[test]
+fn text_from_the_ledger_is_escaped() {
+    let s = start();
+    let now = budget_service::clock::now();
+    let evil = "<script>alert(1)</script>";
+    let sync = json!({"collected_at": now, "runs": [
+        {"job_id": 900, "run": 0, "account": evil, "user": "\"><b>eve</b>", "gpus": 1,
+         "state": "pending", "submit": now - 60},
+    ]});
+    let (st, b) = call(&s.unix(), "POST", "/v1/sync/jobs", Some(&sync));
+    assert_eq!(st, 200, "{b}");
+    let reader = session(&s, READER_TOKEN);
+    let html = text(&get(&s.tcp(None), "/ui/queue", Some(&reader)));
+    assert!(html.contains("<tr data-job=\"900\">"), "{html}");
+    assert!(
+        !html.contains("<script") && !html.contains("<b>eve"),
+        "{html}"
+    );
+    assert!(
+        html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{html}"
+    );
+    assert!(html.contains("&quot;&gt;&lt;b&gt;eve&lt;/b&gt;"), "{html}");
+}
