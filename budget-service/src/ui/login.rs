@@ -166,7 +166,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.is_empty() || s.len() % 2 != 0 || s.len() > 2 * super::FORM_LIMIT_BYTES {
+    if s.is_empty() || !s.len().is_multiple_of(2) || s.len() > 2 * super::FORM_LIMIT_BYTES {
         return None;
     }
     (0..s.len())

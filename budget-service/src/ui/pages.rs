@@ -36,10 +36,9 @@ pub const QUEUE_SHOWN: usize = 200;
 /// How many windows the accounts page charts.
 const WINDOWS: i64 = 4;
 
-/// The caller, or the login page to answer instead.
-fn who(st: &AppState, headers: &HeaderMap) -> Result<Caller, Response> {
-    super::login::caller(st, headers)
-        .ok_or_else(|| super::login::login_page(StatusCode::UNAUTHORIZED, None))
+/// The login page, the answer to a page request without a valid cookie.
+fn sign_in() -> Response {
+    super::login::login_page(StatusCode::UNAUTHORIZED, None)
 }
 
 /// The page of `result`: its body, or the error page.
@@ -69,9 +68,8 @@ fn span(secs: i64) -> String {
 
 /// `GET /ui/tree`.
 pub async fn tree(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    let caller = match who(&st, &headers) {
-        Ok(c) => c,
-        Err(login) => return login,
+    let Some(caller) = super::login::caller(&st, &headers) else {
+        return sign_in();
     };
     let path = "/ui/tree";
     let t = now();
@@ -152,9 +150,8 @@ oldest first: a bar is the usage, the dark line the allocation, a red bar an acc
 
 /// `GET /ui/queue`.
 pub async fn queue(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    let caller = match who(&st, &headers) {
-        Ok(c) => c,
-        Err(login) => return login,
+    let Some(caller) = super::login::caller(&st, &headers) else {
+        return sign_in();
     };
     let path = "/ui/queue";
     let t = now();
@@ -268,9 +265,8 @@ ask <code>budgetctl why JOB</code> for one of them.</p>"
 
 /// `GET /ui/preemptions`.
 pub async fn preemptions(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    let caller = match who(&st, &headers) {
-        Ok(c) => c,
-        Err(login) => return login,
+    let Some(caller) = super::login::caller(&st, &headers) else {
+        return sign_in();
     };
     let path = "/ui/preemptions";
     let t = now();
@@ -368,9 +364,8 @@ fn preemptions_body(
 
 /// `GET /ui/drains`.
 pub async fn drains(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    let caller = match who(&st, &headers) {
-        Ok(c) => c,
-        Err(login) => return login,
+    let Some(caller) = super::login::caller(&st, &headers) else {
+        return sign_in();
     };
     let t = now();
     let result = api::drains::statuses(&st)
