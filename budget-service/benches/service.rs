@@ -7,7 +7,8 @@
 //! Figures: fair-share snapshot over N accounts and M runs in the window
 //! (compute + JSON), sync of K running jobs (store level and over HTTP),
 //! GET /v1/snapshot throughput over the Unix socket (304 and 200 apart),
-//! load time of the ledger at start, peak RSS (VmHWM).
+//! load time of the ledger at start, the web view's accounts page against
+//! `GET /v1/share` (p50/p95 over TCP), peak RSS (VmHWM).
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,10 @@ use policy_core::MemberSpec;
 
 const T: i64 = 1_800_000_000;
 const DAY: i64 = 86_400;
+/// The web view's reader token in the benchmark's config.
+const UI_TOKEN: &str = "bench-reader-token";
+/// Requests per web-view timing.
+const UI_REQUESTS: usize = 40;
 
 struct Lcg(u64);
 impl Lcg {
@@ -285,8 +290,13 @@ fn main() -> anyhow::Result<()> {
 
     // 3. Over HTTP on the Unix socket: sync and snapshot throughput.
     let socket = dir.path().join("bench.sock");
-    let state = AppState::new(store, Config::default());
-    let server = budgetd_testkit::Budgetd::serve(state, &socket, false);
+    // A reader token for the web view's pages (over TCP, as a browser reads them).
+    let config = Config::parse(&format!(
+        "[[tokens]]\ntoken = \"{UI_TOKEN}\"\nuser = \"lead\"\nrole = \"reader\"\n"
+    ))
+    .map_err(|e| anyhow::anyhow!("bench config: {e}"))?;
+    let state = AppState::new(store, config);
+    let server = budgetd_testkit::Budgetd::serve(state, &socket, true);
     let client = Client::new(Endpoint::parse(&socket.display().to_string())?)
         .with_timeout(Duration::from_secs(60))
         .with_max_body(1 << 30);
@@ -365,6 +375,57 @@ fn main() -> anyhow::Result<()> {
         rows.push((
             format!("GET /v1/snapshot {label}{what}, 2 client threads, new connection per request, 2 cores shared"),
             format!("{:.0} req/s (goal >= 1000/s){}", n as f64 / secs, if other > 0 { format!(", {other} unexpected (snapshot refreshed)") } else { String::new() }),
+        ));
+    }
+    // 4. The web view's accounts page (4 share reports + HTML) against the
+    // share report it is built from, one request at a time over TCP.
+    let tcp = server
+        .tcp
+        .ok_or_else(|| anyhow::anyhow!("no TCP listener"))?;
+    let web = Client::new(Endpoint::parse(&format!("http://{tcp}"))?)
+        .with_timeout(Duration::from_secs(60))
+        .with_max_body(1 << 30);
+    let login = web.request(
+        "POST",
+        "/ui/login",
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+        Some(format!("token={UI_TOKEN}").as_bytes()),
+    )?;
+    let cookie = login
+        .header("set-cookie")
+        .and_then(|c| c.split(';').next())
+        .ok_or_else(|| anyhow::anyhow!("login set no cookie ({})", login.status))?
+        .to_string();
+    let api = web.clone().with_token(UI_TOKEN);
+    for (label, client, path, headers) in [
+        (
+            "GET /ui/tree (accounts page: 4 windows of share + HTML)",
+            &web,
+            format!("/ui/tree?at={T}"),
+            vec![("Cookie", cookie.as_str())],
+        ),
+        (
+            "GET /v1/share (one window, JSON)",
+            &api,
+            format!("/v1/share?at={T}"),
+            vec![],
+        ),
+    ] {
+        // Within the reader's expensive-read budget (120 a minute by default).
+        let mut times = Vec::new();
+        let mut size = 0;
+        for _ in 0..UI_REQUESTS {
+            let t0 = Instant::now();
+            let r = client.request("GET", &path, &headers, None)?;
+            times.push(t0.elapsed());
+            anyhow::ensure!(r.status == 200, "{path}: {}", r.status);
+            size = r.body.len();
+        }
+        times.sort();
+        let p95 = times[(times.len() * 95).div_ceil(100) - 1];
+        rows.push((
+            format!("{label}, {n_accounts} accounts, {n_runs} runs, reader token, {UI_REQUESTS} requests one at a time ({} KiB)", size / 1024),
+            format!("p50 {} / p95 {} (goal < 200 ms p95)", ms(times[times.len() / 2]), ms(p95)),
         ));
     }
     drop(server);

@@ -1,7 +1,8 @@
 //! The web view's four pages. Each reads its figures from the function
 //! behind the matching API route, with the caller's scope:
-//! - accounts: `report::share` (`GET /v1/share?at=`), at now and at the
-//!   ends of the 3 windows before;
+//! - accounts: `report::share` (`GET /v1/share?at=`), at now (or the
+//!   `at` asked for, read as the API reads it) and at the ends of the 3
+//!   windows before;
 //! - waiting queue: `api::why::explain_for` (`GET /v1/jobs/{id}/why`) for
 //!   every pending job the caller may see (`api::why::sees`);
 //! - preemptions and idle GPUs: `api::preemptions::report_since`
@@ -14,12 +15,14 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use budget_protocol::RunState;
 use budget_protocol::why::Why;
 use policy_core::fairshare::Tier;
+use serde::Deserialize;
 
 use super::svg::{Window, usage_chart};
 use super::{error_page, escape, html, num, page, ratio, time_el};
@@ -27,7 +30,7 @@ use crate::api;
 use crate::auth::Scope;
 use crate::caller::Caller;
 use crate::clock::now;
-use crate::error::AppResult;
+use crate::error::{AppError, AppResult};
 use crate::state::AppState;
 
 /// The most waiting jobs the queue page explains (each is a `why`).
@@ -66,15 +69,30 @@ fn span(secs: i64) -> String {
     }
 }
 
-/// `GET /ui/tree`.
-pub async fn tree(State(st): State<AppState>, headers: HeaderMap) -> Response {
+/// The accounts page's query: `at`, the instant shown (a TIME as
+/// `GET /v1/share?at=` reads it; default now).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TreeQuery {
+    #[serde(default)]
+    at: Option<String>,
+}
+
+/// `GET /ui/tree[?at=TIME]`.
+pub async fn tree(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    query: Result<Query<TreeQuery>, QueryRejection>,
+) -> Response {
     let Some(caller) = super::login::caller(&st, &headers) else {
         return sign_in();
     };
     let path = "/ui/tree";
-    let t = now();
     let c2 = caller.clone();
     let result = async {
+        let q = query
+            .map_err(|e| AppError::BadRequest(format!("bad query parameter: {}", e.body_text())))?;
+        let t = api::query_time(q.at.as_deref(), "at", now())?;
         let _permit = st.expensive_read(&caller).await?;
         st.with_store(move |s| {
             let scope = Scope::of(&c2, s.tree(), s.coordinators());

@@ -307,6 +307,24 @@ fn each_page_equals_the_api_for_the_same_instant_and_caller() {
                 "{token} {name} chart: {desc} not in {tr}"
             );
         }
+        // The tree at an instant asked for is the share report at that instant.
+        let past = now - 86_400;
+        let html_past = text(&get(&c, &format!("/ui/tree?at={past}"), Some(&cookie)));
+        assert_eq!(data_num(&html_past, "data-at"), past);
+        for r in share_at(&api, past) {
+            let tr = row(
+                &html_past,
+                "data-account",
+                r["account"].as_str().expect("name"),
+            );
+            let cell = format!("<td class=\"n\">{:.2}</td>", f(&r["usage_gpu_hours"]));
+            assert!(tr.contains(&cell), "{cell} not in {tr}");
+        }
+        for bad in ["/ui/tree?at=yesterday-ish", "/ui/tree?since=1"] {
+            let r = get(&c, bad, Some(&cookie));
+            assert_eq!(r.status, 400, "{bad}");
+            assert!(text(&r).contains("role=\"alert\""), "{bad}");
+        }
         // The usage of the windows before shows (102 ended 9 days ago).
         if token == READER_TOKEN {
             assert!(html.contains(" 48.00 of 40.00 (over);"), "{html}");
