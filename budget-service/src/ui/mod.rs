@@ -13,7 +13,7 @@
 //! Who is reading ([`login`]): a reader or user token entered once on the
 //! login page, kept in an `HttpOnly`, `SameSite=Strict` cookie scoped to
 //! `/ui`. Without a valid cookie every page answers the login page and no
-//! data. These routes sit outside the API's bearer-token middleware and
+//! data (a redirect to the login page). These routes sit outside the API's bearer-token middleware and
 //! outside the OpenAPI document (they answer HTML, not JSON).
 
 mod login;
@@ -95,12 +95,13 @@ pub fn escape(s: &str) -> String {
 
 /// GPU-hours and other figures as the pages print them.
 pub fn num(x: f64) -> String {
-    format!("{x:.2}")
+    // `+ 0.0` turns -0.0 into 0.0 (no "-0.00").
+    format!("{:.2}", x + 0.0)
 }
 
 /// A ratio as the pages print it.
 pub fn ratio(x: f64) -> String {
-    format!("{x:.3}")
+    format!("{:.3}", x + 0.0)
 }
 
 /// Unix seconds as `YYYY-MM-DD HH:MM UTC`.

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Redirect, Response};
 use budget_protocol::RunState;
 use budget_protocol::why::Why;
 use policy_core::fairshare::Tier;
@@ -39,9 +39,10 @@ pub const QUEUE_SHOWN: usize = 200;
 /// How many windows the accounts page charts.
 const WINDOWS: i64 = 4;
 
-/// The login page, the answer to a page request without a valid cookie.
+/// The answer to a page request without a valid cookie: to the login page
+/// (a redirect, not a 401: a browser logs every 4xx as a console error).
 fn sign_in() -> Response {
-    super::login::login_page(StatusCode::UNAUTHORIZED, None)
+    Redirect::to("/ui/login").into_response()
 }
 
 /// The page of `result`: its body, or the error page.

@@ -19,3 +19,4 @@ mod migrations;
 mod sync;
 mod tree;
 mod ui;
+mod ui_browser;

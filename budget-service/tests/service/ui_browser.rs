@@ -1,0 +1,293 @@
+//! The web view in a real browser: headless Chromium driven through
+//! chromedriver (Debian's `chromium` and `chromium-driver` packages) over
+//! the W3C WebDriver protocol, spoken with `budget-client`. A reader logs
+//! in through the form, follows every page, sees the figures of
+//! `GET /v1/share`, with no console error; a user's queue shows no other
+//! team's job. Screenshots of each page are kept under
+//! `$CARGO_TARGET_DIR/ui-screenshots/` (default `target/`).
+//!
+//! Ignored by default (it needs the two packages): run it with
+//! `cargo test -p budget-service --test service ui_browser -- --ignored`.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use budget_client::{Client, Endpoint};
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+/// The key WebDriver names an element by.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// chromedriver on a free local port, killed on drop.
+struct Driver {
+    child: Child,
+    client: Client,
+}
+
+impl Driver {
+    fn start() -> Driver {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let child = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver not found: apt-get install chromium chromium-driver");
+        let client =
+            Client::new(Endpoint::parse(&format!("http://127.0.0.1:{port}")).expect("endpoint"))
+                .with_timeout(Duration::from_secs(60))
+                .with_max_body(64 << 20);
+        let mut d = Driver { child, client };
+        let until = Instant::now() + Duration::from_secs(20);
+        while d.call("GET", "/status", None).get("ready") != Some(&json!(true)) {
+            assert!(Instant::now() < until, "chromedriver did not get ready");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        d
+    }
+
+    /// A WebDriver call; its `value` (`Null` when the driver is not up yet).
+    fn call(&mut self, method: &str, path: &str, body: Option<&Value>) -> Value {
+        let bytes = body.map(|b| serde_json::to_vec(b).expect("encode"));
+        match self.client.request(
+            method,
+            path,
+            &[("Content-Type", "application/json")],
+            bytes.as_deref(),
+        ) {
+            Ok(r) => {
+                let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+                assert!(r.status == 200, "{method} {path}: {} {v}", r.status);
+                v["value"].clone()
+            }
+            Err(e) => {
+                eprintln!("{method} {path}: {e}");
+                Value::Null
+            }
+        }
+    }
+
+    /// A headless Chromium session with the browser's console log kept.
+    fn session(&mut self) -> Session<'_> {
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1200,900"]
+            },
+            "goog:loggingPrefs": {"browser": "ALL"}
+        }}});
+        let v = self.call("POST", "/session", Some(&caps));
+        let id = v["sessionId"].as_str().expect("session id").to_string();
+        Session { driver: self, id }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One browser; closed on drop.
+struct Session<'d> {
+    driver: &'d mut Driver,
+    id: String,
+}
+
+impl Session<'_> {
+    fn call(&mut self, method: &str, path: &str, body: Option<&Value>) -> Value {
+        let p = format!("/session/{}{path}", self.id);
+        self.driver.call(method, &p, body)
+    }
+
+    fn go(&mut self, url: &str) {
+        self.call("POST", "/url", Some(&json!({ "url": url })));
+    }
+
+    fn url(&mut self) -> String {
+        self.call("GET", "/url", None)
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    fn title(&mut self) -> String {
+        self.call("GET", "/title", None)
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// The elements matching a CSS selector.
+    fn find(&mut self, css: &str) -> Vec<String> {
+        let v = self.call(
+            "POST",
+            "/elements",
+            Some(&json!({"using": "css selector", "value": css})),
+        );
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|e| e[ELEMENT].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn text(&mut self, element: &str) -> String {
+        let v = self.call("GET", &format!("/element/{element}/text"), None);
+        v.as_str().unwrap_or_default().to_string()
+    }
+
+    /// Types `token` into the login form and submits it with the keyboard.
+    fn login(&mut self, token: &str) {
+        let field = self.find("#token").pop().expect("token field");
+        self.call(
+            "POST",
+            &format!("/element/{field}/value"),
+            Some(&json!({ "text": format!("{token}\u{E007}") })),
+        );
+    }
+
+    fn screenshot(&mut self, name: &str) {
+        let v = self.call("GET", "/screenshot", None);
+        let png = base64(v.as_str().expect("screenshot"));
+        assert!(png.starts_with(b"\x89PNG"), "{name}: not a PNG");
+        let dir = artifacts();
+        std::fs::create_dir_all(&dir).expect("artifacts dir");
+        std::fs::write(dir.join(format!("{name}.png")), png).expect("write screenshot");
+    }
+
+    /// The console's errors since the last call.
+    fn console_errors(&mut self) -> Vec<String> {
+        let v = self.call("POST", "/se/log", Some(&json!({"type": "browser"})));
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|e| e["level"] == "SEVERE")
+                    .map(|e| e["message"].to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Session<'_> {
+    fn drop(&mut self) {
+        let p = format!("/session/{}", self.id);
+        let _ = self.driver.client.request("DELETE", &p, &[], None);
+    }
+}
+
+/// Where the screenshots go.
+fn artifacts() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(
+            || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")),
+            PathBuf::from,
+        )
+        .join("ui-screenshots")
+}
+
+/// Standard base64 (WebDriver's screenshots).
+fn base64(s: &str) -> Vec<u8> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0);
+    for v in s.bytes().filter_map(val) {
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    out
+}
+
+#[test]
+#[ignore = "needs Debian's chromium and chromium-driver; run with --ignored"]
+fn a_lead_and_a_user_read_every_page_in_headless_chromium() {
+    let s = start();
+    let now = budget_service::clock::now();
+    crate::ui::setup(&s, now);
+    let base = format!("http://{}", s.tcp.expect("tcp"));
+    let mut driver = Driver::start();
+
+    // A lead with a reader token: sent to the login page, signs in, reads.
+    {
+        let mut b = driver.session();
+        b.go(&format!("{base}/ui/tree"));
+        assert!(b.url().ends_with("/ui/login"), "{}", b.url());
+        b.screenshot("login");
+        b.login(READER_TOKEN);
+        assert!(b.url().ends_with("/ui/tree"), "{}", b.url());
+        let (_, share) = call(&s.tcp(Some(READER_TOKEN)), "GET", "/v1/share", None);
+        for r in share["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .filter(|r| r["user"].is_null())
+        {
+            let name = r["account"].as_str().expect("account");
+            let row = b
+                .find(&format!("tr[data-account=\"{name}\"]"))
+                .pop()
+                .unwrap_or_else(|| panic!("no row for {name}"));
+            let text = b.text(&row);
+            let alloc = budget_service::ui::num(r["allocation_gpu_hours"].as_f64().expect("alloc"));
+            assert!(text.contains(&alloc), "{name}: {alloc} not in {text:?}");
+        }
+        for (page, title) in [
+            ("tree", "Accounts"),
+            ("queue", "Waiting queue"),
+            ("preemptions", "Preemptions and idle GPUs"),
+            ("drains", "Drains"),
+        ] {
+            b.go(&format!("{base}/ui/{page}"));
+            assert!(b.title().starts_with(title), "{page}: {}", b.title());
+            b.screenshot(&format!("reader-{page}"));
+            if page == "queue" {
+                // A reader sees every team's waiting jobs.
+                assert_eq!(b.find("tr[data-job]").len(), 3);
+            }
+        }
+        assert_eq!(b.console_errors(), Vec::<String>::new());
+        // Logging out sends back to the login page, and the pages with it.
+        let out = b
+            .find("form[action=\"/ui/logout\"] button")
+            .pop()
+            .expect("logout");
+        b.call("POST", &format!("/element/{out}/click"), Some(&json!({})));
+        b.go(&format!("{base}/ui/queue"));
+        assert!(b.url().ends_with("/ui/login"), "{}", b.url());
+    }
+
+    // A user: her team's waiting jobs, none of the other team's.
+    let mut b = driver.session();
+    b.go(&format!("{base}/ui/login"));
+    b.login(ALICE_TOKEN);
+    b.go(&format!("{base}/ui/queue"));
+    assert_eq!(b.find("tr[data-job=\"106\"]").len(), 1);
+    assert!(b.find("tr[data-job=\"201\"]").is_empty());
+    b.screenshot("user-queue");
+    assert_eq!(b.console_errors(), Vec::<String>::new());
+}
