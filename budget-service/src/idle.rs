@@ -384,8 +384,9 @@ fn idle_secs_by_job(store: &Store, from: i64, to: i64) -> AppResult<BTreeMap<u32
     Ok(out)
 }
 
-/// Flagged jobs, grouped from their open streaks.
-fn flagged(store: &Store, now: i64, stale: i64) -> AppResult<Vec<FlaggedJob>> {
+/// Flagged jobs, grouped from their open streaks (`why` reads its job's
+/// flag from here).
+pub fn flagged(store: &Store, now: i64, stale: i64) -> AppResult<Vec<FlaggedJob>> {
     let threshold = store.policy().idle_threshold_secs;
     let open = open_streaks(store, now, threshold, stale)?;
     let mut by_job: BTreeMap<u32, Vec<Open>> = BTreeMap::new();
@@ -507,14 +508,6 @@ pub fn report(
             Vec::new()
         },
     })
-}
-
-/// The flag of one job, if it is idle beyond the threshold now (`why`).
-pub fn job_flag(store: &Store, job_id: u32, now: i64, stale: i64) -> Option<FlaggedJob> {
-    flagged(store, now, stale)
-        .ok()?
-        .into_iter()
-        .find(|f| f.job_id == job_id)
 }
 
 #[cfg(test)]

@@ -642,6 +642,27 @@ impl Ledger {
         out
     }
 
+    /// [`Ledger::job_runs`] of each job in `jobs`, in one pass over the
+    /// ledger (the web view's queue explains many jobs at once).
+    pub fn jobs_runs(
+        &self,
+        jobs: &std::collections::BTreeSet<u32>,
+    ) -> HashMap<u32, Vec<RunRecord>> {
+        let mut out: HashMap<u32, Vec<RunRecord>> = HashMap::new();
+        if jobs.is_empty() {
+            return out;
+        }
+        for m in &self.runs {
+            if jobs.contains(&m.job_id) {
+                out.entry(m.job_id).or_default().push(self.to_record(m));
+            }
+        }
+        for runs in out.values_mut() {
+            runs.sort_by_key(|r| (r.submit, r.run, r.rerun));
+        }
+        out
+    }
+
     /// The latest run of each job in `jobs` (latest submission, then highest
     /// run number, sacct array keys last), in one pass over the ledger: the idle report maps many
     /// jobs to their account and user at once, and `job_runs` per job would

@@ -98,10 +98,51 @@ pub fn explain(
     now: i64,
     visible: &Visible<'_>,
 ) -> Why {
-    let fs = &snap.fair_share;
-    let running = store.ledger().in_state(RunState::Running);
-    let pending = store.ledger().in_state(RunState::Pending);
-    let rule = Rule::new(store, snap, &running, &pending, now);
+    Explainer::new(store, snap, now).explain(job, visible)
+}
+
+/// The state every explanation at one instant reads (the running and
+/// pending runs, the rule's period state), computed once: [`explain`] for
+/// one job, or many jobs of the same instant without reading the whole
+/// ledger again for each (the web view's queue).
+pub struct Explainer<'a> {
+    store: &'a Store,
+    running: Vec<RunRecord>,
+    pending: Vec<RunRecord>,
+    rule: Rule<'a>,
+    now: i64,
+}
+
+impl<'a> Explainer<'a> {
+    /// The state at `now` with the snapshot `snap`.
+    pub fn new(store: &'a Store, snap: &'a PluginSnapshot, now: i64) -> Explainer<'a> {
+        let running = store.ledger().in_state(RunState::Running);
+        let pending = store.ledger().in_state(RunState::Pending);
+        let rule = Rule::new(store, snap, &running, &pending, now);
+        Explainer {
+            store,
+            running,
+            pending,
+            rule,
+            now,
+        }
+    }
+
+    /// Every pending run of the ledger at this instant.
+    pub fn pending(&self) -> &[RunRecord] {
+        &self.pending
+    }
+
+    /// [`explain`] of `job` at this instant.
+    pub fn explain(&self, job: &RunRecord, visible: &Visible<'_>) -> Why {
+        explain_in(self, job, visible)
+    }
+}
+
+fn explain_in(ex: &Explainer<'_>, job: &RunRecord, visible: &Visible<'_>) -> Why {
+    let (store, running, pending, rule, now) =
+        (ex.store, &ex.running, &ex.pending, &ex.rule, ex.now);
+    let fs = rule.fs;
     let w = rule.weights;
     let v = job.view();
     let place = fs.place(&job.account, &job.user);
@@ -214,7 +255,7 @@ pub fn explain(
         wait,
         could_preempt,
         preemptable_by,
-        preemption: timing(store, &rule, job, (&running, &pending), now, visible),
+        preemption: timing(store, rule, job, (running, pending), now, visible),
         idle: None,
     }
 }

@@ -10,7 +10,8 @@ use crate::error::{AppError, AppResult};
 use crate::ledger::RunRecord;
 use crate::state::AppState;
 use crate::store::Store;
-use budget_protocol::PluginSnapshot;
+use crate::why::Explainer;
+use budget_protocol::idle::FlaggedJob;
 
 pub async fn why(
     State(st): State<AppState>,
@@ -35,14 +36,10 @@ pub async fn why(
         if !sees(&caller, &scope, job) {
             return Err(caller.refuse(&st2, &format!("explain job {job_id}")));
         }
+        let explainer = Explainer::new(s, &snap.snapshot, t);
+        let flagged = flagged_now(s, t, st2.config.agent_stale_secs);
         Ok(Json(explain_for(
-            s,
-            &snap.snapshot,
-            &caller,
-            &scope,
-            job,
-            t,
-            st2.config.agent_stale_secs,
+            &explainer, &caller, &scope, job, &flagged,
         )))
     })
     .await
@@ -63,20 +60,26 @@ pub fn sees(caller: &Caller, scope: &Scope, r: &RunRecord) -> bool {
     caller.reads_all() || caller.user == r.user || scope.can_see_jobs_of(&r.account)
 }
 
+/// The jobs flagged idle at `t` (none when the idle ledger cannot be
+/// read: `why` answers without its idle line then).
+pub fn flagged_now(s: &Store, t: i64, stale: i64) -> Vec<FlaggedJob> {
+    crate::idle::flagged(s, t, stale).unwrap_or_default()
+}
+
 /// `GET /v1/jobs/{id}/why`'s answer for a `job` that `caller` may see
-/// ([`sees`]), other jobs named only if `caller` may see them. The web
-/// view's queue (`crate::ui`) reads it from here.
+/// ([`sees`]) at the explainer's instant, other jobs named only if
+/// `caller` may see them; `flagged` from [`flagged_now`] at that instant.
+/// The web view's queue (`crate::ui`) reads it from here, one explainer
+/// for all its jobs.
 pub fn explain_for(
-    s: &Store,
-    snap: &PluginSnapshot,
+    explainer: &Explainer<'_>,
     caller: &Caller,
     scope: &Scope,
     job: &RunRecord,
-    t: i64,
-    stale: i64,
+    flagged: &[FlaggedJob],
 ) -> Why {
     let visible = |r: &RunRecord| sees(caller, scope, r);
-    let mut why = crate::why::explain(s, snap, job, t, &visible);
-    why.idle = crate::idle::job_flag(s, job.job_id, t, stale);
+    let mut why = explainer.explain(job, &visible);
+    why.idle = flagged.iter().find(|f| f.job_id == job.job_id).cloned();
     why
 }

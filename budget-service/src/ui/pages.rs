@@ -4,7 +4,8 @@
 //!   `at` asked for, read as the API reads it) and at the ends of the 3
 //!   windows before;
 //! - waiting queue: `api::why::explain_for` (`GET /v1/jobs/{id}/why`) for
-//!   every pending job the caller may see (`api::why::sees`);
+//!   every pending job the caller may see (`api::why::sees`), with one
+//!   `why::Explainer` for all of them;
 //! - preemptions and idle GPUs: `api::preemptions::report_since`
 //!   (`GET /v1/preemptions?since=`, readers only, as there) and
 //!   `api::idle::report_for` (`GET /v1/idle`);
@@ -13,7 +14,7 @@
 //! Each page states the instant (and interval) it shows, in `data-t`
 //! attributes too, so it can be compared with the API at that instant.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -32,6 +33,7 @@ use crate::caller::Caller;
 use crate::clock::now;
 use crate::error::{AppError, AppResult};
 use crate::state::AppState;
+use crate::why::Explainer;
 
 /// The most waiting jobs the queue page explains (each is a `why`).
 pub const QUEUE_SHOWN: usize = 200;
@@ -181,21 +183,24 @@ pub async fn queue(State(st): State<AppState>, headers: HeaderMap) -> Response {
         let stale = st.config.agent_stale_secs;
         st.with_store(move |s| {
             let scope = Scope::of(&c2, s.tree(), s.coordinators());
-            let mut ids: Vec<u32> = s
-                .ledger()
-                .in_state(RunState::Pending)
+            // One explainer (one read of the ledger's live runs and one
+            // period state) for every job, as `why` computes it for one.
+            let explainer = Explainer::new(s, &snap.snapshot, t);
+            let flagged = api::why::flagged_now(s, t, stale);
+            let ids: BTreeSet<u32> = explainer
+                .pending()
                 .iter()
                 .filter(|r| api::why::sees(&c2, &scope, r))
                 .map(|r| r.job_id)
                 .collect();
-            ids.sort_unstable();
-            ids.dedup();
+            let runs = s.ledger().jobs_runs(&ids);
             let mut whys = Vec::new();
             let mut left_out = 0usize;
             for id in ids {
-                let runs = s.ledger().job_runs(id);
                 // The run `why` explains, when it is the waiting one.
-                let Some(job) = api::why::explained_run(&runs)
+                let Some(job) = runs
+                    .get(&id)
+                    .and_then(|r| api::why::explained_run(r))
                     .filter(|j| j.state == RunState::Pending && api::why::sees(&c2, &scope, j))
                 else {
                     continue;
@@ -205,13 +210,7 @@ pub async fn queue(State(st): State<AppState>, headers: HeaderMap) -> Response {
                     continue;
                 }
                 whys.push(api::why::explain_for(
-                    s,
-                    &snap.snapshot,
-                    &c2,
-                    &scope,
-                    job,
-                    t,
-                    stale,
+                    &explainer, &c2, &scope, job, &flagged,
                 ));
             }
             Ok(queue_body(t, whys, left_out))
