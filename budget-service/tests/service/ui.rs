@@ -474,3 +474,85 @@ fn text_from_the_ledger_is_escaped() {
     );
     assert!(html.contains("&quot;&gt;&lt;b&gt;eve&lt;/b&gt;"), "{html}");
 }
+
+/// The drains page on the real `budgetd` binary with Slurm stood in for by
+/// the fake Slurm: each drained node's reason, state, jobs left and ETA as
+/// `GET /v1/drains` lists them.
+#[test]
+fn the_drains_page_lists_what_the_api_lists() {
+    use crate::daemon::{BUDGETD, Daemon, fake_slurm_tool};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let slurm = dir.path().join("slurm");
+    std::fs::create_dir(&slurm).expect("slurm dir");
+    std::fs::write(slurm.join("nodes"), "n1\nn2\nn3\n").expect("nodes");
+    let cfg = dir.path().join("budgetd.toml");
+    std::fs::write(&cfg, config_text()).expect("config");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let mut cmd = std::process::Command::new(BUDGETD);
+    cmd.arg("--scontrol")
+        .arg(fake_slurm_tool("scontrol"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .env("FAKE_SLURM_DIR", &slurm)
+        .env_remove("BUDGET_SQUEUE");
+    let d = Daemon::start_cmd(
+        &dir.path().join("budget.db"),
+        &dir.path().join("budgetd.sock"),
+        cmd,
+    );
+    let (st, b) = call(
+        &d.client(),
+        "POST",
+        "/v1/drains",
+        Some(&json!({"nodes": "n1,n3", "reason": "PSU <swap> & fan"})),
+    );
+    assert_eq!(st, 201, "{b}");
+    let tcp = Client::new(
+        budget_client::Endpoint::parse(&format!("http://127.0.0.1:{port}")).expect("endpoint"),
+    );
+    let r = login(&tcp, CAROL_TOKEN, &[]);
+    let cookie = r
+        .header("set-cookie")
+        .and_then(|c| c.split(';').next())
+        .expect("cookie")
+        .to_string();
+    let html = text(&get(&tcp, "/ui/drains", Some(&cookie)));
+    let (st, drains) = call(
+        &tcp.clone().with_token(CAROL_TOKEN),
+        "GET",
+        "/v1/drains",
+        None,
+    );
+    assert_eq!(st, 200, "{drains}");
+    let rows = drains.as_array().expect("list");
+    assert_eq!(rows.len(), 2, "{drains}");
+    assert_eq!(html.matches("<tr data-node=").count(), 2, "{html}");
+    for d in rows {
+        let tr = row(&html, "data-node", d["node"].as_str().expect("node"));
+        let reason = budget_service::ui::escape(d["reason"].as_str().expect("reason"));
+        assert!(reason.contains("&lt;swap&gt; &amp; fan"), "{reason}");
+        let state = d["slurm_state"].as_str().expect("state");
+        let eta = if d["empty"] == json!(true) {
+            "empty now".to_string()
+        } else {
+            format!("data-t=\"{}\"", d["empty_at"])
+        };
+        for want in [
+            format!("<td>{reason}</td>"),
+            format!("data-t=\"{}\"", d["since"]),
+            format!("<td>{}</td>", budget_service::ui::escape(state)),
+            format!(
+                "<td class=\"n\">{}</td>",
+                d["jobs"].as_array().map_or(0, Vec::len)
+            ),
+            eta,
+        ] {
+            assert!(tr.contains(&want), "{want} not in {tr}");
+        }
+    }
+}
