@@ -1,5 +1,5 @@
 //! Shared FFI glue and budgetd plumbing for the slurm-budget plugins (`priority/budget`,
-//! `preempt/budget` and `job_submit/budget`).
+//! `site_factor/budget`, `preempt/budget` and `job_submit/budget`).
 //!
 //! Owns everything a plugin needs to be a well-behaved guest inside `slurmctld`:
 //! - [`log`]: Slurm logging through `log_var(level, "%s", msg)`, never user text as format;
@@ -17,6 +17,8 @@
 //!   safe mode;
 //! - [`gpus`]: the GPUs of a job record;
 //! - [`users`]: the uid -> user name cache (lookups on background threads only);
+//! - [`order`]: the budget order of pending jobs, the background pass that applies it
+//!   and the job-state sync to budgetd (`priority/budget` and `site_factor/budget`);
 //! - `test_records` (feature `test-records`, tests only): job records to start a test from.
 //!
 //! Pure formats shared with budgetd (the stored contract, hostlists, TRES strings)
@@ -29,9 +31,10 @@ pub mod cstr;
 pub mod gpus;
 pub mod guard;
 pub mod log;
+pub mod order;
 pub mod settings;
 pub mod snapshot;
-#[cfg(feature = "test-records")]
+#[cfg(any(test, feature = "test-records"))]
 pub mod test_records;
 pub mod users;
 pub mod worker;

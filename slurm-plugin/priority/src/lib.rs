@@ -17,13 +17,10 @@
 //! thread holds across I/O; no panic crosses the FFI boundary; the thread is joined
 //! in `fini` before Slurm `dlclose`s us.
 
-pub mod compute;
 pub mod factors;
-pub mod job;
 pub mod job_end;
-pub mod pass;
-pub mod state;
-pub mod sync;
+
+pub use slurm_plugin_common::order::{compute, job, pass, state, sync};
 
 use std::ffi::CStr;
 
@@ -62,7 +59,7 @@ fn start_worker() {
     };
     let mut memo = pass::PassMemo::default();
     let spawned = Worker::spawn("budget-prio", cfg.period, move || {
-        pass::run_pass(state(), &mut budgetd, &mut memo);
+        pass::run_pass(state(), &mut budgetd, &mut memo, pass::Apply::Priority);
     });
     match spawned {
         Ok(w) => {

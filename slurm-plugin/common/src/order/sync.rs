@@ -1,6 +1,6 @@
 //! Job-state sync to budgetd (`POST /v1/sync/jobs`), from the background thread
 //! (never from a callback), bounded by `budget_timeout_ms` through `budget-client`.
-//! The snapshot comes through `slurm_plugin_common::snapshot`, like in the other
+//! The snapshot comes through `crate::snapshot`, like in the other
 //! plugins.
 //!
 //! Ingestion is idempotent (keyed by job and run), so a failed batch is simply sent
@@ -10,9 +10,9 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::log;
+use crate::settings::{LazyClient, Settings};
 use budget_protocol::{JobRun, JobSync, RunState, SYNC_PATH, SyncOutcome};
-use slurm_plugin_common::log;
-use slurm_plugin_common::settings::{LazyClient, Settings};
 
 /// Connection to budgetd's sync endpoint plus what must survive a failed batch.
 #[derive(Debug)]

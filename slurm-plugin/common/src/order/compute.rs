@@ -103,7 +103,7 @@ pub fn entitled_order<'a>(
 pub struct JobKey<'a> {
     pub account: &'a str,
     /// User name, if known (Slurm leaves it NULL for pending jobs; see
-    /// `slurm_plugin_common::users`).
+    /// `crate::users`).
     pub user: Option<&'a str>,
     /// The job's contract puts it in the free tier (`policy_core::contract`: the one
     /// stored by job_submit/budget, else its comment, partition or QOS).

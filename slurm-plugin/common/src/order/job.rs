@@ -7,15 +7,15 @@
 use std::borrow::Cow;
 use std::ffi::c_char;
 
+use crate::cstr::opt_str;
+use crate::gpus::{Gpus, job_gpus};
+use crate::users::UserCache;
 use budget_protocol::{JobRun, RunState, bounded_text};
 use policy_core::contract::{Contract, effective_contract, is_free_name, parse_admin_comment};
 use slurm_ffi::job_state;
 use slurm_ffi::sys::job_record_t;
-use slurm_plugin_common::cstr::opt_str;
-use slurm_plugin_common::gpus::{Gpus, job_gpus};
-use slurm_plugin_common::users::UserCache;
 
-use crate::compute::{self, JobKey};
+use super::compute::{self, JobKey};
 
 /// Borrowed view of the fields the policy needs.
 #[derive(Debug)]
@@ -390,9 +390,9 @@ pub unsafe fn runs_with_gpus(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpus::requested_gpus;
+    use crate::test_records::running_job;
     use slurm_ffi::{EmptyRecord, sys::slurmdb_qos_rec_t};
-    use slurm_plugin_common::gpus::requested_gpus;
-    use slurm_plugin_common::test_records::running_job;
 
     #[test]
     fn contract_is_the_stored_one_else_read_like_job_submit() {

@@ -10,13 +10,13 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::settings::Settings;
+use crate::snapshot::SnapshotCache;
+use crate::users::UserCache;
+use crate::worker::Worker;
 use arc_swap::{ArcSwap, ArcSwapOption};
-use slurm_plugin_common::settings::Settings;
-use slurm_plugin_common::snapshot::SnapshotCache;
-use slurm_plugin_common::users::UserCache;
-use slurm_plugin_common::worker::Worker;
 
-use crate::compute::EntitledOrder;
+use super::compute::EntitledOrder;
 
 /// What safe mode means for priorities (logged when entering it).
 pub const SAFE_MODE_EFFECT: &str =

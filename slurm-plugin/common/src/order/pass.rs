@@ -1,8 +1,9 @@
 //! The background pass (every `budget_period` seconds, on the plugin's own thread):
 //! 1. refresh the snapshot from budgetd and log safe-mode transitions
-//!    (`slurm_plugin_common::snapshot`; hard timeouts, no Slurm lock held),
+//!    (`crate::snapshot`; hard timeouts, no Slurm lock held),
 //! 2. resolve user names recorded as unknown (NSS, no lock held),
-//! 3. under the job write lock: recompute the priority of every pending job (ranked
+//! 3. under the job write lock: recompute the priority (or, for `site_factor/budget`,
+//!    the site factor: [`Apply`]) of every pending job (ranked
 //!    entitlement first, from the GPUs the previous pass saw held, weighted by their
 //!    type with the snapshot's billing weights: `compute`) and
 //!    collect the runs of pending, running and recently ended jobs whose reported
@@ -17,23 +18,25 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::controller::Controller;
+use crate::log;
+use crate::snapshot::{SnapshotFetcher, unix_now};
+use crate::users::lookup_uid;
 use budget_protocol::{JobRun, JobSync, PluginSnapshot, Policy};
 use slurm_ffi::job_state;
-use slurm_plugin_common::controller::Controller;
-use slurm_plugin_common::log;
-use slurm_plugin_common::snapshot::{SnapshotFetcher, unix_now};
-use slurm_plugin_common::users::lookup_uid;
 
-use crate::compute::{self, EntitledOrder, Held};
-use crate::job;
-use crate::state::State;
-use crate::sync::{SyncAck, Syncer};
+use super::compute::{self, EntitledOrder, Held};
+use super::job;
+use super::state::State;
+use super::sync::{SyncAck, Syncer};
 
 /// Figures of one pass, for logs and benchmarks.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PassStats {
     pub pending: u32,
     pub changed: u32,
+    /// Site factors written (`Apply::SiteFactor`).
+    pub site_factors_changed: u32,
     pub runs: u32,
     pub lock_micros: u128,
     /// Time spent sending the runs to budgetd (after unlocking).
@@ -294,8 +297,35 @@ pub struct Budgetd {
     pub syncer: Syncer,
 }
 
+/// What the pass writes into each pending, not held job whose priority no admin set.
+#[derive(Clone, Copy)]
+pub enum Apply<'a> {
+    /// `priority/budget`: the job's priority (tier, rank, age, nice).
+    Priority,
+    /// `site_factor/budget`: `job_record_t::site_factor`, the term of the job's
+    /// placement (offset by `NICE_OFFSET`, as Slurm stores it); when it changed, the
+    /// priority is recalculated by Slurm's `set_job_prio` (multifactor's sum, whose
+    /// `site_factor_p_set` gives the same term), so the queue follows the budget
+    /// within one period, as with `priority/budget`.
+    SiteFactor(&'a dyn Fn(&compute::Placement) -> u32),
+}
+
+impl std::fmt::Debug for Apply<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Apply::Priority => "Priority",
+            Apply::SiteFactor(_) => "SiteFactor",
+        })
+    }
+}
+
 /// One pass with the current settings.
-pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> PassStats {
+pub fn run_pass(
+    state: &State,
+    budgetd: &mut Budgetd,
+    memo: &mut PassMemo,
+    apply: Apply<'_>,
+) -> PassStats {
     let cfg = state.settings();
     budgetd.fetcher.tick(&cfg, unix_now());
     budgetd.syncer.reconfigure(&cfg);
@@ -367,7 +397,7 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
             if job_state::is_running(st) {
                 if full || state_changed {
                     // SAFETY: valid record, job write lock held by `guard`.
-                    let g = unsafe { slurm_plugin_common::gpus::job_gpus(job) };
+                    let g = unsafe { crate::gpus::job_gpus(job) };
                     m.gpus = g.count;
                     m.gpu_type = memo.intern_type(g.gpu_type.as_deref());
                 }
@@ -382,20 +412,40 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
                     held[k].add(m.gpus, w);
                 }
             }
-            if pending && job.priority != 0 && job.direct_set_prio == 0 {
-                // SAFETY: details is NULL or valid under the lock.
-                let d = unsafe { job.details.as_ref() };
-                let age = compute::age_secs(
-                    now,
-                    d.map(|d| d.submit_time).unwrap_or(0),
-                    d.map(|d| d.begin_time).unwrap_or(0),
-                );
-                let nice = d.map(|d| d.nice).unwrap_or(slurm_ffi::NICE_OFFSET);
-                if let Some(pl) = memo.placements.get(m.key as usize) {
-                    let p = compute::priority_of(pl, age, nice);
-                    if p != job.priority {
-                        job.priority = p;
-                        stats.changed += 1;
+            if pending
+                && job.priority != 0
+                && job.direct_set_prio == 0
+                && let Some(pl) = memo.placements.get(m.key as usize)
+            {
+                match apply {
+                    Apply::Priority => {
+                        // SAFETY: details is NULL or valid under the lock.
+                        let d = unsafe { job.details.as_ref() };
+                        let age = compute::age_secs(
+                            now,
+                            d.map(|d| d.submit_time).unwrap_or(0),
+                            d.map(|d| d.begin_time).unwrap_or(0),
+                        );
+                        let nice = d.map(|d| d.nice).unwrap_or(slurm_ffi::NICE_OFFSET);
+                        let p = compute::priority_of(pl, age, nice);
+                        if p != job.priority {
+                            job.priority = p;
+                            stats.changed += 1;
+                        }
+                    }
+                    Apply::SiteFactor(term) => {
+                        let f = term(pl);
+                        if f != job.site_factor {
+                            job.site_factor = f;
+                            stats.site_factors_changed += 1;
+                            // multifactor recalculates only every PriorityCalcPeriod
+                            // (never without slurmdbd): let it add the new factor
+                            // now, as after an update of the job.
+                            let before = job.priority;
+                            if ctl.set_job_prio(&guard, job) && job.priority != before {
+                                stats.changed += 1;
+                            }
+                        }
                     }
                 }
             }
@@ -436,8 +486,17 @@ pub fn run_pass(state: &State, budgetd: &mut Budgetd, memo: &mut PassMemo) -> Pa
     }
     // Stable format: scripts/bench-slurm parses it (budget_pass_log=1 logs it at info).
     let line = format!(
-        "pass: {} pending, {} priorities changed, {} runs, job lock held {} us, sync {} us",
-        stats.pending, stats.changed, stats.runs, stats.lock_micros, stats.sync_micros
+        "pass: {} pending, {} priorities changed, {} runs, job lock held {} us, sync {} us{}",
+        stats.pending,
+        stats.changed,
+        stats.runs,
+        stats.lock_micros,
+        stats.sync_micros,
+        match apply {
+            Apply::Priority => String::new(),
+            Apply::SiteFactor(_) =>
+                format!(", {} site factors changed", stats.site_factors_changed),
+        }
     );
     if cfg.pass_log {
         log::info(&line);
