@@ -149,6 +149,24 @@ pub mod job_submit {
         unsafe extern "C" fn(*mut job_desc_msg_t, *mut job_record_t, u32, *mut *mut c_char) -> i32;
 }
 
+/// Site-factor plugin (`PrioritySiteFactorPlugin`) operations, loaded by
+/// `priority/multifactor` only (22.05: `src/common/site_factor.c`; 23.02+:
+/// `src/interfaces/site_factor.c`), in the order of Slurm's `syms[]`.
+pub mod site_factor {
+    use super::*;
+
+    /// `void site_factor_p_reconfig(void)`: from multifactor's `priority_p_reconfig`
+    /// (`scontrol reconfigure`); dropped from `syms[]` in 24.05.
+    #[cfg(not(slurm_24_05))]
+    pub type ReconfigFn = unsafe extern "C" fn();
+    /// `void site_factor_p_set(job_record_t *)`: from multifactor's `priority_p_set`
+    /// (`set_job_prio`: job write lock held) before it sums the factors.
+    pub type SetFn = unsafe extern "C" fn(*mut job_record_t);
+    /// `void site_factor_p_update(void)`: from multifactor's decay thread, job write
+    /// lock held, before it recomputes every priority.
+    pub type UpdateFn = unsafe extern "C" fn();
+}
+
 /// Common plugin entry points.
 pub mod common {
     /// `int init(void)`: 22.05 calls it without locks after jobs are loaded;

@@ -51,6 +51,7 @@ SB_PLUGINS=(
     "priority_budget:priority_budget.so"
     "job_submit_budget:job_submit_budget.so"
     "preempt_budget:preempt_budget.so"
+    "site_factor_budget:site_factor_budget.so"
 )
 
 # Renders a slurm-conf/ template: replaces every @KEY@ with its value and refuses to
