@@ -35,6 +35,11 @@ const PLUGINS: [(&str, &str); 3] = [
     ("preempt_budget", "preempt_budget.so"),
 ];
 
+/// Plugins copied when built, needed only by the suites that load them
+/// (`site_factor/budget`: `TestbedConfig::site_factor`; `scripts/testbed` refuses to
+/// start such a testbed without it).
+const OPTIONAL_PLUGINS: [(&str, &str); 1] = [("site_factor_budget", "site_factor_budget.so")];
+
 /// Environment variable that leaves the testbed up after a suite.
 pub const KEEP_VAR: &str = "KEEP_TESTBED";
 
@@ -59,6 +64,9 @@ pub struct TestbedConfig {
     pub unset: Vec<&'static str>,
     /// `TESTBED_MIN_JOB_AGE` (Slurm's `MinJobAge`, s); `None`: the testbed's 300.
     pub min_job_age: Option<u32>,
+    /// `TESTBED_SITE_FACTOR`: with priority `multifactor`, load `site_factor/budget`
+    /// with this `PrioritySiteFactorParameters`.
+    pub site_factor: Option<String>,
 }
 
 impl TestbedConfig {
@@ -117,6 +125,7 @@ impl TestbedConfig {
             extra_conf: None,
             unset: Vec::new(),
             min_job_age: None,
+            site_factor: None,
         })
     }
 
@@ -129,6 +138,14 @@ impl TestbedConfig {
             .env("TESTBED_NODES", self.nodes.to_string())
             .env("TESTBED_GPUS", self.gpus.to_string())
             .env("TESTBED_BUDGET_PERIOD", self.budget_period.to_string());
+        // The plugins and budgetd this crate checked and copied, also where
+        // `CARGO_TARGET_DIR` moved the build (scripts/testbed looks in target/).
+        if std::env::var_os("TESTBED_PLUGINS_FROM").is_none() {
+            cmd.env("TESTBED_PLUGINS_FROM", crate::plugin_dir());
+        }
+        if std::env::var_os("TESTBED_BUDGETD").is_none() {
+            cmd.env("TESTBED_BUDGETD", release_dir().join("budgetd"));
+        }
         for v in &self.unset {
             cmd.env_remove(v);
         }
@@ -140,6 +157,9 @@ impl TestbedConfig {
         }
         if let Some(age) = self.min_job_age {
             cmd.env("TESTBED_MIN_JOB_AGE", age.to_string());
+        }
+        if let Some(params) = &self.site_factor {
+            cmd.env("TESTBED_SITE_FACTOR", params);
         }
         cmd
     }
@@ -176,6 +196,12 @@ impl Testbed {
         for (lib, file) in PLUGINS {
             let from = plugin_build.join(format!("lib{lib}.so"));
             std::fs::copy(&from, plugins.join(file)).map_err(|e| Error::file(&from, e))?;
+        }
+        for (lib, file) in OPTIONAL_PLUGINS {
+            let from = plugin_build.join(format!("lib{lib}.so"));
+            if from.is_file() {
+                std::fs::copy(&from, plugins.join(file)).map_err(|e| Error::file(&from, e))?;
+            }
         }
         let mut up = config.script();
         up.arg("up")

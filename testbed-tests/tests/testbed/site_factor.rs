@@ -1,0 +1,311 @@
+//! Suite `testbed-sitefactor`: `site_factor/budget` beside `priority/multifactor` (the
+//! site keeps multifactor and its weights) on 2 slurmd with 4 fake GPUs each and
+//! budgetd, `PrioritySiteFactorParameters=mode=dominant`. multifactor's weights here:
+//! age, fair share, QOS (the template's) and partition 1000 each; the partition
+//! factor stands for the site's own weights (QOS needs slurmdbd, which the testbed
+//! does not run; multifactor adds both the same way).
+//!
+//! 1. the plugin loads beside multifactor and scales one rank step above the sum of
+//!    multifactor's weights (4001);
+//! 2. one ledger: the runs of this plugin's jobs reach budgetd (usage, `why`);
+//! 3. an under-share team's job overtakes an over-share team's job of equal QOS and
+//!    partition, in squeue's priorities and sprio's SITE column, in the order
+//!    `budgetctl why` gives (tier, then rank);
+//! 4. the site's weight still counts: the same team's job in the higher-factor
+//!    partition ranks above its other job (by exactly the partition weight's share,
+//!    the site factor equal), and never above a better-ranked team's job;
+//! 5. priorities follow budgets without job updates: cutting the under-share team's
+//!    allocation to 0 puts its job below within a few periods.
+
+use anyhow::Result;
+use testbed_tests::checks::{Check, Checks, run_suite, say, wait_secs};
+use testbed_tests::logs::in_order;
+use testbed_tests::slurm::{JobId, Slurm};
+use testbed_tests::testbed::{Testbed, TestbedConfig, with_testbed};
+
+/// The plugin's refresh period (s).
+const PERIOD: u64 = 2;
+
+/// multifactor's weights on this testbed: age, fair share, QOS (slurm.conf.in) and
+/// the partition weight below, 1000 each.
+const WEIGHTS: u64 = 4000;
+
+#[test]
+#[ignore = "starts a Slurm testbed; run with --ignored (see main.rs)"]
+fn suite() {
+    run_suite("testbed-sitefactor", |checks| -> Result<()> {
+        let mut config = TestbedConfig::from_env(
+            "SITE_FACTOR_DIR",
+            "/tmp/slurm-budget-sitefactor",
+            "SITE_FACTOR_PORT_BASE",
+            20217,
+        )?;
+        config.nodes = 2;
+        config.gpus = 4;
+        config.priority = Some("multifactor".into());
+        config.site_factor = Some("mode=dominant".into());
+        config.budget_period = PERIOD as u32;
+        // Partition `high` on the same nodes with 10x the job factor: its jobs get
+        // the whole partition weight (1000), those of `gpu` a tenth of it.
+        config.extra_conf = Some(
+            "PriorityWeightPartition=1000\n\
+             PartitionName=high Nodes=gpu[1-2] PriorityJobFactor=10 MaxTime=INFINITE State=UP"
+                .into(),
+        );
+        config.unset = vec!["TESTBED_NO_BUDGETD", "TESTBED_PRIORITY_EXTRA"];
+        with_testbed(checks, config, scenario)
+    });
+}
+
+/// sprio's SITE and PARTITION columns and the total of one job.
+fn sprio(s: &Slurm, id: JobId) -> Result<(i64, i64, i64)> {
+    let out = s.run("sprio", &["-h", "-j", &id.to_string(), "-o", "%S %P %Y"])?;
+    let nums: Vec<i64> = out
+        .split_whitespace()
+        .filter_map(|w| w.parse::<f64>().ok().map(|v| v as i64))
+        .collect();
+    match nums[..] {
+        [site, part, total] => Ok((site, part, total)),
+        _ => anyhow::bail!("sprio -j {id}: unexpected output {out:?}"),
+    }
+}
+
+fn scenario(c: &mut Checks, tb: &Testbed) -> Result<()> {
+    let s = tb.slurm();
+    let log = tb.ctld_log();
+    let api = tb.budgetd();
+
+    say("== 1. site_factor/budget loaded beside priority/multifactor");
+    let version = s.version()?;
+    let built_for = format!(" built for Slurm {version}");
+    let loaded = log.lines(|l| {
+        in_order(
+            l,
+            &["site_factor/budget: loaded: slurm-budget ", &built_for],
+        )
+    })?;
+    c.record(
+        "1 plugin loaded: version line names the running Slurm",
+        Check::that(!loaded.is_empty())
+            .expected(format!(
+                "site_factor/budget: loaded: slurm-budget ...{built_for}"
+            ))
+            .actual(loaded.first().map_or("no such line", String::as_str)),
+    );
+    let config = s.run("scontrol", &["show", "config"])?;
+    let prio_type = config
+        .lines()
+        .find(|l| l.starts_with("PriorityType "))
+        .unwrap_or("")
+        .to_string();
+    c.record(
+        "1 PriorityType is still priority/multifactor",
+        Check::that(prio_type.ends_with("priority/multifactor")).actual(&prio_type),
+    );
+    let step = format!("step: {}", WEIGHTS + 1);
+    let scaled = log.lines(|l| {
+        in_order(
+            l,
+            &[
+                "site_factor/budget: PrioritySiteFactorParameters=",
+                "Dominant",
+                &step,
+            ],
+        )
+    })?;
+    c.record(
+        "1 mode=dominant: one rank step above the sum of multifactor's weights",
+        Check::that(!scaled.is_empty())
+            .expected(format!("a line with Dominant {{ {step}, .. }}"))
+            .actual(scaled.first().map_or("no such line", String::as_str)),
+    );
+
+    say("== 2. one ledger: this plugin's runs reach budgetd");
+    api.create_account("teama", None, 100.0)?;
+    api.create_account("teamb", None, 100.0)?;
+    api.add_member(tb.user(), "teama")?;
+    api.add_member(tb.user(), "teamb")?;
+    let w = wait_secs(10, || {
+        log.contains_in_order(&["site_factor/budget: budget snapshot ", " loaded"])
+    });
+    c.record(
+        "2 plugin loaded a budget snapshot",
+        Check::that(w.ok)
+            .actual(w.describe())
+            .log("budget snapshot"),
+    );
+    // teama fills all 8 GPUs: its usage grows, teamb's stays 0.
+    let mut running = Vec::new();
+    for _ in 0..2 {
+        running.push(s.sbatch(&["-A", "teama", "--gres=gpu:4", "--wrap", "sleep 300"])?);
+    }
+    let w = wait_secs(20, || {
+        Ok::<_, testbed_tests::Error>(s.all_in_state("RUNNING", &running)?)
+    });
+    c.record(
+        "2 two 4-GPU teama jobs running",
+        Check::that(w.ok).actual(w.describe()).jobs(&running),
+    );
+    let teama_usage = || -> Result<f64> {
+        Ok(api
+            .usage_by_user()?
+            .iter()
+            .filter(|r| r.account == "teama")
+            .map(|r| r.raw_gpu_hours)
+            .sum())
+    };
+    let w = wait_secs(PERIOD * 5, || teama_usage().map(|h| h > 0.0));
+    c.record(
+        "2 budgetd charges teama's running jobs (synced by site_factor/budget)",
+        Check::that(w.ok)
+            .actual(format!(
+                "{}; teama {:.4} GPU-h",
+                w.describe(),
+                teama_usage().unwrap_or(-1.0)
+            ))
+            .jobs(&running),
+    );
+    let why = api.why(running[0]);
+    c.record(
+        "2 budgetd knows the running run (why)",
+        Check::that(matches!(&why, Ok(y) if y.account == "teama" && y.start.is_some()))
+            .actual(format!("{why:?}").chars().take(300).collect::<String>())
+            .jobs(&running[..1]),
+    );
+
+    say("== 3. an under-share team's job overtakes an over-share team's job");
+    // Same QOS (none) and partition; teama's submitted first (older: more age).
+    let ja = s.sbatch(&[
+        "-A",
+        "teama",
+        "-p",
+        "gpu",
+        "--gres=gpu:4",
+        "--wrap",
+        "sleep 10",
+    ])?;
+    let jb = s.sbatch(&[
+        "-A",
+        "teamb",
+        "-p",
+        "gpu",
+        "--gres=gpu:4",
+        "--wrap",
+        "sleep 10",
+    ])?;
+    let above = |a: JobId, b: JobId| -> Result<bool> { Ok(s.priority(a)? > s.priority(b)?) };
+    let w = wait_secs(PERIOD * 6, || above(jb, ja));
+    c.record(
+        "3 teamb's job above teama's (squeue priority)",
+        Check::that(w.ok)
+            .actual(format!(
+                "{}; teama {} vs teamb {}",
+                w.describe(),
+                s.priority(ja).unwrap_or(0),
+                s.priority(jb).unwrap_or(0)
+            ))
+            .jobs(&[ja, jb]),
+    );
+    let (sa, sb) = (sprio(s, ja)?, sprio(s, jb)?);
+    c.record(
+        "3 sprio's SITE column: teamb's above teama's by more than multifactor's weights",
+        Check::that(sb.0 - sa.0 > WEIGHTS as i64 && sb.1 == sa.1)
+            .actual(format!(
+                "teama (site, partition, total) {sa:?}, teamb {sb:?}"
+            ))
+            .jobs(&[ja, jb]),
+    );
+    let (wa, wb) = (api.why(ja), api.why(jb));
+    let tier = |t: &str| {
+        ["budgeted", "over_budget", "free"]
+            .iter()
+            .position(|x| *x == t)
+    };
+    c.record(
+        "3 budgetctl why orders the two jobs as multifactor does (tier, then rank)",
+        Check::that(matches!((&wa, &wb), (Ok(a), Ok(b))
+            if tier(&b.tier).is_some()
+                && (tier(&b.tier) < tier(&a.tier) || (a.tier == b.tier && b.rank < a.rank))))
+        .actual(match (&wa, &wb) {
+            (Ok(a), Ok(b)) => format!(
+                "teama {} rank {:?}, teamb {} rank {:?}",
+                a.tier, a.rank, b.tier, b.rank
+            ),
+            (Err(e), _) | (_, Err(e)) => e.to_string(),
+        })
+        .jobs(&[ja, jb]),
+    );
+
+    say("== 4. the site's own weight still counts within the budget order");
+    let jb_high = s.sbatch(&[
+        "-A",
+        "teamb",
+        "-p",
+        "high",
+        "--gres=gpu:4",
+        "--wrap",
+        "sleep 10",
+    ])?;
+    let ja_high = s.sbatch(&[
+        "-A",
+        "teama",
+        "-p",
+        "high",
+        "--gres=gpu:4",
+        "--wrap",
+        "sleep 10",
+    ])?;
+    let (pb, pbh, pah) = (s.priority(jb)?, s.priority(jb_high)?, s.priority(ja_high)?);
+    let (sbh, sah) = (sprio(s, jb_high)?, sprio(s, ja_high)?);
+    c.record(
+        "4 teamb's job in partition high above its job in gpu (same site factor, +900 partition)",
+        Check::that(pbh > pb && sbh.0 == sb.0 && sbh.1 - sb.1 == 900)
+            .actual(format!(
+                "high {pbh} {sbh:?} vs gpu {pb} {sb:?} (site, partition, total)"
+            ))
+            .jobs(&[jb, jb_high]),
+    );
+    c.record(
+        "4 teama's job in partition high stays below teamb's in gpu (the budget order dominates)",
+        Check::that(pah < pb)
+            .actual(format!("teama high {pah} {sah:?} vs teamb gpu {pb}"))
+            .jobs(&[ja_high, jb]),
+    );
+
+    say("== 5. priorities follow budgets without job updates");
+    let before = (s.priority(ja)?, s.priority(jb)?);
+    api.set_allocation("teamb", 0.0)?;
+    let w = wait_secs(PERIOD * 4 + 2, || above(ja, jb));
+    c.record(
+        "5 teamb allocation -> 0: its job below teama's within a few periods",
+        Check::that(w.ok)
+            .expected(format!("within {} s", PERIOD * 4 + 2))
+            .actual(format!(
+                "{}; (teama, teamb) {before:?} -> ({}, {})",
+                w.describe(),
+                s.priority(ja).unwrap_or(0),
+                s.priority(jb).unwrap_or(0)
+            ))
+            .jobs(&[ja, jb]),
+    );
+    let (sa, sb) = (sprio(s, ja)?, sprio(s, jb)?);
+    c.record(
+        "5 sprio's SITE column follows: teama's above teamb's",
+        Check::that(sa.0 > sb.0)
+            .actual(format!("teama {sa:?}, teamb {sb:?}"))
+            .jobs(&[ja, jb]),
+    );
+
+    let panics = log.lines(|l| l.contains("site_factor/budget: panic"))?;
+    c.record(
+        "end: no panic logged by the plugin",
+        Check::that(panics.is_empty())
+            .expected("no 'site_factor/budget: panic' line")
+            .actual(panics.first().map_or("none", String::as_str)),
+    );
+    c.record(
+        "end: every testbed daemon alive (scripts/testbed status)",
+        Check::that(tb.all_daemons_up()),
+    );
+    Ok(())
+}
