@@ -139,9 +139,7 @@ fn scenario(c: &mut Checks, tb: &Testbed) -> Result<()> {
     for _ in 0..2 {
         running.push(s.sbatch(&["-A", "teama", "--gres=gpu:4", "--wrap", "sleep 300"])?);
     }
-    let w = wait_secs(20, || {
-        Ok::<_, testbed_tests::Error>(s.all_in_state("RUNNING", &running)?)
-    });
+    let w = wait_secs(20, || s.all_in_state("RUNNING", &running));
     c.record(
         "2 two 4-GPU teama jobs running",
         Check::that(w.ok).actual(w.describe()).jobs(&running),
