@@ -15,9 +15,20 @@
 //!    partition ranks above its other job (by exactly the partition weight's share,
 //!    the site factor equal), and never above a better-ranked team's job;
 //! 5. priorities follow budgets without job updates: cutting the under-share team's
-//!    allocation to 0 puts its job below within a few periods.
+//!    allocation to 0 puts its job below within a few periods;
+//! 6. within one tier the rank decides (the policy's tier projection off, both teams
+//!    budgeted): the team below its entitlement first, by at least a rank step;
+//! 7. `scontrol reconfigure` to `mode=factor,weight=3000`: every SITE within 0..3000, the
+//!    best-ranked budgeted job's exactly 3000, each priority the sum of its factors, and
+//!    the partition weight (900 apart) now outweighs the two teams' budget terms;
+//! 8. a bad value on reconfigure (`mode=factor` without weight) is logged, naming the
+//!    parameter, and the mode in force stays;
+//! 9. a bad value at start (`mode=dominat`): the plugin refuses to load, naming the
+//!    parameter and the value; slurmctld runs on, multifactor without a site factor
+//!    (a new job's SITE is 0), and the error comes again with each job.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use testbed_tests::api::PolicyPatch;
 use testbed_tests::checks::{Check, Checks, run_suite, say, wait_secs};
 use testbed_tests::logs::in_order;
 use testbed_tests::slurm::{JobId, Slurm};
@@ -294,6 +305,11 @@ fn scenario(c: &mut Checks, tb: &Testbed) -> Result<()> {
             .jobs(&[ja, jb]),
     );
 
+    section_6(c, tb, ja, jb)?;
+    section_7(c, tb, ja, jb, jb_high, ja_high)?;
+    section_8(c, tb, jb)?;
+    section_9(c, tb)?;
+
     let panics = log.lines(|l| l.contains("site_factor/budget: panic"))?;
     c.record(
         "end: no panic logged by the plugin",
@@ -304,6 +320,189 @@ fn scenario(c: &mut Checks, tb: &Testbed) -> Result<()> {
     c.record(
         "end: every testbed daemon alive (scripts/testbed status)",
         Check::that(tb.all_daemons_up()),
+    );
+    Ok(())
+}
+
+/// Replace the `PrioritySiteFactorParameters` line of the testbed's slurm.conf.
+fn set_site_factor_params(tb: &Testbed, value: &str) -> Result<()> {
+    let path = tb.dir().join("etc").join("slurm.conf");
+    let text = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    let out: Vec<String> = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("PrioritySiteFactorParameters=") {
+                format!("PrioritySiteFactorParameters={value}")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    std::fs::write(&path, out.join("\n") + "\n").with_context(|| path.display().to_string())?;
+    Ok(())
+}
+
+fn section_6(c: &mut Checks, tb: &Testbed, ja: JobId, jb: JobId) -> Result<()> {
+    say("== 6. within one tier, the rank decides");
+    let (s, api) = (tb.slurm(), tb.budgetd());
+    // teama's tier from its ratio as it is (far below 1), not projected at the 8 GPUs
+    // it holds; teamb's allocation back: both budgeted, teama above its entitlement.
+    api.set_policy(&PolicyPatch {
+        tier_projection: Some(0.0),
+        ..PolicyPatch::default()
+    })?;
+    api.set_allocation("teamb", 100.0)?;
+    let both_budgeted = || -> Result<bool> {
+        let (a, b) = (api.why(ja)?, api.why(jb)?);
+        Ok(a.tier == "budgeted" && b.tier == "budgeted" && s.priority(jb)? > s.priority(ja)?)
+    };
+    let w = wait_secs(PERIOD * 5, both_budgeted);
+    let (wa, wb) = (api.why(ja), api.why(jb));
+    let (sa, sb) = (sprio(s, ja)?, sprio(s, jb)?);
+    c.record(
+        "6 both budgeted: teamb (below its entitlement) above teama by more than the weights",
+        Check::that(w.ok && sb.0 - sa.0 > WEIGHTS as i64)
+            .actual(format!(
+                "{}; why teama {:?} rank {:?}, teamb {:?} rank {:?}; sprio teama {sa:?}, teamb {sb:?}",
+                w.describe(),
+                wa.as_ref().map(|y| y.tier.clone()).unwrap_or_default(),
+                wa.as_ref().ok().and_then(|y| y.rank),
+                wb.as_ref().map(|y| y.tier.clone()).unwrap_or_default(),
+                wb.as_ref().ok().and_then(|y| y.rank),
+            ))
+            .jobs(&[ja, jb]),
+    );
+    Ok(())
+}
+
+fn section_7(
+    c: &mut Checks,
+    tb: &Testbed,
+    ja: JobId,
+    jb: JobId,
+    jb_high: JobId,
+    ja_high: JobId,
+) -> Result<()> {
+    say("== 7. scontrol reconfigure: mode=factor,weight=3000");
+    let s = tb.slurm();
+    let log = tb.ctld_log();
+    set_site_factor_params(tb, "mode=factor,weight=3000")?;
+    s.run("scontrol", &["reconfigure"])?;
+    let w = wait_secs(10, || {
+        log.contains_in_order(&[
+            "site_factor/budget: PrioritySiteFactorParameters=\"mode=factor,weight=3000\"",
+            "Factor { weight: 3000 }",
+        ])
+    });
+    c.record(
+        "7 the new mode is logged",
+        Check::that(w.ok)
+            .actual(w.describe())
+            .log("PrioritySiteFactorParameters"),
+    );
+    let jobs = [ja, jb, jb_high, ja_high];
+    let w = wait_secs(PERIOD * 4, || -> Result<bool> {
+        Ok(sprio(s, jb)?.0 == 3000 && sprio(s, ja)?.0 <= 3000)
+    });
+    let all: Vec<(JobId, (i64, i64, i64))> = jobs
+        .iter()
+        .map(|&j| Ok((j, sprio(s, j)?)))
+        .collect::<Result<_>>()?;
+    c.record(
+        "7 every SITE within 0..=3000, the best-ranked budgeted job's (teamb) exactly 3000",
+        Check::that(w.ok && all.iter().all(|(_, f)| (0..=3000).contains(&f.0)))
+            .actual(format!(
+                "{}; (job, (site, partition, total)) {all:?}",
+                w.describe()
+            ))
+            .jobs(&jobs),
+    );
+    // Without slurmdbd multifactor zeroes the age and fair-share weights, and no QOS
+    // exists: a priority is its site and partition factors, one addend each.
+    c.record(
+        "7 each priority is SITE + PARTITION (the budget one weighted factor among others)",
+        Check::that(
+            all.iter()
+                .all(|(_, (site, part, total))| site + part == *total),
+        )
+        .actual(format!("{all:?}"))
+        .jobs(&jobs),
+    );
+    let (pah, pb) = (s.priority(ja_high)?, s.priority(jb)?);
+    c.record(
+        "7 as one factor, the budget no longer dominates: teama's job in high (+900) above teamb's in gpu",
+        Check::that(pah > pb)
+            .actual(format!("teama high {pah} vs teamb gpu {pb}"))
+            .jobs(&[ja_high, jb]),
+    );
+    Ok(())
+}
+
+fn section_8(c: &mut Checks, tb: &Testbed, jb: JobId) -> Result<()> {
+    say("== 8. a bad value on reconfigure keeps the mode in force");
+    let s = tb.slurm();
+    let log = tb.ctld_log();
+    set_site_factor_params(tb, "mode=factor")?;
+    s.run("scontrol", &["reconfigure"])?;
+    let w = wait_secs(10, || {
+        log.contains_in_order(&[
+            "site_factor/budget: PrioritySiteFactorParameters: mode=factor needs weight=N",
+            "keeping the mode in force",
+        ])
+    });
+    c.record(
+        "8 the error names the parameter and keeps the mode",
+        Check::that(w.ok)
+            .actual(w.describe())
+            .log("PrioritySiteFactorParameters"),
+    );
+    testbed_tests::checks::sleep_secs((PERIOD * 2) as f64);
+    let f = sprio(s, jb)?;
+    c.record(
+        "8 teamb's job keeps its factor-mode SITE (3000)",
+        Check::eq(3000, f.0).jobs(&[jb]),
+    );
+    Ok(())
+}
+
+fn section_9(c: &mut Checks, tb: &Testbed) -> Result<()> {
+    say("== 9. a bad value at start: the plugin refuses to load, slurmctld runs on");
+    let s = tb.slurm();
+    let log = tb.ctld_log();
+    set_site_factor_params(tb, "mode=dominat")?;
+    let needle = "site_factor/budget: PrioritySiteFactorParameters: bad mode \"dominat\"";
+    let before = log.count(needle)?;
+    tb.restart_ctld()?;
+    let refused = log.count(needle)? > before
+        && log.contains_in_order(&[needle, "site_factor/budget NOT loaded"])?;
+    c.record(
+        "9 init refused, naming the parameter and the value",
+        Check::that(refused).log("PrioritySiteFactorParameters"),
+    );
+    c.record("9 slurmctld answers", Check::that(s.ping()));
+    let at_start = log.count(needle)?;
+    let jc = s.sbatch(&[
+        "-A",
+        "teamb",
+        "-p",
+        "gpu",
+        "--gres=gpu:4",
+        "--wrap",
+        "sleep 10",
+    ])?;
+    let f = sprio(s, jc)?;
+    c.record(
+        "9 a new job gets no site factor (SITE 0), multifactor's own factors only",
+        Check::that(f.0 == 0 && f.2 == f.1)
+            .actual(format!("(site, partition, total) {f:?}"))
+            .jobs(&[jc]),
+    );
+    let again = log.count(needle)?;
+    c.record(
+        "9 the error is logged again for the new job",
+        Check::that(again > at_start)
+            .actual(format!("{at_start} -> {again} lines"))
+            .jobs(&[jc]),
     );
     Ok(())
 }
