@@ -205,3 +205,22 @@ pub fn error_page(caller: &Caller, current: &str, e: &crate::error::AppError) ->
 pub fn html(status: StatusCode, text: String) -> Response {
     (status, Html(text)).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_covers_text_and_both_attribute_quotes() {
+        assert_eq!(
+            escape("<a href='x' title=\"y\">&amp;</a>"),
+            "&lt;a href=&#39;x&#39; title=&quot;y&quot;&gt;&amp;amp;&lt;/a&gt;"
+        );
+        assert_eq!(escape("plain é"), "plain é");
+        assert_eq!(
+            (num(-0.0), ratio(-0.0), num(1.005)),
+            ("0.00".into(), "0.000".into(), "1.00".into())
+        );
+        assert_eq!(utc(0), "1970-01-01 00:00 UTC");
+    }
+}
