@@ -22,7 +22,6 @@ unsafe extern "C" {
 const RTLD_DEFAULT: *mut c_void = std::ptr::null_mut();
 
 type LockFn = unsafe extern "C" fn(slurmctld_lock_t);
-type SetJobPrioFn = unsafe extern "C" fn(*mut job_record_t);
 
 /// Errors from controller lookups.
 #[derive(Debug, thiserror::Error)]
@@ -41,8 +40,6 @@ pub struct Controller {
     unlock: LockFn,
     tres_cnt: *const u32,
     last_job_update: *mut sys::time_t,
-    /// `void set_job_prio(job_record_t *)`; optional: only `site_factor/budget` uses it.
-    set_job_prio: Option<SetJobPrioFn>,
 }
 
 // SAFETY: the pointers are addresses of process-global variables and functions of
@@ -78,10 +75,6 @@ impl Controller {
             unlock: unsafe { std::mem::transmute::<*mut c_void, LockFn>(unlock) },
             tres_cnt: lookup(c"slurmctld_tres_cnt")?.cast(),
             last_job_update: lookup(c"last_job_update")?.cast(),
-            // SAFETY: `void set_job_prio(job_record_t *)` in every release that has it.
-            set_job_prio: lookup(c"set_job_prio")
-                .ok()
-                .map(|p| unsafe { std::mem::transmute::<*mut c_void, SetJobPrioFn>(p) }),
         })
     }
 
@@ -176,24 +169,6 @@ impl Controller {
     pub fn tres_cnt(&self) -> u32 {
         // SAFETY: a plain u32 global of slurmctld, read racily like Slurm itself does.
         unsafe { self.tres_cnt.read_volatile() }
-    }
-
-    /// Slurm's own `set_job_prio(job)`: the priority plugin's calculation for one job
-    /// (multifactor's, which asks the site-factor plugin first), as slurmctld runs it
-    /// after an update. Only under the job write lock (`guard`); false when this
-    /// slurmctld has no such symbol or `guard` holds no job write lock. Never for a
-    /// held job (priority 0): it would release it.
-    pub fn set_job_prio(&self, guard: &LockGuard, job: &mut job_record_t) -> bool {
-        let Some(f) = self.set_job_prio else {
-            return false;
-        };
-        if !guard.job_write() {
-            return false;
-        }
-        // SAFETY: a valid record of job_list, job write lock (+ node/part read, as
-        // slurmctld's own callers) held by `guard`.
-        unsafe { f(job) };
-        true
     }
 
     /// Mark job data changed, so `squeue` clients refresh (`last_job_update = now`).

@@ -387,6 +387,46 @@ pub unsafe fn runs_with_gpus(
     out.push(base);
 }
 
+/// Set a pending job's site factor and shift its priority the way
+/// `priority/multifactor` sums it: `site_factor - NICE_OFFSET` is one addend of the
+/// priority and of each partition's entry of `priority_array`, clamped to
+/// `1..=u32::MAX`; `prio_factors->priority_site` (sprio's SITE) follows. Exact unless
+/// multifactor had clamped the priority; its next calculation recomputes the whole sum.
+/// This is multifactor's own arithmetic done in place, instead of calling Slurm's
+/// `set_job_prio` from the background thread: that re-enters the site-factor
+/// interface, whose teardown holds its context lock while `fini` joins this thread.
+/// Returns whether the priority changed.
+///
+/// # Safety
+/// `job` must be a valid job record under the job write lock.
+pub unsafe fn apply_site_factor(job: &mut job_record_t, site_factor: u32) -> bool {
+    let delta = i64::from(site_factor) - i64::from(job.site_factor);
+    job.site_factor = site_factor;
+    // SAFETY: prio_factors is NULL or multifactor's struct owned by the record.
+    if let Some(f) = unsafe { job.prio_factors.as_mut() } {
+        f.priority_site = site_factor;
+    }
+    if delta == 0 {
+        return false;
+    }
+    let shift = |p: u32| (i64::from(p) + delta).clamp(1, i64::from(u32::MAX)) as u32;
+    let before = job.priority;
+    job.priority = shift(job.priority);
+    if !job.priority_array.is_null() && !job.part_ptr_list.is_null() {
+        // SAFETY: multifactor sizes priority_array to the job's partition list (one
+        // entry per partition, written in list order); the list is the record's own.
+        let n = unsafe { slurm_ffi::sys::list_count(job.part_ptr_list) };
+        for i in 0..usize::try_from(n).unwrap_or(0) {
+            // SAFETY: i < the entries multifactor allocated and filled, see above.
+            unsafe {
+                let p = job.priority_array.add(i);
+                *p = shift(*p);
+            }
+        }
+    }
+    job.priority != before
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -598,5 +638,31 @@ mod tests {
         assert_eq!(previous_run(sys::JOB_COMPLETE, 1, 170, 200, 200), None);
         // Never requeued, cancelled while pending: no previous run.
         assert_eq!(previous_run(sys::JOB_CANCELLED, 0, 170, 170, 160), None);
+    }
+
+    #[test]
+    fn a_new_site_factor_shifts_the_priority_by_its_difference() {
+        let mut job = job_record_t::empty();
+        // SAFETY: a C struct of numbers and pointers: all zero is valid (NULL, 0).
+        // Its type is the release's (`priority_factors_t` from 24.11), read from the field.
+        let mut factors = unsafe { std::mem::zeroed() };
+        job.prio_factors = &mut factors;
+        job.site_factor = slurm_ffi::NICE_OFFSET + 5_000;
+        job.priority = 6_000;
+        // SAFETY (every call): a valid record used by this thread only, no partition list.
+        assert!(unsafe { apply_site_factor(&mut job, slurm_ffi::NICE_OFFSET + 7_000) });
+        assert_eq!(job.priority, 8_000);
+        assert_eq!(factors.priority_site, slurm_ffi::NICE_OFFSET + 7_000);
+        assert!(!unsafe { apply_site_factor(&mut job, slurm_ffi::NICE_OFFSET + 7_000) });
+        // Never 0 (held) nor past u32::MAX.
+        assert!(unsafe { apply_site_factor(&mut job, slurm_ffi::NICE_OFFSET) });
+        assert_eq!(job.priority, 1_000);
+        assert!(unsafe { apply_site_factor(&mut job, 0) });
+        assert_eq!(job.priority, 1);
+        job.priority = u32::MAX - 10;
+        assert!(unsafe { apply_site_factor(&mut job, u32::MAX) });
+        assert_eq!((job.priority, job.site_factor), (u32::MAX, u32::MAX));
+        job.prio_factors = std::ptr::null_mut();
+        assert!(unsafe { apply_site_factor(&mut job, 1) });
     }
 }

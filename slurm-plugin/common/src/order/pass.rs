@@ -304,9 +304,9 @@ pub enum Apply<'a> {
     Priority,
     /// `site_factor/budget`: `job_record_t::site_factor`, the term of the job's
     /// placement (offset by `NICE_OFFSET`, as Slurm stores it); when it changed, the
-    /// priority is recalculated by Slurm's `set_job_prio` (multifactor's sum, whose
-    /// `site_factor_p_set` gives the same term), so the queue follows the budget
-    /// within one period, as with `priority/budget`.
+    /// priority multifactor summed is shifted by the difference
+    /// (`job::apply_site_factor`), so the queue follows the budget within one period,
+    /// as with `priority/budget`.
     SiteFactor(&'a dyn Fn(&compute::Placement) -> u32),
 }
 
@@ -436,13 +436,11 @@ pub fn run_pass(
                     Apply::SiteFactor(term) => {
                         let f = term(pl);
                         if f != job.site_factor {
-                            job.site_factor = f;
                             stats.site_factors_changed += 1;
                             // multifactor recalculates only every PriorityCalcPeriod
-                            // (never without slurmdbd): let it add the new factor
-                            // now, as after an update of the job.
-                            let before = job.priority;
-                            if ctl.set_job_prio(&guard, job) && job.priority != before {
+                            // (never without slurmdbd): its sum, shifted now.
+                            // SAFETY: valid record, job write lock held by `guard`.
+                            if unsafe { job::apply_site_factor(job, f) } {
                                 stats.changed += 1;
                             }
                         }
