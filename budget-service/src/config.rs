@@ -39,7 +39,7 @@
 //!
 //! [policy]                        # used only when the database has no policy yet
 //! window_secs = 604800
-//! hysteresis = 0.1
+//! preemption = "default"          # gentle | default | aggressive
 //! ```
 
 use std::path::Path;
@@ -371,12 +371,21 @@ mod tests {
     fn parses_the_documented_example_and_refuses_unknown_keys() {
         let cfg = Config::parse(
             "snapshot_refresh_secs = 5\n[admins]\nuids=[990]\nusers=[\"ops\"]\n\
-             [[tokens]]\ntoken=\"0123456789\"\nuser=\"prom\"\nrole=\"reader\"\n[policy]\nhysteresis=0.2\n",
+             [[tokens]]\ntoken=\"0123456789\"\nuser=\"prom\"\nrole=\"reader\"\n[policy]\npreemption=\"gentle\"\n",
         )
         .unwrap();
         assert_eq!(cfg.admins.uids, vec![990]);
         assert_eq!(cfg.tokens[0].role, TokenRole::Reader);
-        assert_eq!(cfg.policy.hysteresis, Some(0.2));
+        assert_eq!(
+            cfg.policy.preemption,
+            Some(budget_protocol::PreemptionPreset::Gentle)
+        );
+        // A setting that is now a constant of the rule is refused by name.
+        let e = Config::parse("[policy]\nhysteresis = 0.1").unwrap_err();
+        assert!(
+            e.contains("`hysteresis` is a fixed constant of the rule"),
+            "{e}"
+        );
         assert!(Config::parse("bogus = 1").unwrap_err().contains("bogus"));
         assert!(
             Config::parse("[policy]\nwindow_secs = -1")

@@ -46,12 +46,12 @@ pub const DOCUMENT: &str = r##"{
       "GpuHours": { "type": "number", "minimum": 0, "maximum": 1e9, "description": "weighted GPU-hours" },
       "Weight": { "type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 1e6 },
       "Time": { "type": "string", "pattern": "^([0-9]{1,10}|[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))[T ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?)$", "description": "Unix seconds, RFC 3339 (2026-01-01T00:00:00Z) or YYYY-MM-DDTHH:MM:SS (service-local time); 29 February is taken too (leap years are beyond a pattern)" },
-      "PolicyPatch": { "description": "any non-empty subset of Policy; null clears a site cap and puts max_requeues, tier_band, share_order, entitled_first, tier_projection and balance_band back to the rule's default (null is refused for the other fields)", "allOf": [ { "$ref": "#/components/schemas/Policy" } ], "minProperties": 1 },
+      "PolicyPatch": {"type": "object", "description": "any non-empty subset of the settable policy fields; null clears a site cap and puts max_requeues back to the rule's default (null is refused for the other fields). hysteresis, tier_band, tier_projection, share_order, entitled_first and balance_band are constants of the rule: a patch naming one is refused (422) and changes nothing.", "properties": {"window_secs": {"type": "integer", "minimum": 3600, "maximum": 31622400}, "default_min_runtime_secs": {"type": "integer", "minimum": 0, "maximum": 31622400, "description": "at most max_min_runtime_secs"}, "max_min_runtime_secs": {"type": "integer", "minimum": 0, "maximum": 31622400}, "require_min_runtime": {"type": "boolean"}, "snapshot_max_age_secs": {"type": "integer", "minimum": 1, "maximum": 86400}, "idle_threshold_secs": {"type": "integer", "minimum": 0, "maximum": 31622400}, "site_max_preemptions": {"type": "integer", "minimum": 0, "maximum": 4294967295, "nullable": true, "description": "Site cap: rebalancing preemptions per window (absent or null: none)."}, "site_max_lost_gpu_hours": {"type": "number", "minimum": 0, "maximum": 1000000000.0, "nullable": true, "description": "Site cap: GPU-hours lost to rebalancing per window (absent or null: none)."}, "max_requeues": {"type": "integer", "minimum": 0, "maximum": 4294967295, "nullable": true, "description": "A job requeued this many times is no longer taken for rebalancing (absent or null: the rule's default, 1; 4294967295: no cap)."}, "preemption": {"type": "string", "enum": ["gentle", "default", "aggressive"], "description": "How readily the rule preempts: a preset benefit/cost factor, gentle 4, default 2, aggressive 1 (a victim is taken only when the entitled GPU-hours it delivers sooner than turnover are at least this many times the work it loses plus a restart); absent: default."}}, "additionalProperties": false, "minProperties": 1},
       "Hostlist": { "type": "string", "pattern": "^[A-Za-z0-9_.,\\[\\]-]{1,4096}$", "description": "a Slurm hostlist such as gpu[1-2],gpu7" },
       "DrainRequest": { "type": "object", "required": ["nodes", "reason"], "additionalProperties": false, "properties": { "nodes": { "$ref": "#/components/schemas/Hostlist" }, "reason": { "type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[^\"=\\u0000-\\u001f\\u007f-\\u009f]*[^\"=\\s\\u0000-\\u001f\\u007f-\\u009f][^\"=\\u0000-\\u001f\\u007f-\\u009f]*$", "description": "at most 200 characters, not blank, no quotes, '=' or control characters (Slurm stores it in the node's Reason)" } } },
       "Weights": { "type": "object", "properties": { "default": { "type": "number" }, "by_type": { "type": "object", "additionalProperties": { "type": "number" } } } },
       "WeightsPatch": { "type": "object", "description": "an absent field is left as it is (null is refused)", "properties": { "default": { "$ref": "#/components/schemas/Weight" }, "set": { "type": "object", "description": "GPU type (1-64 characters of letters, digits, '-', '_', '.'; case-insensitive) -> weight", "patternProperties": { "^[A-Za-z0-9_.-]{1,64}$": { "$ref": "#/components/schemas/Weight" } }, "additionalProperties": false } }, "additionalProperties": false },
-      "Policy": { "type": "object", "properties": { "window_secs": { "type": "integer", "minimum": 3600, "maximum": 31622400 }, "default_min_runtime_secs": { "type": "integer", "minimum": 0, "maximum": 31622400, "description": "at most max_min_runtime_secs" }, "max_min_runtime_secs": { "type": "integer", "minimum": 0, "maximum": 31622400 }, "require_min_runtime": { "type": "boolean" }, "hysteresis": { "type": "number", "minimum": 0, "maximum": 10 }, "snapshot_max_age_secs": { "type": "integer", "minimum": 1, "maximum": 86400 }, "idle_threshold_secs": { "type": "integer", "minimum": 0, "maximum": 31622400 }, "site_max_preemptions": { "type": "integer", "minimum": 0, "maximum": 4294967295, "nullable": true, "description": "Site cap: rebalancing preemptions per window (absent or null: none)." }, "site_max_lost_gpu_hours": { "type": "number", "minimum": 0, "maximum": 1e9, "nullable": true, "description": "Site cap: GPU-hours lost to rebalancing per window (absent or null: none)." }, "max_requeues": { "type": "integer", "minimum": 0, "maximum": 4294967295, "nullable": true, "description": "A job requeued this many times is no longer taken for rebalancing (absent or null: the rule's default, 1; 4294967295: no cap)." }, "tier_band": { "type": "number", "minimum": 0, "maximum": 1, "nullable": true, "description": "Priority only: a pending job of an account over budget by less than this fraction and holding fewer GPUs than its entitlement ranks in the budgeted tier; 0: no band (absent or null: the rule's default, no band)." }, "share_order": { "type": "boolean", "nullable": true, "description": "Priority, with entitled_first: among siblings below their entitled GPUs the smallest share held comes first; false: by ratio alone (absent or null: the rule's default, false)." }, "entitled_first": { "type": "boolean", "nullable": true, "description": "Priority: within a tier, accounts holding fewer GPUs than their entitlement rank first; false: Fair-Tree's ratio order (absent or null: the rule's default, true)." }, "tier_projection": { "type": "number", "minimum": 0, "maximum": 1, "nullable": true, "description": "Priority only: a pending job's tier reads each account's ratio projected this fraction of a window ahead, r + a x (GPUs held x window / allocation - r); 0: the snapshot's tier (absent or null: the rule's default, 0.6)." }, "balance_band": { "type": "number", "minimum": 0, "maximum": 1, "nullable": true, "description": "Priority, with entitled_first: an account counts as below its entitlement while it holds fewer GPUs than its entitlement plus its window balance (entitled GPU-hours of the window not received, spread over one window), the balance within this fraction of the entitlement either way; 0: GPUs held against the entitlement alone (absent or null: the rule's default, 0.15)." } }, "additionalProperties": false },
+      "Policy": {"type": "object", "description": "The site's settings (docs/design.md §6.6); every other number of the rule is a documented constant of it.", "properties": {"window_secs": {"type": "integer", "minimum": 3600, "maximum": 31622400}, "default_min_runtime_secs": {"type": "integer", "minimum": 0, "maximum": 31622400, "description": "at most max_min_runtime_secs"}, "max_min_runtime_secs": {"type": "integer", "minimum": 0, "maximum": 31622400}, "require_min_runtime": {"type": "boolean"}, "hysteresis": {"type": "number", "minimum": 0, "maximum": 10, "description": "The rule's fixed rank hysteresis (0.1), written for plugins of the previous release, which require it; a constant of the rule, not settable (docs/design.md §6.6)."}, "snapshot_max_age_secs": {"type": "integer", "minimum": 1, "maximum": 86400}, "idle_threshold_secs": {"type": "integer", "minimum": 0, "maximum": 31622400}, "site_max_preemptions": {"type": "integer", "minimum": 0, "maximum": 4294967295, "nullable": true, "description": "Site cap: rebalancing preemptions per window (absent or null: none)."}, "site_max_lost_gpu_hours": {"type": "number", "minimum": 0, "maximum": 1000000000.0, "nullable": true, "description": "Site cap: GPU-hours lost to rebalancing per window (absent or null: none)."}, "max_requeues": {"type": "integer", "minimum": 0, "maximum": 4294967295, "nullable": true, "description": "A job requeued this many times is no longer taken for rebalancing (absent or null: the rule's default, 1; 4294967295: no cap)."}, "preemption": {"type": "string", "enum": ["gentle", "default", "aggressive"], "description": "How readily the rule preempts: a preset benefit/cost factor, gentle 4, default 2, aggressive 1 (a victim is taken only when the entitled GPU-hours it delivers sooner than turnover are at least this many times the work it loses plus a restart); absent: default."}}, "additionalProperties": false},
       "ShareRow": { "type": "object", "properties": { "account": { "type": "string" }, "parent": { "type": "string", "nullable": true }, "user": { "type": "string", "nullable": true }, "depth": { "type": "integer" }, "allocation_gpu_hours": { "type": "number" }, "usage_gpu_hours": { "type": "number" }, "free_usage_gpu_hours": { "type": "number" }, "ratio": { "type": "number" }, "rank": { "type": "integer", "description": "1 = lowest ratio among siblings" }, "leaf_rank": { "type": "integer", "nullable": true }, "fair_share_factor": { "type": "number" }, "tier": { "type": "string", "enum": ["budgeted", "over_budget", "free"] }, "overcommit": { "type": "boolean" } } },
       "Name": { "type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$", "description": "account or user name" },
       "Health": { "type": "object", "required": ["generation", "schema_version", "started_at", "status", "version"], "additionalProperties": false, "properties": { "generation": { "type": "integer", "minimum": 0 }, "schema_version": { "type": "integer" }, "started_at": { "type": "integer" }, "status": { "type": "string" }, "version": { "type": "string" } } },
@@ -124,7 +124,7 @@ pub const DOCUMENT: &str = r##"{
     },
     "/v1/policy": {
       "get": { "summary": "Site policy.", "responses": { "200": { "description": "Policy", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } } } },
-      "patch": { "summary": "Change policy fields (admin); any subset of Policy; default_min_runtime_secs may not exceed max_min_runtime_secs, either of them stored (422). null clears a site cap and puts max_requeues, tier_band, share_order, entitled_first, tier_projection and balance_band back to the rule's default.", "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/PolicyPatch" } } } }, "responses": { "200": { "description": "the new policy", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } } } }
+      "patch": { "summary": "Change policy fields (admin): the min_runtime default and maximum, require_min_runtime, the preemption preset, the site caps, max_requeues, the window, snapshot_max_age_secs and idle_threshold_secs; default_min_runtime_secs may not exceed max_min_runtime_secs, either of them stored (422). null clears a site cap and puts max_requeues back to the rule's default. A field that is a constant of the rule (hysteresis, tier_band, tier_projection, share_order, entitled_first, balance_band) is refused (422, naming it) and nothing changes.", "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/PolicyPatch" } } } }, "responses": { "200": { "description": "the new policy", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Policy" } } } } } }
     },
     "/v1/audit": { "get": { "summary": "Append-only audit log (admins, readers).", "parameters": [ { "name": "after", "in": "query", "description": "entries with a larger id (default 0: from the first)", "schema": { "type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807 } }, { "name": "limit", "in": "query", "description": "at most this many entries (default 1000; taken as 1 below 1 and as 100000 above it)", "schema": { "type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807 } } ], "responses": { "200": { "description": "entries, oldest first", "content": { "application/json": { "schema": { "type": "array", "items": { "$ref": "#/components/schemas/AuditEntry" } } } } } } } },
     "/v1/usage": { "get": { "summary": "Usage by account (descendants included) or by user, over [since, at] (default: the window ending at at; since after at: 400).",
@@ -400,16 +400,48 @@ mod tests {
             site_max_preemptions: Some(1),
             site_max_lost_gpu_hours: Some(1.0),
             max_requeues: Some(1),
-            tier_band: Some(0.1),
-            share_order: Some(true),
-            entitled_first: Some(true),
-            tier_projection: Some(0.6),
-            balance_band: Some(0.15),
+            preemption: budget_protocol::PreemptionPreset::Gentle,
             ..Default::default()
         };
         let value = serde_json::to_value(full).expect("json");
-        let fields: Vec<&String> = value.as_object().expect("object").keys().collect();
+        let mut fields: Vec<&String> = value.as_object().expect("object").keys().collect();
+        let mut documented = documented;
+        documented.sort();
+        fields.sort();
         assert_eq!(documented, fields);
+        // The preset's enum is the rule's presets.
+        let names: Vec<&str> = budget_protocol::PreemptionPreset::ALL
+            .iter()
+            .map(|p| p.name())
+            .collect();
+        assert_eq!(
+            schema["properties"]["preemption"]["enum"],
+            serde_json::json!(names)
+        );
+    }
+
+    /// A patch offers exactly the settable fields, each as the policy states
+    /// it: the policy's fields but `hysteresis`, a constant of the rule that
+    /// the policy carries only for plugins of the previous release.
+    #[test]
+    fn the_policy_patch_schema_is_the_policy_less_its_constants() {
+        let doc: serde_json::Value =
+            serde_json::from_str(super::DOCUMENT).expect("DOCUMENT is JSON");
+        let schemas = &doc["components"]["schemas"];
+        let mut policy = schemas["Policy"]["properties"].clone();
+        let policy = policy.as_object_mut().expect("properties");
+        for removed in budget_protocol::Policy::REMOVED {
+            policy.remove(removed);
+        }
+        let patch = &schemas["PolicyPatch"];
+        assert_eq!(
+            &patch["properties"],
+            &serde_json::Value::Object(policy.clone())
+        );
+        assert_eq!(
+            (&patch["additionalProperties"], &patch["minProperties"]),
+            (&serde_json::json!(false), &serde_json::json!(1))
+        );
     }
 
     /// The PluginSnapshot schema names every field a snapshot serializes

@@ -235,6 +235,7 @@ fn json_value() -> impl Strategy<Value = serde_json::Value> {
         "live",
         "submit",
         "hysteresis",
+        "preemption",
     ];
     let leaf = prop_oneof![
         Just(Value::Null),

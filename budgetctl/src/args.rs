@@ -60,7 +60,7 @@ pub enum Command {
     /// GPU-type billing weights.
     #[command(subcommand)]
     Weights(WeightsCmd),
-    /// Site policy (window, min_runtime defaults, hysteresis, ...).
+    /// Site policy (min_runtime defaults, preemption strength, site caps, ...).
     #[command(subcommand)]
     Policy(PolicyCmd),
     /// The fair-share table, like sshare.
@@ -217,18 +217,15 @@ pub enum WeightsCmd {
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCmd {
-    /// Show the policy ("(default)": the cost-aware rule's default, not set here).
+    /// Show the policy ("(default)": the rule's default, not set here).
     Show,
-    /// Set KEY=VALUE ...: window, default_min_runtime, max_min_runtime,
-    /// snapshot_max_age, idle_threshold (durations: 90m, 4h, 7d, HH:MM:SS),
-    /// require_min_runtime (true|false), hysteresis (number),
-    /// site_max_preemptions (count|none), site_max_lost_gpu_hours
-    /// (GPU-hours|none), max_requeues (count|none|default); the ranking of pending
-    /// jobs: tier_projection (fraction of a window 0-1|none|default; default
-    /// 0.6), tier_band (fraction 0-1|none|default; default none), share_order
-    /// (on|off|default; default off), entitled_first (on|off|default; default
-    /// on), balance_band (fraction of the entitlement 0-1|none|default; default
-    /// 0.15).
+    /// Set KEY=VALUE ...: default_min_runtime, max_min_runtime (durations: 90m,
+    /// 4h, 7d, HH:MM:SS), require_min_runtime (true|false), preemption
+    /// (gentle|default|aggressive: a benefit/cost factor of 4, 2 or 1),
+    /// site_max_preemptions (count per window|none), site_max_lost_gpu_hours
+    /// (GPU-hours per window|none), max_requeues (count|none|default); and
+    /// window, snapshot_max_age, idle_threshold (durations). Every other number
+    /// of the rule is a constant of it (docs/design.md §6.6).
     Set {
         #[arg(required = true, value_name = "KEY=VALUE")]
         pairs: Vec<String>,

@@ -1,56 +1,27 @@
-//! `budgetctl policy show|set`: the site policy (window, min_runtime
-//! defaults, hysteresis, snapshot age, idle threshold, and the site caps on
-//! rebalancing preemptions per window: `site_max_preemptions`,
-//! `site_max_lost_gpu_hours`, `none` to clear; `max_requeues`, the requeues
-//! after which a job is no longer taken for rebalancing, `none` for no cap; and the ranking
-//! knobs of the cost-aware rule, `tier_projection`, `tier_band`, `share_order`,
-//! `entitled_first`, `balance_band`). The rule's knobs take `default` to go back to the
-//! rule's default, which `show` marks "(default)".
+//! `budgetctl policy show|set`: the site policy, what a site decides: the
+//! min_runtime default and maximum (and whether a job must declare one), the
+//! preemption strength (`preemption=gentle|default|aggressive`, a benefit/cost
+//! factor), the site caps on rebalancing preemptions per window
+//! (`site_max_preemptions`, `site_max_lost_gpu_hours`, `none` to clear), the
+//! requeue cap per job (`max_requeues`, `none` for no cap, `default` for the
+//! rule's, which `show` marks "(default)"), and the operational settings
+//! (window, snapshot age, idle threshold). Every other number of the rule is a
+//! constant of it: naming one is refused, before anything is sent.
 
 use anyhow::bail;
-use budget_protocol::Policy;
-use budget_protocol::tree::PolicyPatch;
+use budget_protocol::tree::{PolicyPatch, fixed_constant_message};
+use budget_protocol::{Policy, PreemptionPreset};
 
 use crate::api::Api;
 use crate::args::{PolicyCmd, UsageError};
 use crate::output::{Out, num, render};
 
-const KEYS: &str = "window, default_min_runtime, max_min_runtime, require_min_runtime, \
-                    hysteresis, snapshot_max_age, idle_threshold, site_max_preemptions, \
-                    site_max_lost_gpu_hours, max_requeues, tier_projection, tier_band, \
-                    share_order, entitled_first, balance_band";
+const KEYS: &str = "default_min_runtime, max_min_runtime, require_min_runtime, preemption, \
+                    site_max_preemptions, site_max_lost_gpu_hours, max_requeues, window, \
+                    snapshot_max_age, idle_threshold";
 
-/// `on|off|default` (and the usual true/false, yes/no, 1/0) of a ranking
-/// switch: `None` is back to the rule's default.
-fn switch(k: &str, val: &str) -> Result<Option<bool>, UsageError> {
-    match val.trim() {
-        "default" => Ok(None),
-        "on" | "true" | "yes" | "1" => Ok(Some(true)),
-        "off" | "false" | "no" | "0" => Ok(Some(false)),
-        _ => Err(UsageError(format!(
-            "{k}: expected on, off or default, got {val:?}"
-        ))),
-    }
-}
-
-/// `0..=1|none|off|default` of a fractional ranking knob: `None` is back to
-/// the rule's default, `none`/`off` is 0 (how the policy says "off").
-fn fraction(k: &str, val: &str) -> Result<Option<f64>, UsageError> {
-    match val.trim() {
-        "default" => Ok(None),
-        "none" | "off" => Ok(Some(0.0)),
-        v => v
-            .parse::<f64>()
-            .ok()
-            .filter(|x| x.is_finite() && (0.0..=1.0).contains(x))
-            .map(Some)
-            .ok_or_else(|| {
-                UsageError(format!(
-                    "{k}: expected a fraction between 0 and 1, none or default, got {val:?}"
-                ))
-            }),
-    }
-}
+/// The line `show` ends with: where the rule's constants are.
+const CONSTANTS: &str = "The rule's other numbers are constants of it, each with the ablation that chose it: docs/design.md §6.6.";
 
 /// Reads `KEY=VALUE` pairs (durations as 90m, 4h, 7d, HH:MM:SS) into a patch.
 fn patch(pairs: &[String]) -> anyhow::Result<PolicyPatch> {
@@ -76,11 +47,12 @@ fn patch(pairs: &[String]) -> anyhow::Result<PolicyPatch> {
                         UsageError(format!("{k}: expected true or false, got {val:?}"))
                     })?)
             }
-            "hysteresis" => {
-                p.hysteresis = Some(
-                    val.parse::<f64>()
-                        .map_err(|_| UsageError(format!("{k}: expected a number, got {val:?}")))?,
-                )
+            "preemption" => {
+                p.preemption = Some(PreemptionPreset::parse(val).ok_or_else(|| {
+                    UsageError(format!(
+                        "{k}: expected gentle, default or aggressive, got {val:?}"
+                    ))
+                })?)
             }
             "max_requeues" => {
                 // `none` is no cap, as the simulator's `--rule max_requeues=none`.
@@ -122,13 +94,12 @@ fn patch(pairs: &[String]) -> anyhow::Result<PolicyPatch> {
                     ),
                 })
             }
-            // 0 is how the policy says "no band" / "no projection" / "GPUs held
-            // alone" (`Policy::tier_band`, `tier_projection`, `balance_band`).
-            "tier_band" => p.tier_band = Some(fraction(k, val)?),
-            "tier_projection" => p.tier_projection = Some(fraction(k, val)?),
-            "balance_band" => p.balance_band = Some(fraction(k, val)?),
-            "share_order" => p.share_order = Some(switch(k, val)?),
-            "entitled_first" => p.entitled_first = Some(switch(k, val)?),
+            removed if Policy::REMOVED.contains(&removed) => {
+                bail!(UsageError(format!(
+                    "{}; settable: {KEYS}",
+                    fixed_constant_message(removed)
+                )))
+            }
             _ => bail!(UsageError(format!(
                 "unknown policy key {k:?}; keys: {KEYS}"
             ))),
@@ -137,7 +108,8 @@ fn patch(pairs: &[String]) -> anyhow::Result<PolicyPatch> {
     Ok(p)
 }
 
-/// The policy as a KEY/VALUE table, keys in name order, durations readable.
+/// The policy as a KEY/VALUE table, keys in name order, durations readable,
+/// and a line saying where the rule's constants are documented.
 fn table(p: &Policy) -> String {
     // Every field by name (no `..`): a new policy field must be shown here.
     let Policy {
@@ -145,46 +117,38 @@ fn table(p: &Policy) -> String {
         default_min_runtime_secs,
         max_min_runtime_secs,
         require_min_runtime,
-        hysteresis,
         snapshot_max_age_secs,
         idle_threshold_secs,
         site_max_preemptions,
         site_max_lost_gpu_hours,
         max_requeues,
-        tier_band,
-        share_order,
-        entitled_first,
-        tier_projection,
-        balance_band,
+        preemption,
     } = p;
     let d = |secs: &i64| policy_core::format_duration(*secs);
-    // The rule's knobs show the value in effect, the rule's default when unset.
+    // The requeue cap shows the value in effect, the rule's default when unset.
     let rule = p.rebalance();
-    let unset = |u: bool| if u { " (default)" } else { "" };
-    let on = |b: bool| if b { "on" } else { "off" }.to_string();
     let rows = [
-        (
-            "balance_band",
-            rule.balance_band.map_or("none".into(), |b| num(b, 3)) + unset(balance_band.is_none()),
-        ),
         ("default_min_runtime", d(default_min_runtime_secs)),
-        (
-            "entitled_first",
-            on(rule.entitled_first) + unset(entitled_first.is_none()),
-        ),
-        ("hysteresis", num(*hysteresis, 3)),
         ("idle_threshold", d(idle_threshold_secs)),
         ("max_min_runtime", d(max_min_runtime_secs)),
         (
             "max_requeues",
             rule.max_requeues.map_or("none".into(), |n| n.to_string())
-                + unset(max_requeues.is_none()),
+                + if max_requeues.is_none() {
+                    " (default)"
+                } else {
+                    ""
+                },
+        ),
+        (
+            "preemption",
+            format!(
+                "{} (benefit factor {})",
+                preemption.name(),
+                num(preemption.benefit_factor(), 1)
+            ),
         ),
         ("require_min_runtime", require_min_runtime.to_string()),
-        (
-            "share_order",
-            on(rule.share_order) + unset(share_order.is_none()),
-        ),
         (
             "site_max_lost_gpu_hours",
             site_max_lost_gpu_hours.map_or("none".into(), |h| num(h, 2)),
@@ -194,19 +158,10 @@ fn table(p: &Policy) -> String {
             site_max_preemptions.map_or("none".into(), |n| n.to_string()),
         ),
         ("snapshot_max_age", d(snapshot_max_age_secs)),
-        (
-            "tier_band",
-            rule.tier_band.map_or("none".into(), |b| num(b, 3)) + unset(tier_band.is_none()),
-        ),
-        (
-            "tier_projection",
-            rule.tier_projection.map_or("none".into(), |a| num(a, 3))
-                + unset(tier_projection.is_none()),
-        ),
         ("window", d(window_secs)),
     ]
     .map(|(k, v)| vec![k.to_string(), v]);
-    render(&["KEY", "VALUE"], &rows)
+    format!("{}{CONSTANTS}\n", render(&["KEY", "VALUE"], &rows))
 }
 
 pub fn run(api: &Api, out: Out, c: &PolicyCmd) -> anyhow::Result<()> {
@@ -223,16 +178,22 @@ mod tests {
 
     #[test]
     fn keys_and_values_are_checked_before_sending() {
-        let p = patch(&["window=14d".into(), "hysteresis=0.2".into()]).expect("patch");
+        let p = patch(&["window=14d".into(), "preemption=gentle".into()]).expect("patch");
         assert_eq!(p.window_secs, Some(14 * 86_400));
-        assert_eq!(p.hysteresis, Some(0.2));
+        assert_eq!(p.preemption, Some(PreemptionPreset::Gentle));
         assert_eq!(
             patch(&["idle_threshold_secs=30m".into()])
                 .expect("suffix")
                 .idle_threshold_secs,
             Some(1800)
         );
-        for bad in ["window=forever", "hysteresis=lots", "colour=blue", "window"] {
+        for bad in [
+            "window=forever",
+            "preemption=brutal",
+            "preemption=2",
+            "colour=blue",
+            "window",
+        ] {
             assert!(
                 patch(&[bad.into()])
                     .unwrap_err()
@@ -244,15 +205,15 @@ mod tests {
         let t = table(&Policy::default());
         let line = |k: &str| t.lines().find(|l| l.starts_with(k)).unwrap_or_default();
         assert!(line("window").ends_with(" 7d"), "{t}");
-        assert!(line("hysteresis").ends_with(" 0.1"), "{t}");
+        assert!(
+            line("preemption").ends_with(" default (benefit factor 2)"),
+            "{t}"
+        );
         assert!(line("require_min_runtime").ends_with(" false"), "{t}");
         assert!(line("site_max_preemptions").ends_with(" none"), "{t}");
-        assert!(line("tier_band ").ends_with(" none (default)"), "{t}");
-        assert!(line("tier_projection").ends_with(" 0.6 (default)"), "{t}");
-        assert!(line("share_order").ends_with(" off (default)"), "{t}");
-        assert!(line("entitled_first").ends_with(" on (default)"), "{t}");
-        assert!(line("balance_band").ends_with(" 0.15 (default)"), "{t}");
-        assert_eq!(t.lines().count(), 16, "{t}");
+        assert!(t.ends_with(&format!("{CONSTANTS}\n")), "{t}");
+        // Header, ten settings, the line on the constants.
+        assert_eq!(t.lines().count(), 12, "{t}");
         let p = patch(&[
             "site_max_preemptions=3".into(),
             "site_max_lost_gpu_hours=none".into(),
@@ -262,6 +223,39 @@ mod tests {
         assert_eq!(p.site_max_lost_gpu_hours, Some(None));
         for bad in ["site_max_preemptions=-1", "site_max_lost_gpu_hours=NaN"] {
             assert!(patch(&[bad.into()]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn presets_map_to_their_factors() {
+        for (name, factor) in [("gentle", 4.0), ("default", 2.0), ("aggressive", 1.0)] {
+            let p = patch(&[format!("preemption={name}")]).expect(name);
+            let policy = p.apply(&Policy::default());
+            assert_eq!(policy.rebalance().benefit_factor, Some(factor), "{name}");
+            let t = table(&policy);
+            let line = t.lines().find(|l| l.starts_with("preemption"));
+            assert!(
+                line.is_some_and(|l| l.ends_with(&format!(" {name} (benefit factor {factor})"))),
+                "{t}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_rules_constants_are_refused_by_name() {
+        for k in Policy::REMOVED {
+            for v in ["0.2", "on", "none", "default"] {
+                let e = patch(&["window=14d".into(), format!("{k}={v}")]).unwrap_err();
+                let msg = e
+                    .downcast_ref::<UsageError>()
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
+                assert!(
+                    msg.contains(&format!("`{k}` is a fixed constant of the rule"))
+                        && msg.contains("preemption"),
+                    "{k}={v}: {e}"
+                );
+            }
         }
     }
 
@@ -294,95 +288,5 @@ mod tests {
                 "{bad}: {e}"
             );
         }
-    }
-
-    #[test]
-    fn ranking_knobs_tell_a_value_from_none_from_default() {
-        let p = patch(&[
-            "tier_band=0.2".into(),
-            "share_order=off".into(),
-            "entitled_first=on".into(),
-            "tier_projection=0.4".into(),
-            "balance_band=0.25".into(),
-        ])
-        .expect("knobs");
-        assert_eq!(
-            (
-                p.tier_band,
-                p.share_order,
-                p.entitled_first,
-                p.tier_projection,
-                p.balance_band
-            ),
-            (
-                Some(Some(0.2)),
-                Some(Some(false)),
-                Some(Some(true)),
-                Some(Some(0.4)),
-                Some(Some(0.25))
-            )
-        );
-        // `none`/`off` is no band or no projection (0 on the wire), `default`
-        // the rule's own.
-        for (v, want) in [("none", Some(0.0)), ("off", Some(0.0)), ("0", Some(0.0))] {
-            let p = patch(&[format!("tier_band={v}")]).expect(v);
-            assert_eq!(p.tier_band, Some(want), "{v}");
-            let p = patch(&[format!("tier_projection={v}")]).expect(v);
-            assert_eq!(p.tier_projection, Some(want), "{v}");
-            let p = patch(&[format!("balance_band={v}")]).expect(v);
-            assert_eq!(p.balance_band, Some(want), "{v}");
-        }
-        assert_eq!(
-            patch(&["tier_projection=default".into()])
-                .expect("default")
-                .tier_projection,
-            Some(None)
-        );
-        let p = patch(&[
-            "tier_band=default".into(),
-            "share_order=default".into(),
-            "entitled_first=default".into(),
-        ])
-        .expect("defaults");
-        assert_eq!(
-            (p.tier_band, p.share_order, p.entitled_first),
-            (Some(None), Some(None), Some(None))
-        );
-        for bad in [
-            "tier_band=1.01",
-            "tier_band=-0.1",
-            "tier_band=inf",
-            "tier_band=NaN",
-            "tier_projection=1.5",
-            "tier_projection=-1",
-            "tier_projection=soon",
-            "balance_band=2",
-            "balance_band=lots",
-            "share_order=maybe",
-            "entitled_first=",
-        ] {
-            assert!(
-                patch(&[bad.into()])
-                    .unwrap_err()
-                    .downcast_ref::<UsageError>()
-                    .is_some(),
-                "{bad}"
-            );
-        }
-        // Shown as in effect: set values plainly, no band as none.
-        let t = table(&Policy {
-            tier_band: Some(0.0),
-            share_order: Some(false),
-            entitled_first: Some(true),
-            tier_projection: Some(0.0),
-            balance_band: Some(0.0),
-            ..Policy::default()
-        });
-        let line = |k: &str| t.lines().find(|l| l.starts_with(k)).unwrap_or_default();
-        assert!(line("tier_band ").ends_with(" none"), "{t}");
-        assert!(line("tier_projection").ends_with(" none"), "{t}");
-        assert!(line("balance_band").ends_with(" none"), "{t}");
-        assert!(line("share_order").ends_with(" off"), "{t}");
-        assert!(line("entitled_first").ends_with(" on"), "{t}");
     }
 }

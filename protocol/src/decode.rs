@@ -66,7 +66,6 @@ impl PluginSnapshot {
                 format!("must be > 0, got {}", p.window_secs),
             ));
         }
-        number(|| "policy.hysteresis".into(), p.hysteresis, 0.0, 10.0)?;
         if let Some(h) = p.site_max_lost_gpu_hours {
             number(
                 || "policy.site_max_lost_gpu_hours".into(),
@@ -74,15 +73,6 @@ impl PluginSnapshot {
                 0.0,
                 MAX_ALLOCATION_GPU_HOURS,
             )?;
-        }
-        for (name, v) in [
-            ("policy.tier_band", p.tier_band),
-            ("policy.tier_projection", p.tier_projection),
-            ("policy.balance_band", p.balance_band),
-        ] {
-            if let Some(x) = v {
-                number(|| name.into(), x, 0.0, 1.0)?;
-            }
         }
         number(
             || "weights.default".into(),

@@ -45,9 +45,18 @@ pub const SNAPSHOT_PATH: &str = "/v1/snapshot";
 /// Path of the job-state sync endpoint.
 pub const SYNC_PATH: &str = "/v1/sync/jobs";
 
-/// Site policy the plugins apply.
+/// Site policy the plugins apply: what a site decides (docs/design.md §6.6).
+/// Every other number of the rule is a constant of it
+/// (`policy_core::rebalance::RebalancePolicy::default()`, with the ablation
+/// that chose each).
+///
+/// On the wire ([`PolicyWire`]) it also carries `hysteresis`, always the
+/// rule's constant, which plugins of the previous release require; and it
+/// reads policies of the previous release, stored in budgetd's database or
+/// served in its snapshot, whose removed settings ([`Policy::REMOVED`]) are
+/// ignored: the rule's constants apply.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "PolicyWire", into = "PolicyWire")]
 pub struct Policy {
     /// Length of the sliding usage window in seconds (default 7 days).
     pub window_secs: i64,
@@ -57,8 +66,6 @@ pub struct Policy {
     pub max_min_runtime_secs: i64,
     /// Reject jobs that declare no `min_runtime`.
     pub require_min_runtime: bool,
-    /// Ratio gap needed for a budgeted job to preempt another (docs/design.md §6).
-    pub hysteresis: f64,
     /// A snapshot older than this puts the plugins in safe mode.
     pub snapshot_max_age_secs: i64,
     /// A job whose GPUs stay idle this long is flagged as squatting.
@@ -66,53 +73,23 @@ pub struct Policy {
     /// Site safety net: at most this many rebalancing preemptions per window
     /// (`None`: no cap). Left out of the JSON when unset, so plugins of the
     /// previous release still read a snapshot that sets no cap.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub site_max_preemptions: Option<u32>,
     /// Site safety net: at most this many GPU-hours lost to rebalancing per
     /// window (`None`: no cap).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub site_max_lost_gpu_hours: Option<f64>,
     /// A job requeued this many times is no longer taken for rebalancing
     /// (`None`: the rule's default, `RebalancePolicy::default().max_requeues`;
     /// [`Policy::NO_REQUEUE_CAP`]: no cap, the rule's `None`, what
     /// `budgetctl policy set max_requeues=none` and the simulator's
     /// `--rule max_requeues=none` say).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_requeues: Option<u32>,
-    /// Priority only: the band on the over-budget tier boundary for pending
-    /// jobs, a fraction in `[0, 1]` (`RebalancePolicy::tier_band`). `None`:
-    /// the rule's default (`RebalancePolicy::default().tier_band`: no band);
-    /// `Some(0.0)`: no band (a band of width 0 promotes no job, so 0 is how
-    /// the policy says "off", as `budgetctl policy set tier_band=none` sends).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tier_band: Option<f64>,
-    /// Priority, with `entitled_first`: siblings below their entitled GPUs
-    /// rank by the share of it they hold (`RebalancePolicy::share_order`;
-    /// `None`: the rule's default, off: by ratio).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub share_order: Option<bool>,
-    /// Priority: within a tier, sides below their entitled GPUs rank first
-    /// (`RebalancePolicy::entitled_first`; `None`: the rule's default, on).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub entitled_first: Option<bool>,
-    /// Priority only: the tier of a pending job reads each account's ratio
-    /// projected this fraction of a window ahead, a fraction in `[0, 1]`
-    /// (`RebalancePolicy::tier_projection`). `None`: the rule's default
-    /// (`RebalancePolicy::default().tier_projection`, 0.6); `Some(0.0)`: no
-    /// projection, the snapshot's tier (a look-ahead of 0 is the ratio
-    /// itself, as `budgetctl policy set tier_projection=none` sends).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tier_projection: Option<f64>,
-    /// Priority, with `entitled_first`: a side counts as below its entitlement
-    /// while it holds fewer GPUs than its entitlement plus its window balance
-    /// (the entitled GPU-hours of the window it did not receive, spread over
-    /// one window), the balance within this fraction of the entitlement either
-    /// way, a fraction in `[0, 1]` (`RebalancePolicy::balance_band`). `None`:
-    /// the rule's default (0.15); `Some(0.0)`: the instantaneous test (GPUs
-    /// held against the entitlement alone).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub balance_band: Option<f64>,
+    /// How readily the rule preempts: a preset benefit/cost factor
+    /// (`PreemptionPreset`). Left out of the JSON at `default`, so plugins of
+    /// the previous release read a snapshot that keeps the default.
+    pub preemption: PreemptionPreset,
 }
+
+pub use policy_core::rebalance::PreemptionPreset;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -121,17 +98,12 @@ impl Default for Policy {
             default_min_runtime_secs: 3600,
             max_min_runtime_secs: 86_400,
             require_min_runtime: false,
-            hysteresis: 0.1,
             snapshot_max_age_secs: 60,
             idle_threshold_secs: 1800,
             site_max_preemptions: None,
             site_max_lost_gpu_hours: None,
             max_requeues: None,
-            tier_band: None,
-            share_order: None,
-            entitled_first: None,
-            tier_projection: None,
-            balance_band: None,
+            preemption: PreemptionPreset::Default,
         }
     }
 }
@@ -142,14 +114,24 @@ impl Policy {
     /// this often.
     pub const NO_REQUEUE_CAP: u32 = u32::MAX;
 
-    /// The cost-aware rule's knobs under this policy: the rule's defaults with
-    /// the site's hysteresis, site caps, requeue cap and ranking knobs, each
-    /// unset one the rule's default (`preempt/budget`, `priority/budget` and
-    /// `budgetctl why` read the same).
+    /// Settings of the previous release that are now constants of the rule
+    /// (`RebalancePolicy::default()`): refused in a policy patch, ignored in a
+    /// stored policy or snapshot of that release.
+    pub const REMOVED: [&'static str; 6] = [
+        "hysteresis",
+        "tier_band",
+        "tier_projection",
+        "share_order",
+        "entitled_first",
+        "balance_band",
+    ];
+
+    /// The cost-aware rule's knobs under this policy: the rule's constants with
+    /// the site's preemption preset, site caps and requeue cap
+    /// (`preempt/budget`, `priority/budget` and `budgetctl why` read the same).
     pub fn rebalance(&self) -> policy_core::rebalance::RebalancePolicy {
         let rule = policy_core::rebalance::RebalancePolicy::default();
         policy_core::rebalance::RebalancePolicy {
-            hysteresis: self.hysteresis,
             site_max_preemptions: self.site_max_preemptions,
             site_max_lost_gpu_hours: self.site_max_lost_gpu_hours,
             max_requeues: match self.max_requeues {
@@ -157,25 +139,93 @@ impl Policy {
                 Some(Self::NO_REQUEUE_CAP) => None,
                 Some(n) => Some(n),
             },
-            tier_band: fraction_knob(self.tier_band, rule.tier_band),
-            share_order: self.share_order.unwrap_or(rule.share_order),
-            entitled_first: self.entitled_first.unwrap_or(rule.entitled_first),
-            tier_projection: fraction_knob(self.tier_projection, rule.tier_projection),
-            balance_band: fraction_knob(self.balance_band, rule.balance_band),
+            benefit_factor: Some(self.preemption.benefit_factor()),
             ..rule
         }
     }
 }
 
-/// A fractional ranking knob of the policy (`tier_band`, `tier_projection`,
-/// `balance_band`) as
-/// the rule takes it: unset is the rule's default, 0 is off (the rule's `None`
-/// ranks the same and skips the pass), anything else is the value.
-fn fraction_knob(set: Option<f64>, rule_default: Option<f64>) -> Option<f64> {
-    match set {
-        None => rule_default,
-        Some(x) if x > 0.0 => Some(x),
-        Some(_) => None,
+/// [`Policy`] as JSON: what the previous release wrote and reads (its
+/// plugins deny unknown fields and require `hysteresis`), and what it stored.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyWire {
+    window_secs: i64,
+    default_min_runtime_secs: i64,
+    max_min_runtime_secs: i64,
+    require_min_runtime: bool,
+    /// Always written as the rule's constant (the previous release's plugins
+    /// read it into their rule); read and ignored.
+    #[serde(default, skip_deserializing)]
+    hysteresis: f64,
+    snapshot_max_age_secs: i64,
+    idle_threshold_secs: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    site_max_preemptions: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    site_max_lost_gpu_hours: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_requeues: Option<u32>,
+    #[serde(default, skip_serializing_if = "is_default_preset")]
+    preemption: PreemptionPreset,
+    /// The removed settings of the previous release ([`Policy::REMOVED`]),
+    /// read and ignored, never written.
+    #[serde(default, skip_serializing, rename = "hysteresis")]
+    _hysteresis: Option<serde::de::IgnoredAny>,
+    #[serde(default, skip_serializing, rename = "tier_band")]
+    _tier_band: Option<serde::de::IgnoredAny>,
+    #[serde(default, skip_serializing, rename = "tier_projection")]
+    _tier_projection: Option<serde::de::IgnoredAny>,
+    #[serde(default, skip_serializing, rename = "share_order")]
+    _share_order: Option<serde::de::IgnoredAny>,
+    #[serde(default, skip_serializing, rename = "entitled_first")]
+    _entitled_first: Option<serde::de::IgnoredAny>,
+    #[serde(default, skip_serializing, rename = "balance_band")]
+    _balance_band: Option<serde::de::IgnoredAny>,
+}
+
+fn is_default_preset(p: &PreemptionPreset) -> bool {
+    *p == PreemptionPreset::Default
+}
+
+impl From<PolicyWire> for Policy {
+    fn from(w: PolicyWire) -> Self {
+        Policy {
+            window_secs: w.window_secs,
+            default_min_runtime_secs: w.default_min_runtime_secs,
+            max_min_runtime_secs: w.max_min_runtime_secs,
+            require_min_runtime: w.require_min_runtime,
+            snapshot_max_age_secs: w.snapshot_max_age_secs,
+            idle_threshold_secs: w.idle_threshold_secs,
+            site_max_preemptions: w.site_max_preemptions,
+            site_max_lost_gpu_hours: w.site_max_lost_gpu_hours,
+            max_requeues: w.max_requeues,
+            preemption: w.preemption,
+        }
+    }
+}
+
+impl From<Policy> for PolicyWire {
+    fn from(p: Policy) -> Self {
+        PolicyWire {
+            window_secs: p.window_secs,
+            default_min_runtime_secs: p.default_min_runtime_secs,
+            max_min_runtime_secs: p.max_min_runtime_secs,
+            require_min_runtime: p.require_min_runtime,
+            hysteresis: policy_core::rebalance::RebalancePolicy::default().hysteresis,
+            snapshot_max_age_secs: p.snapshot_max_age_secs,
+            idle_threshold_secs: p.idle_threshold_secs,
+            site_max_preemptions: p.site_max_preemptions,
+            site_max_lost_gpu_hours: p.site_max_lost_gpu_hours,
+            max_requeues: p.max_requeues,
+            preemption: p.preemption,
+            _hysteresis: None,
+            _tier_band: None,
+            _tier_projection: None,
+            _share_order: None,
+            _entitled_first: None,
+            _balance_band: None,
+        }
     }
 }
 
@@ -510,161 +560,130 @@ mod tests {
         assert!(serde_json::from_str::<JobSync>(bad).is_err());
     }
 
-    /// The policy as the previous release stored and served it: no ranking knobs.
+    /// The policy as a release before the ranking knobs stored and served it.
     const OLD_POLICY: &str = r#"{"window_secs":604800,"default_min_runtime_secs":3600,"max_min_runtime_secs":86400,"require_min_runtime":false,"hysteresis":0.1,"snapshot_max_age_secs":60,"idle_threshold_secs":1800,"max_requeues":2}"#;
 
+    /// The policy of the previous release with every removed setting set.
+    const OLD_POLICY_WITH_KNOBS: &str = r#"{"window_secs":604800,"default_min_runtime_secs":3600,"max_min_runtime_secs":86400,"require_min_runtime":true,"hysteresis":0.3,"snapshot_max_age_secs":60,"idle_threshold_secs":1800,"site_max_preemptions":4,"max_requeues":2,"tier_band":0.1,"share_order":true,"entitled_first":false,"tier_projection":0.4,"balance_band":0}"#;
+
     #[test]
-    fn ranking_knobs_are_left_out_unless_set_and_old_policies_still_parse() {
-        // A database or snapshot of the previous release reads as "the rule's defaults".
-        let old: Policy = serde_json::from_str(OLD_POLICY).expect("old policy");
-        assert_eq!(
-            (
-                old.tier_band,
-                old.share_order,
-                old.entitled_first,
-                old.tier_projection,
-                old.balance_band
-            ),
-            (None, None, None, None, None)
-        );
-        assert_eq!(old.max_requeues, Some(2));
-        // Unset knobs are not serialized: the previous release's plugins (whose
-        // Policy denies unknown fields) read this snapshot's policy unchanged.
-        let text = serde_json::to_string(&old).expect("json");
-        assert_eq!(text, OLD_POLICY);
-        // Set ones are, and come back as they were (0 = no band stays 0, not unset).
-        for band in [0.0, 0.2, 1.0] {
-            let set = Policy {
-                tier_band: Some(band),
-                share_order: Some(false),
-                entitled_first: Some(true),
-                tier_projection: Some(band),
-                balance_band: Some(band),
-                ..old.clone()
+    fn old_policies_read_with_their_removed_settings_ignored() {
+        for text in [OLD_POLICY, OLD_POLICY_WITH_KNOBS] {
+            let old: Policy = serde_json::from_str(text).expect("old policy");
+            assert_eq!(old.max_requeues, Some(2));
+            assert_eq!(old.preemption, PreemptionPreset::Default);
+            // The removed settings are the rule's constants whatever was stored.
+            assert_eq!(
+                old.rebalance(),
+                policy_core::rebalance::RebalancePolicy {
+                    max_requeues: Some(2),
+                    site_max_preemptions: old.site_max_preemptions,
+                    ..Default::default()
+                }
+            );
+        }
+        let with: Policy = serde_json::from_str(OLD_POLICY_WITH_KNOBS).expect("old");
+        assert!(with.require_min_runtime && with.site_max_preemptions == Some(4));
+        // A policy at the defaults serializes as the previous release wrote it
+        // (which its plugins, denying unknown fields and requiring
+        // `hysteresis`, read), the hysteresis the rule's constant.
+        let old: Policy = serde_json::from_str(OLD_POLICY).expect("old");
+        assert_eq!(serde_json::to_string(&old).expect("json"), OLD_POLICY);
+        let with = serde_json::to_value(&with).expect("json");
+        assert_eq!(with["hysteresis"], serde_json::json!(0.1));
+        for k in Policy::REMOVED.iter().filter(|k| **k != "hysteresis") {
+            assert!(with.get(k).is_none(), "{k} in {with}");
+        }
+        // Still strict about anything else.
+        let unknown = OLD_POLICY.replace("\"max_requeues\"", "\"max_requeue\"");
+        assert!(serde_json::from_str::<Policy>(&unknown).is_err());
+        let missing = OLD_POLICY.replace("\"window_secs\":604800,", "");
+        assert!(serde_json::from_str::<Policy>(&missing).is_err());
+    }
+
+    #[test]
+    fn the_preset_sets_the_benefit_factor_and_is_written_only_when_set() {
+        let rule = policy_core::rebalance::RebalancePolicy::default();
+        assert_eq!(Policy::default().rebalance(), rule);
+        for (preset, factor) in [
+            (PreemptionPreset::Gentle, 4.0),
+            (PreemptionPreset::Default, 2.0),
+            (PreemptionPreset::Aggressive, 1.0),
+        ] {
+            let p = Policy {
+                preemption: preset,
+                ..Policy::default()
             };
-            let text = serde_json::to_string(&set).expect("json");
-            assert!(
-                text.contains("\"share_order\":false") && text.contains("\"entitled_first\":true"),
+            assert_eq!(
+                p.rebalance(),
+                policy_core::rebalance::RebalancePolicy {
+                    benefit_factor: Some(factor),
+                    ..rule
+                }
+            );
+            let text = serde_json::to_string(&p).expect("json");
+            assert_eq!(
+                text.contains("preemption"),
+                preset != PreemptionPreset::Default,
                 "{text}"
             );
-            assert_eq!(serde_json::from_str::<Policy>(&text).expect("back"), set);
+            assert_eq!(serde_json::from_str::<Policy>(&text).expect("back"), p);
         }
-        assert!(serde_json::from_str::<Policy>(r#"{"tier_band":"off"}"#).is_err());
-        assert!(serde_json::from_str::<Policy>(r#"{"tier_projection":true}"#).is_err());
-        assert!(serde_json::from_str::<Policy>(r#"{"balance_band":"on"}"#).is_err());
-    }
-
-    #[test]
-    fn rebalance_maps_the_ranking_knobs_unset_ones_to_the_rules_defaults() {
-        let rule = policy_core::rebalance::RebalancePolicy::default();
-        let p = Policy::default().rebalance();
-        assert_eq!(
-            (
-                p.tier_band,
-                p.share_order,
-                p.entitled_first,
-                p.tier_projection
-            ),
-            (
-                rule.tier_band,
-                rule.share_order,
-                rule.entitled_first,
-                rule.tier_projection
-            )
+        assert!(
+            serde_json::from_str::<Policy>(&OLD_POLICY.replace('}', r#","preemption":"brutal"}"#))
+                .is_err()
         );
-        assert_eq!((rule.tier_band, rule.tier_projection), (None, Some(0.6)));
-        assert!(!rule.share_order && rule.entitled_first);
-        let set = Policy {
-            tier_band: Some(0.25),
-            share_order: Some(true),
-            entitled_first: Some(false),
-            ..Policy::default()
-        }
-        .rebalance();
-        assert_eq!(
-            (set.tier_band, set.share_order, set.entitled_first),
-            (Some(0.25), true, false)
-        );
-        // 0 is no band at all, as `RebalancePolicy::set("tier_band", "off")` says.
-        let off = Policy {
-            tier_band: Some(0.0),
-            ..Policy::default()
-        }
-        .rebalance();
-        let mut expected = rule;
-        expected.set("tier_band", "off").expect("off");
-        assert_eq!(off.tier_band, expected.tier_band);
-        assert_eq!(off.tier_band, None);
-        // The same for the projection: 0 is the snapshot's tier, a value is kept.
+        // The requeue cap: unset the rule's default, NO_REQUEUE_CAP none.
         let none = Policy {
-            tier_projection: Some(0.0),
+            max_requeues: Some(Policy::NO_REQUEUE_CAP),
             ..Policy::default()
-        }
-        .rebalance();
-        assert_eq!(none.tier_projection, None);
-        let mut expected = rule;
-        expected.set("tier_projection", "off").expect("off");
-        assert_eq!(none.tier_projection, expected.tier_projection);
-        let some = Policy {
-            tier_projection: Some(0.4),
-            ..Policy::default()
-        }
-        .rebalance();
-        assert_eq!(some.tier_projection, Some(0.4));
-        // And for the window balance: unset is the rule's 0.15, 0 the
-        // instantaneous test, a value is kept.
-        assert_eq!(p.balance_band, Some(0.15));
-        let instantaneous = Policy {
-            balance_band: Some(0.0),
-            ..Policy::default()
-        }
-        .rebalance();
-        let mut expected = rule;
-        expected.set("balance_band", "off").expect("off");
-        assert_eq!(instantaneous.balance_band, expected.balance_band);
-        assert_eq!(instantaneous.balance_band, None);
-        let band = Policy {
-            balance_band: Some(0.3),
-            ..Policy::default()
-        }
-        .rebalance();
-        assert_eq!(band.balance_band, Some(0.3));
-        // The other knobs are untouched by the ranking ones.
+        };
+        assert_eq!(none.rebalance().max_requeues, None);
         assert_eq!(
-            (set.max_requeues, set.lost_budget, set.reverse_lock),
-            (rule.max_requeues, rule.lost_budget, rule.reverse_lock)
+            Policy::default().rebalance().max_requeues,
+            rule.max_requeues
         );
     }
 
     #[test]
-    fn a_policy_patch_tells_default_from_off_from_absent() {
+    fn a_policy_patch_refuses_each_removed_setting_by_name() {
         use crate::tree::PolicyPatch;
+        for k in Policy::REMOVED {
+            for v in ["0.2", "0", "true", "null", "\"off\""] {
+                let text = format!(r#"{{"window_secs":86400,"{k}":{v}}}"#);
+                let e = serde_json::from_str::<PolicyPatch>(&text).unwrap_err();
+                assert!(
+                    e.to_string()
+                        .contains(&format!("`{k}` is a fixed constant of the rule")),
+                    "{text}: {e}"
+                );
+            }
+        }
         let p: PolicyPatch =
-            serde_json::from_str(r#"{"tier_band":0,"share_order":null}"#).expect("patch");
+            serde_json::from_str(r#"{"preemption":"gentle","site_max_preemptions":null}"#)
+                .expect("patch");
         assert_eq!(
-            (p.tier_band, p.share_order, p.entitled_first),
-            (Some(Some(0.0)), Some(None), None)
+            (p.preemption, p.site_max_preemptions),
+            (Some(PreemptionPreset::Gentle), Some(None))
         );
         let base = Policy {
-            share_order: Some(false),
-            entitled_first: Some(false),
+            site_max_preemptions: Some(3),
             ..Policy::default()
         };
         let new = p.apply(&base);
         assert_eq!(
-            (new.tier_band, new.share_order, new.entitled_first),
-            (Some(0.0), None, Some(false))
+            (new.preemption, new.site_max_preemptions),
+            (PreemptionPreset::Gentle, None)
         );
-        // Unset knobs are not sent (a `null` would put them back to the default).
-        let sent: serde_json::Value = serde_json::to_value(PolicyPatch {
-            entitled_first: Some(Some(true)),
+        assert!(serde_json::from_str::<PolicyPatch>(r#"{"preemption":"brutal"}"#).is_err());
+        assert!(serde_json::from_str::<PolicyPatch>(r#"{"colour":1}"#).is_err());
+        // Unset fields are not sent (a `null` would clear a cap).
+        let sent = serde_json::to_value(PolicyPatch {
+            preemption: Some(PreemptionPreset::Aggressive),
             ..PolicyPatch::default()
         })
         .expect("json");
-        assert_eq!(sent["entitled_first"], serde_json::json!(true));
-        for k in ["tier_band", "share_order", "max_requeues"] {
-            assert!(sent.get(k).is_none(), "{k} in {sent}");
-        }
+        assert_eq!(sent, serde_json::json!({"preemption": "aggressive"}));
     }
 
     fn small_snapshot() -> PluginSnapshot {
@@ -749,16 +768,6 @@ mod tests {
                 "/weights/by_type/b300",
                 serde_json::json!(1e300),
                 "weights.by_type.b300",
-            ),
-            (
-                "/policy/hysteresis",
-                serde_json::json!(11.0),
-                "policy.hysteresis",
-            ),
-            (
-                "/policy/tier_band",
-                serde_json::json!(2.0),
-                "policy.tier_band",
             ),
             (
                 "/cluster_weighted_gpus",

@@ -10,9 +10,10 @@
 use std::collections::BTreeMap;
 
 use policy_core::{AccountSpec, MemberSpec};
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
-use crate::Policy;
+use crate::{Policy, PreemptionPreset};
 
 /// `POST /v1/accounts` body.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -94,82 +95,114 @@ pub struct WeightsPatch {
 
 /// A partial policy: every field optional. The body of `PATCH /v1/policy`,
 /// and the `[policy]` table of budgetd's config file (defaults for a fresh
-/// database).
+/// database). A patch naming a setting that is now a constant of the rule
+/// ([`Policy::REMOVED`]) is refused with a message that says so
+/// ([`fixed_constant_message`]), whatever its value.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "PolicyPatchWire")]
 pub struct PolicyPatch {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub window_secs: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub default_min_runtime_secs: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_min_runtime_secs: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub require_min_runtime: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hysteresis: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub snapshot_max_age_secs: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_threshold_secs: Option<i64>,
     /// `Some(None)` (JSON `null`) clears the cap; absent keeps it.
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub site_max_preemptions: Option<Option<u32>>,
     /// As `site_max_preemptions`.
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub site_max_lost_gpu_hours: Option<Option<f64>>,
     /// As `site_max_preemptions` (`null`: back to the rule's default).
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_requeues: Option<Option<u32>>,
-    /// `null`: back to the rule's default; `0`: no band (see [`Policy::tier_band`]).
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub tier_band: Option<Option<f64>>,
-    /// `null`: back to the rule's default.
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub share_order: Option<Option<bool>>,
-    /// `null`: back to the rule's default.
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub entitled_first: Option<Option<bool>>,
-    /// `null`: back to the rule's default; `0`: no projection (see
-    /// [`Policy::tier_projection`]).
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub tier_projection: Option<Option<f64>>,
-    /// `null`: back to the rule's default; `0`: the instantaneous test (see
-    /// [`Policy::balance_band`]).
-    #[serde(
-        default,
-        deserialize_with = "present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub balance_band: Option<Option<f64>>,
+    /// The preemption strength (`gentle`, `default`, `aggressive`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<PreemptionPreset>,
+}
+
+/// The message refusing a patch that names `field`, one of [`Policy::REMOVED`].
+pub fn fixed_constant_message(field: &str) -> String {
+    format!(
+        "`{field}` is a fixed constant of the rule, not a site setting (its value and the \
+         ablation that chose it: docs/design.md §6.6); nothing was changed"
+    )
+}
+
+/// [`PolicyPatch`] as read: the settable fields, and those of
+/// [`Policy::REMOVED`] only to refuse them by name ([`fixed_constant_message`]).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyPatchWire {
+    #[serde(default)]
+    window_secs: Option<i64>,
+    #[serde(default)]
+    default_min_runtime_secs: Option<i64>,
+    #[serde(default)]
+    max_min_runtime_secs: Option<i64>,
+    #[serde(default)]
+    require_min_runtime: Option<bool>,
+    #[serde(default)]
+    snapshot_max_age_secs: Option<i64>,
+    #[serde(default)]
+    idle_threshold_secs: Option<i64>,
+    #[serde(default, deserialize_with = "present")]
+    site_max_preemptions: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "present")]
+    site_max_lost_gpu_hours: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "present")]
+    max_requeues: Option<Option<u32>>,
+    #[serde(default)]
+    preemption: Option<PreemptionPreset>,
+    // Present (`null` included) is refused.
+    #[serde(default, deserialize_with = "present")]
+    hysteresis: Option<Option<IgnoredAny>>,
+    #[serde(default, deserialize_with = "present")]
+    tier_band: Option<Option<IgnoredAny>>,
+    #[serde(default, deserialize_with = "present")]
+    tier_projection: Option<Option<IgnoredAny>>,
+    #[serde(default, deserialize_with = "present")]
+    share_order: Option<Option<IgnoredAny>>,
+    #[serde(default, deserialize_with = "present")]
+    entitled_first: Option<Option<IgnoredAny>>,
+    #[serde(default, deserialize_with = "present")]
+    balance_band: Option<Option<IgnoredAny>>,
+}
+
+impl TryFrom<PolicyPatchWire> for PolicyPatch {
+    type Error = String;
+
+    fn try_from(w: PolicyPatchWire) -> Result<Self, String> {
+        let removed = [
+            w.hysteresis.is_some(),
+            w.tier_band.is_some(),
+            w.tier_projection.is_some(),
+            w.share_order.is_some(),
+            w.entitled_first.is_some(),
+            w.balance_band.is_some(),
+        ];
+        if let Some((name, _)) = Policy::REMOVED.iter().zip(removed).find(|(_, set)| *set) {
+            return Err(fixed_constant_message(name));
+        }
+        Ok(PolicyPatch {
+            window_secs: w.window_secs,
+            default_min_runtime_secs: w.default_min_runtime_secs,
+            max_min_runtime_secs: w.max_min_runtime_secs,
+            require_min_runtime: w.require_min_runtime,
+            snapshot_max_age_secs: w.snapshot_max_age_secs,
+            idle_threshold_secs: w.idle_threshold_secs,
+            site_max_preemptions: w.site_max_preemptions,
+            site_max_lost_gpu_hours: w.site_max_lost_gpu_hours,
+            max_requeues: w.max_requeues,
+            preemption: w.preemption,
+        })
+    }
 }
 
 /// A field that is present (`null` included) is `Some`: absent stays `None` by
@@ -194,7 +227,6 @@ impl PolicyPatch {
                 .max_min_runtime_secs
                 .unwrap_or(base.max_min_runtime_secs),
             require_min_runtime: self.require_min_runtime.unwrap_or(base.require_min_runtime),
-            hysteresis: self.hysteresis.unwrap_or(base.hysteresis),
             snapshot_max_age_secs: self
                 .snapshot_max_age_secs
                 .unwrap_or(base.snapshot_max_age_secs),
@@ -206,11 +238,7 @@ impl PolicyPatch {
                 .site_max_lost_gpu_hours
                 .unwrap_or(base.site_max_lost_gpu_hours),
             max_requeues: self.max_requeues.unwrap_or(base.max_requeues),
-            tier_band: self.tier_band.unwrap_or(base.tier_band),
-            share_order: self.share_order.unwrap_or(base.share_order),
-            entitled_first: self.entitled_first.unwrap_or(base.entitled_first),
-            tier_projection: self.tier_projection.unwrap_or(base.tier_projection),
-            balance_band: self.balance_band.unwrap_or(base.balance_band),
+            preemption: self.preemption.unwrap_or(base.preemption),
         }
     }
 

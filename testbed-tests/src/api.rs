@@ -50,25 +50,15 @@ pub struct PolicyPatch {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub snapshot_max_age_secs: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub hysteresis: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub window_secs: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub site_max_preemptions: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_requeues: Option<u32>,
-    /// The ranking knobs (`budget_protocol::Policy`; 0: no band, no projection,
-    /// GPUs held alone).
+    /// `gentle`, `default` or `aggressive` (the rule's other numbers are
+    /// constants of it, which budgetd refuses in a patch).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tier_band: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tier_projection: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub share_order: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub entitled_first: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub balance_band: Option<f64>,
+    pub preemption: Option<budget_protocol::PreemptionPreset>,
 }
 
 /// `POST /v1/usage/import` answer (the fields the suites read).

@@ -52,6 +52,29 @@ pub struct Store {
     generation: Arc<AtomicU64>,
 }
 
+/// Logs each setting of a stored policy of the previous release that is now a
+/// constant of the rule (`Policy::REMOVED`) and was set to another value than
+/// the constant: it is ignored from now on, and the site should know.
+fn warn_removed_settings(stored: &str) {
+    let Ok(serde_json::Value::Object(fields)) = serde_json::from_str(stored) else {
+        return;
+    };
+    let rule = policy_core::rebalance::RebalancePolicy::default();
+    let hysteresis = serde_json::json!(rule.hysteresis);
+    for name in Policy::REMOVED {
+        match fields.get(name) {
+            None | Some(serde_json::Value::Null) => {}
+            Some(v) if name == "hysteresis" && *v == hysteresis => {}
+            Some(v) => tracing::warn!(
+                setting = name,
+                stored = %v,
+                "the stored policy sets a setting that is now a fixed constant of the rule \
+                 (docs/design.md §6.6); the stored value is ignored"
+            ),
+        }
+    }
+}
+
 fn meta_get(conn: &Connection, key: &str) -> rusqlite::Result<Option<String>> {
     conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
         .optional()
@@ -125,7 +148,10 @@ impl Store {
 
     fn load(mut conn: Connection, default_policy: &PolicyPatch) -> anyhow::Result<Store> {
         let policy = match meta_get(&conn, "policy")? {
-            Some(text) => serde_json::from_str(&text)?,
+            Some(text) => {
+                warn_removed_settings(&text);
+                serde_json::from_str(&text)?
+            }
             None => {
                 let p = default_policy.apply(&Policy::default());
                 crate::policy::validate(&p).map_err(anyhow::Error::msg)?;

@@ -68,7 +68,13 @@ fn admin_token_may_do_anything() {
         .unwrap_or_default();
     assert_eq!(last["actor"], "ops (token)");
     assert_eq!(
-        call(&c, "PATCH", "/v1/policy", Some(&json!({"hysteresis": 0.2}))).0,
+        call(
+            &c,
+            "PATCH",
+            "/v1/policy",
+            Some(&json!({"preemption": "gentle"}))
+        )
+        .0,
         200
     );
 }
@@ -146,7 +152,11 @@ fn coordinator_manages_only_their_subtree() {
             Some(json!({"user": "eve", "account": "teamb"})),
         ),
         ("PATCH", "/v1/weights", Some(json!({"set": {"h100": 3}}))),
-        ("PATCH", "/v1/policy", Some(json!({"hysteresis": 0.5}))),
+        (
+            "PATCH",
+            "/v1/policy",
+            Some(json!({"preemption": "aggressive"})),
+        ),
         (
             "POST",
             "/v1/sync/jobs",

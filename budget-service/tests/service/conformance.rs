@@ -70,7 +70,7 @@ fn null_for_a_field_the_document_does_not_mark_nullable_is_refused() {
         (
             "PATCH",
             "/v1/policy",
-            json!({"hysteresis": null, "site_max_preemptions": 3}),
+            json!({"preemption": null, "site_max_preemptions": 3}),
         ),
     ] {
         let bytes = serde_json::to_vec(&body).expect("json");

@@ -632,16 +632,17 @@ fn the_snapshot_carries_the_gpus_of_the_nodes_that_can_run_jobs() {
     assert!(log.contains("cluster GPUs"), "budgetd log:\n{log}");
 
     // `why` ranks as the plugins do, with that capacity: teama and teamb are
-    // allocated 8 GPUs each (16 on a cluster of 8: 4 each). teama holds 7 and
-    // has the lower ratio; teamb holds 5 (its ratio higher from an ended run).
-    // Scaled, both are above their 4: Fair-Tree's ratio order, teama first. By
-    // the allocations as they are both would be below their 8 and the smaller
-    // share held (teamb's 5 of 8) would rank first (the test below).
+    // allocated 8 GPUs each (16 on a cluster of 8: 4 each). teama holds 5 and
+    // has the lower ratio; teamb holds 3 (its ratio higher from an ended run).
+    // Scaled, teama is above its 4 (plus a window balance of at most 0.6) and
+    // teamb below: teamb first. By the allocations as they are both would be
+    // below their 8 and Fair-Tree's ratio order would put teama first (the
+    // test below).
     let (a, b) = overcommitted_whys(&c);
     assert_eq!(b["path"][1]["node"], "teamb", "{b}");
     assert_eq!(b["path"][1]["rank"], 2, "{b}");
     assert_eq!(
-        (a["rank"].clone(), b["rank"].clone()),
+        (b["rank"].clone(), a["rank"].clone()),
         (json!(1), json!(2)),
         "{a}\n{b}"
     );
@@ -666,12 +667,12 @@ fn the_snapshots_capacity_is_weighted_by_node_gpu_type_and_why_ranks_with_it() {
         snap["version"].as_str().expect("version").ends_with("-12"),
         "{snap}"
     );
-    // B300 weighs 2: 8 + 4 x 2 = 16 weighted GPUs, at once (no new read of Slurm).
+    // B300 weighs 2.5: 8 + 4 x 2.5 = 18 weighted GPUs, at once (no new read of Slurm).
     let (s, b) = call(
         &c,
         "PATCH",
         "/v1/weights",
-        Some(&json!({"set": {"b300": 2.0}})),
+        Some(&json!({"set": {"b300": 2.5}})),
     );
     assert_eq!(s, 200, "{b}");
     let (_, snap) = call(&c, "GET", "/v1/snapshot", None);
@@ -680,22 +681,22 @@ fn the_snapshots_capacity_is_weighted_by_node_gpu_type_and_why_ranks_with_it() {
             snap["cluster_gpus"].clone(),
             snap["cluster_weighted_gpus"].clone()
         ),
-        (json!(12), json!(16.0)),
+        (json!(12), json!(18.0)),
         "{snap}"
     );
     assert!(
         snap["version"]
             .as_str()
             .expect("version")
-            .ends_with("-12-16"),
+            .ends_with("-12-18"),
         "{snap}"
     );
 
-    // teama and teamb are allocated 8 weighted GPUs each: 16 on a cluster of 16
+    // teama and teamb are allocated 8 weighted GPUs each: 16 on a cluster of 18
     // weighted GPUs, 8 each (the raw 12 would scale them to 6). teama (the
-    // lower ratio) runs 4 B300 = 8 weighted GPUs, its whole entitlement;
-    // teamb runs 7 H100, below its 8: by the GPUs held alone teamb's pending job ranks
-    // first (below, with `balance_band` 0; with the default window balance teama).
+    // lower ratio) runs 4 B300 = 10 weighted GPUs, past its entitlement even
+    // with the window balance the rule adds (at most 0.15 x 8: 9.2); teamb runs
+    // 7 H100, below its 8: teamb's pending job ranks first.
     add_account(&c, "teama", None, 8.0 * 168.0);
     add_account(&c, "teamb", None, 8.0 * 168.0);
     add_member(&c, "alice", "teama");
@@ -728,21 +729,9 @@ fn the_snapshots_capacity_is_weighted_by_node_gpu_type_and_why_ranks_with_it() {
         (json!(1), json!(2)),
         "{a}\n{b}"
     );
-    // ... and so does entitlement first with the window balance (the default):
-    // teama, at its 8 weighted GPUs, has received almost none of its window's
-    // GPU-hours, so it counts as below its entitlement up to 8 + 0.15 x 8 = 9.2.
-    assert_eq!(
-        (a["rank"].clone(), b["rank"].clone()),
-        (json!(1), json!(2)),
-        "{a}\n{b}"
-    );
-    // By the weighted GPUs held alone (`balance_band` 0), teama is at its
-    // entitlement and teamb, below its own, ranks first (the raw 4 B300 would
-    // have put teama at half of it, first again).
-    let (s, p) = call(&c, "PATCH", "/v1/policy", Some(&json!({"balance_band": 0})));
-    assert_eq!(s, 200, "{p}");
-    let (_, a) = call(&c, "GET", "/v1/jobs/12/why", None);
-    let (_, b) = call(&c, "GET", "/v1/jobs/21/why", None);
+    // ... but entitlement first counts teama's weighted GPUs: 10, past its 8
+    // plus the window balance (9.2), so teamb, below its own, ranks first (the
+    // raw 4 GPUs would have put teama below its entitlement, first again).
     assert_eq!(
         (b["rank"].clone(), a["rank"].clone()),
         (json!(1), json!(2)),
@@ -824,19 +813,12 @@ fn lost_work_budgets_are_charged_by_the_weight_of_the_victims_gpus() {
     );
 }
 
-/// teama and teamb allocated 8 GPUs each; teama (lower ratio) runs job 11 on 7
-/// GPUs, teamb (its ratio higher from an ended run) runs job 22 on 5 and waits
-/// with job 21: `why` of 11 and 21. The site orders sides below their
-/// entitlement by the share they hold (`share_order`, off by default), so that
-/// "below its entitlement" (unscaled) and "above it" (scaled) rank differently.
+/// teama and teamb allocated 8 GPUs each; teama (lower ratio) runs job 11 on 5
+/// GPUs, teamb (its ratio higher from an ended run) runs job 22 on 3 and waits
+/// with job 21: `why` of 11 and 21. Entitled to their 8 (plus a window balance
+/// of at most 0.15 x 8) both are below their entitlement and rank by ratio,
+/// teama first; scaled to 4 (plus 0.6), teama is above and teamb below, first.
 fn overcommitted_whys(c: &budget_client::Client) -> (serde_json::Value, serde_json::Value) {
-    let (s, b) = call(
-        c,
-        "PATCH",
-        "/v1/policy",
-        Some(&json!({"share_order": true})),
-    );
-    assert_eq!(s, 200, "{b}");
     add_account(c, "teama", None, 8.0 * 168.0);
     add_account(c, "teamb", None, 8.0 * 168.0);
     add_member(c, "alice", "teama");
@@ -846,8 +828,8 @@ fn overcommitted_whys(c: &budget_client::Client) -> (serde_json::Value, serde_js
         .expect("clock")
         .as_secs() as i64;
     let runs = json!([
-        {"job_id": 11, "run": 0, "account": "teama", "user": "alice", "gpus": 7, "state": "running", "start": t - 60},
-        {"job_id": 22, "run": 0, "account": "teamb", "user": "bob", "gpus": 5, "state": "running", "start": t - 60},
+        {"job_id": 11, "run": 0, "account": "teama", "user": "alice", "gpus": 5, "state": "running", "start": t - 60},
+        {"job_id": 22, "run": 0, "account": "teamb", "user": "bob", "gpus": 3, "state": "running", "start": t - 60},
         {"job_id": 20, "run": 0, "account": "teamb", "user": "bob", "gpus": 4, "state": "ended", "start": t - 3 * 3600, "end": t - 2 * 3600},
         {"job_id": 21, "run": 0, "account": "teamb", "user": "bob", "gpus": 4, "state": "pending"},
     ]);
@@ -868,14 +850,14 @@ fn overcommitted_whys(c: &budget_client::Client) -> (serde_json::Value, serde_js
 #[test]
 fn without_a_cluster_count_why_ranks_by_the_allocations_as_they_are() {
     // The in-process budgetd reads no Slurm: no cluster_gpus, both teams are
-    // below their 8 GPUs and the smaller share held ranks first (teamb's 5).
+    // below their 8 GPUs and the lower ratio ranks first (teama).
     let s = start();
     let c = s.unix();
     let (_, snap) = call(&c, "GET", "/v1/snapshot", None);
     assert!(snap["cluster_gpus"].is_null(), "{snap}");
     let (a, b) = overcommitted_whys(&c);
     assert_eq!(
-        (b["rank"].clone(), a["rank"].clone()),
+        (a["rank"].clone(), b["rank"].clone()),
         (json!(1), json!(2)),
         "{a}\n{b}"
     );

@@ -192,3 +192,84 @@ fn a_failed_migration_changes_nothing_and_all_pending_steps_are_one_transaction(
     assert_eq!(dump(&bak(&db, 1)), before);
     assert!(!sock.exists());
 }
+
+/// A policy row stored by the previous release, with every setting that is now
+/// a constant of the rule set to another value than the constant: the real
+/// budgetd still opens the database, serves the site's settings (the removed
+/// ones ignored, logged once each), carries the rule's `hysteresis` in the
+/// snapshot for plugins of that release, and the next change writes the row
+/// in the new form.
+#[test]
+fn a_policy_stored_by_the_previous_release_still_loads() {
+    const OLD: &str = r#"{"window_secs":86400,"default_min_runtime_secs":1800,"max_min_runtime_secs":7200,"require_min_runtime":true,"hysteresis":0.3,"snapshot_max_age_secs":60,"idle_threshold_secs":1800,"site_max_preemptions":4,"max_requeues":2,"tier_band":0.1,"share_order":true,"entitled_first":false,"tier_projection":0.4,"balance_band":0}"#;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("budget.sqlite");
+    let sock = dir.path().join("budgetd.sock");
+    let log = dir.path().join("budgetd.log");
+    let mut d = Daemon::start(&db, &sock);
+    assert!(d.stop().success());
+    let conn = Connection::open(&db).expect("open");
+    let n = conn
+        .execute("UPDATE meta SET value = ?1 WHERE key = 'policy'", [OLD])
+        .expect("store the old policy");
+    assert_eq!(n, 1);
+    drop(conn);
+
+    let mut cmd = Command::new(BUDGETD);
+    cmd.env("BUDGET_LOG", "warn")
+        .stderr(std::fs::File::create(&log).expect("log file"));
+    let mut d = Daemon::start_cmd(&db, &sock, cmd);
+    let c = d.client();
+    let (st, p) = call(&c, "GET", "/v1/policy", None);
+    assert_eq!(st, 200, "{p}");
+    assert_eq!(
+        p,
+        serde_json::json!({"window_secs": 86400, "default_min_runtime_secs": 1800,
+            "max_min_runtime_secs": 7200, "require_min_runtime": true, "hysteresis": 0.1,
+            "snapshot_max_age_secs": 60, "idle_threshold_secs": 1800,
+            "site_max_preemptions": 4, "max_requeues": 2}),
+        "the site's settings, the rule's hysteresis, no removed setting"
+    );
+    let (st, snap) = call(&c, "GET", "/v1/snapshot", None);
+    assert_eq!(st, 200, "{snap}");
+    assert_eq!(snap["policy"], p, "the snapshot carries the same policy");
+    // What a plugin of this release reads: the rule's constants, whatever was stored.
+    let read: budget_protocol::Policy =
+        serde_json::from_value(snap["policy"].clone()).expect("policy");
+    assert_eq!(
+        read.rebalance(),
+        policy_core::rebalance::RebalancePolicy {
+            site_max_preemptions: Some(4),
+            max_requeues: Some(2),
+            ..Default::default()
+        }
+    );
+    // A change stores the row in the new form.
+    let (st, b) = call(
+        &c,
+        "PATCH",
+        "/v1/policy",
+        Some(&serde_json::json!({"preemption": "gentle"})),
+    );
+    assert_eq!(st, 200, "{b}");
+    assert!(d.stop().success());
+    let text = std::fs::read_to_string(&log).expect("log");
+    for k in budget_protocol::Policy::REMOVED {
+        assert!(
+            text.contains(&format!("setting=\"{k}\"")) || text.contains(&format!("setting={k}")),
+            "no warning for {k}: {text}"
+        );
+    }
+    let conn = Connection::open(&db).expect("open");
+    let stored: String = conn
+        .query_row("SELECT value FROM meta WHERE key = 'policy'", [], |r| {
+            r.get(0)
+        })
+        .expect("row");
+    let stored: serde_json::Value = serde_json::from_str(&stored).expect("json");
+    assert_eq!(stored["preemption"], "gentle", "{stored}");
+    assert_eq!(stored["hysteresis"], 0.1, "{stored}");
+    for k in budget_protocol::Policy::REMOVED.iter().skip(1) {
+        assert!(stored.get(k).is_none(), "{k} still stored: {stored}");
+    }
+}

@@ -384,145 +384,167 @@ fn weights_and_policy_round_trip() {
         &c,
         "PATCH",
         "/v1/policy",
-        Some(&json!({"hysteresis": 0.25, "window_secs": 86400})),
+        Some(&json!({"preemption": "gentle", "window_secs": 86400})),
     );
     assert_eq!(st, 200, "{b}");
     let (_, p) = call(&c, "GET", "/v1/policy", None);
     assert_eq!(
-        (p["hysteresis"].as_f64(), p["window_secs"].as_i64()),
-        (Some(0.25), Some(86400))
+        (p["preemption"].as_str(), p["window_secs"].as_i64()),
+        (Some("gentle"), Some(86400))
     );
 }
 
-/// The cost-aware rule's ranking knobs: unset (the rule's default) they are
-/// absent from the policy and the snapshot; set, budgetd stores them in its
-/// database, audits the change, and the plugins' snapshot carries them under a
-/// new version; a bad value is a 422 that changes nothing; `null` goes back to
-/// the default.
-#[test]
-fn ranking_knobs_are_stored_audited_validated_and_in_the_snapshot() {
-    let s = start();
-    let c = s.unix();
-    let snapshot = || {
-        let r = c
-            .request("GET", "/v1/snapshot", &[], None)
-            .expect("snapshot");
-        assert_eq!(r.status, 200);
-        let etag = r.etag().expect("etag").to_string();
-        let body: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
-        let version = body["version"].as_str().expect("version");
-        assert_eq!(etag, format!("\"{version}\""), "the ETag is the version");
-        (etag, body["policy"].clone())
-    };
-    let knobs = [
-        "tier_band",
-        "share_order",
-        "entitled_first",
-        "tier_projection",
-        "balance_band",
-    ];
-    let (v0, p0) = snapshot();
-    for k in knobs {
-        assert!(p0.get(k).is_none(), "{k} in {p0}");
-    }
+/// The snapshot's policy as the plugins fetch it, with its version (the ETag).
+fn snapshot_policy(c: &budget_client::Client) -> (String, serde_json::Value) {
+    let r = c
+        .request("GET", "/v1/snapshot", &[], None)
+        .expect("snapshot");
+    assert_eq!(r.status, 200);
+    let etag = r.etag().expect("etag").to_string();
+    let body: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
+    let version = body["version"].as_str().expect("version");
+    assert_eq!(etag, format!("\"{version}\""), "the ETag is the version");
+    (etag, body["policy"].clone())
+}
 
-    let (st, b) = call(
-        &c,
-        "PATCH",
-        "/v1/policy",
-        Some(
-            &json!({"tier_band": 0.2, "share_order": false, "entitled_first": true, "tier_projection": 0.4, "balance_band": 0.25}),
-        ),
-    );
-    assert_eq!(st, 200, "{b}");
-    let want = json!([0.2, false, true, 0.4, 0.25]);
-    let got = |p: &serde_json::Value| json!(knobs.map(|k| p[k].clone()));
-    assert_eq!(got(&b), want, "{b}");
-    let (_, p) = call(&c, "GET", "/v1/policy", None);
-    assert_eq!(got(&p), want, "{p}");
-    let (v1, p1) = snapshot();
-    assert_eq!(got(&p1), want, "{p1}");
-    assert_ne!(v1, v0, "a policy change must change the snapshot's version");
-    // What budgetd stored in its SQLite database (and serves after a restart).
-    let db = rusqlite::Connection::open(s.db.as_ref().expect("db")).expect("open db");
+/// The policy row budgetd stored in its SQLite database.
+fn stored_policy(db: &std::path::Path) -> serde_json::Value {
+    let db = rusqlite::Connection::open(db).expect("open db");
     let stored: String = db
         .query_row("SELECT value FROM meta WHERE key = 'policy'", [], |r| {
             r.get(0)
         })
         .expect("policy row");
-    let stored: serde_json::Value = serde_json::from_str(&stored).expect("json");
-    assert_eq!(got(&stored), want, "{stored}");
+    serde_json::from_str(&stored).expect("json")
+}
+
+/// The short list a site sets: each field stored in the database, audited,
+/// served and carried by the plugins' snapshot under a new version; the
+/// preemption presets, left out of the snapshot at `default` (plugins of the
+/// previous release deny unknown fields), which always carries `hysteresis`,
+/// the rule's constant, that those plugins require.
+#[test]
+fn the_short_list_is_stored_audited_and_in_the_snapshot() {
+    let s = start();
+    let c = s.unix();
+    let db = s.db.as_ref().expect("db");
+    let (v0, p0) = snapshot_policy(&c);
+    assert_eq!(p0["hysteresis"], json!(0.1), "{p0}");
+    assert!(p0.get("preemption").is_none(), "{p0}");
+    for k in budget_protocol::Policy::REMOVED.iter().skip(1) {
+        assert!(p0.get(k).is_none(), "{k} in {p0}");
+    }
+    let set = json!({
+        "default_min_runtime_secs": 1800,
+        "max_min_runtime_secs": 7200,
+        "require_min_runtime": true,
+        "preemption": "aggressive",
+        "site_max_preemptions": 5,
+        "site_max_lost_gpu_hours": 12.5,
+        "max_requeues": 2,
+        "window_secs": 86400,
+        "snapshot_max_age_secs": 30,
+        "idle_threshold_secs": 600,
+    });
+    let (st, b) = call(&c, "PATCH", "/v1/policy", Some(&set));
+    assert_eq!(st, 200, "{b}");
+    let (_, p) = call(&c, "GET", "/v1/policy", None);
+    let (v1, p1) = snapshot_policy(&c);
+    assert_ne!(v1, v0, "a policy change must change the snapshot's version");
+    let stored = stored_policy(db);
+    for (k, want) in set.as_object().expect("object") {
+        assert_eq!(&b[k], want, "{k} answered: {b}");
+        assert_eq!(&p[k], want, "{k} served: {p}");
+        assert_eq!(&p1[k], want, "{k} in the snapshot: {p1}");
+        assert_eq!(&stored[k], want, "{k} stored: {stored}");
+    }
+    assert_eq!(p1["hysteresis"], json!(0.1), "{p1}");
     let (_, audit) = call(&c, "GET", "/v1/audit", None);
     let last = audit.as_array().and_then(|a| a.last()).expect("an entry");
     assert_eq!(last["action"], "policy.set", "{last}");
-    assert!(last["old"].get("tier_band").is_none(), "{last}");
-    assert_eq!(got(&last["new"]), want, "{last}");
+    assert!(last["old"].get("preemption").is_none(), "{last}");
+    assert_eq!(last["new"]["preemption"], "aggressive", "{last}");
 
+    // Each preset is stored by name; `default` is left out again everywhere.
+    for preset in ["gentle", "aggressive", "default"] {
+        let (st, b) = call(
+            &c,
+            "PATCH",
+            "/v1/policy",
+            Some(&json!({"preemption": preset})),
+        );
+        assert_eq!(st, 200, "{b}");
+        let (_, snap) = snapshot_policy(&c);
+        let stored = stored_policy(db);
+        if preset == "default" {
+            assert!(b.get("preemption").is_none(), "{b}");
+            assert!(snap.get("preemption").is_none(), "{snap}");
+            assert!(stored.get("preemption").is_none(), "{stored}");
+        } else {
+            assert_eq!(
+                (&b["preemption"], &snap["preemption"]),
+                (&json!(preset), &json!(preset))
+            );
+            assert_eq!(stored["preemption"], json!(preset), "{stored}");
+        }
+    }
     let post = |body: serde_json::Value| serde_json::to_vec(&body).expect("json");
     for (body, needle) in [
         (
-            json!({"tier_band": 1.5}),
-            "tier_band must be a fraction between 0 and 1",
+            json!({"preemption": "brutal"}),
+            "unknown preemption preset \"brutal\": expected gentle, default or aggressive",
         ),
-        (json!({"tier_band": -0.1}), "tier_band must be a fraction"),
-        (json!({"tier_band": "off"}), "invalid type"),
-        (json!({"share_order": "maybe"}), "invalid type"),
-        (json!({"entitled_first": 1}), "invalid type"),
         (
-            json!({"tier_projection": 1.2}),
-            "tier_projection must be a fraction of a window between 0 and 1",
+            json!({"preemption": 2}),
+            "invalid type: integer `2`, expected a string",
         ),
-        (json!({"tier_projection": -0.5}), "tier_projection must be"),
-        (json!({"tier_projection": "on"}), "invalid type"),
         (
-            json!({"balance_band": 1.5}),
-            "balance_band must be a fraction of the entitlement between 0 and 1",
+            json!({"preemption": null}),
+            "field `preemption` may not be null",
         ),
-        (json!({"balance_band": -0.2}), "balance_band must be"),
-        (json!({"balance_band": true}), "invalid type"),
-        // One bad field refuses the whole patch.
         (
-            json!({"share_order": true, "tier_band": 2}),
-            "tier_band must be",
+            json!({"site_max_lost_gpu_hours": -1}),
+            "site_max_lost_gpu_hours",
         ),
     ] {
         refused(&c, "PATCH", "/v1/policy", &post(body), 422, needle);
     }
-    assert_eq!(snapshot().1, p1, "a refused patch changed the snapshot");
+}
 
-    // 0 is no band, kept as 0 (not unset).
-    let (st, b) = call(&c, "PATCH", "/v1/policy", Some(&json!({"tier_band": 0})));
-    assert_eq!((st, &b["tier_band"]), (200, &json!(0.0)), "{b}");
-    let (v2, p2) = snapshot();
-    assert_eq!(p2["tier_band"], json!(0.0), "{p2}");
-    assert_ne!(v2, v1);
-    // 0 is no projection (the snapshot's tier), kept as 0 as well.
-    let (st, b) = call(
-        &c,
-        "PATCH",
-        "/v1/policy",
-        Some(&json!({"tier_projection": 0})),
-    );
-    assert_eq!((st, &b["tier_projection"]), (200, &json!(0.0)), "{b}");
-    assert_eq!(snapshot().1["tier_projection"], json!(0.0));
-    // 0 is the instantaneous entitlement test, kept as 0 too.
-    let (st, b) = call(&c, "PATCH", "/v1/policy", Some(&json!({"balance_band": 0})));
-    assert_eq!((st, &b["balance_band"]), (200, &json!(0.0)), "{b}");
-    assert_eq!(snapshot().1["balance_band"], json!(0.0));
-    // null: back to the rule's default, absent again everywhere.
-    let (st, b) = call(
-        &c,
-        "PATCH",
-        "/v1/policy",
-        Some(
-            &json!({"tier_band": null, "share_order": null, "entitled_first": null, "tier_projection": null, "balance_band": null}),
-        ),
-    );
-    assert_eq!(st, 200, "{b}");
-    let (_, p3) = snapshot();
-    for k in knobs {
-        assert!(b.get(k).is_none(), "{k} in {b}");
-        assert!(p3.get(k).is_none(), "{k} in {p3}");
+/// Every setting that is now a constant of the rule is refused by name, with a
+/// message saying so, whatever its value (null included) and whatever else the
+/// patch sets; nothing changes: not the policy, not the database, not the
+/// snapshot's version.
+#[test]
+fn each_constant_of_the_rule_is_refused_by_name_and_changes_nothing() {
+    let s = start();
+    let c = s.unix();
+    let db = s.db.as_ref().expect("db");
+    let (v0, p0) = snapshot_policy(&c);
+    let stored0 = stored_policy(db);
+    for k in budget_protocol::Policy::REMOVED {
+        for v in [json!(0.2), json!(0), json!(true), json!(null), json!("off")] {
+            let body =
+                serde_json::to_vec(&json!({"window_secs": 86400, "preemption": "gentle", k: v}))
+                    .expect("json");
+            refused(
+                &c,
+                "PATCH",
+                "/v1/policy",
+                &body,
+                422,
+                &format!("`{k}` is a fixed constant of the rule, not a site setting"),
+            );
+        }
     }
-    assert_eq!(p3, p0);
+    assert_eq!(
+        snapshot_policy(&c),
+        (v0, p0),
+        "a refused patch changed the snapshot"
+    );
+    assert_eq!(
+        stored_policy(db),
+        stored0,
+        "a refused patch changed the database"
+    );
 }

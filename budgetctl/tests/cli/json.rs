@@ -51,7 +51,7 @@ fn json_output_is_the_service_answer() {
         ],
         &["coordinator", "add", "carol", "--account", "org"],
         &["weights", "set", "h100=1", "b300=2.5"],
-        &["policy", "set", "hysteresis=0.2"],
+        &["policy", "set", "preemption=gentle"],
     ] {
         ctl_ok(sock, args);
     }

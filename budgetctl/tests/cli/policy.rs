@@ -1,10 +1,12 @@
-//! The cost-aware rule's ranking knobs through the real budgetctl: `policy set
-//! tier_projection=... tier_band=... share_order=... entitled_first=... balance_band=...` stores
-//! them (audited), `policy show` prints them with "(default)" where unset, bad
-//! values are refused before anything is sent, and `why` ranks with the site's
-//! values: a team over budget by 5% and holding none of its entitled GPUs ranks
-//! with budgeted jobs under the default projected tier (0.6 of a window ahead:
-//! 1.05 x 0.4 = 0.42) or a band of 0.1, over budget with neither.
+//! The site policy through the real budgetctl: `policy set` offers the short
+//! list a site decides (min_runtime default and maximum, the preemption preset,
+//! the site caps, the requeue cap, and the window, snapshot age and idle
+//! threshold), stored and audited; `policy show` prints them and where the
+//! rule's constants are documented; the settings that are now constants of the
+//! rule are refused by name before anything is sent, and change nothing; and
+//! `why` ranks with the rule's constant projected tier: a team over budget by 5%
+//! and holding none of its entitled GPUs ranks with budgeted jobs (0.6 of a
+//! window ahead: 1.05 x 0.4 = 0.42).
 
 use serde_json::{Value, json};
 
@@ -27,7 +29,152 @@ fn why_tier(d: &Budgetd) -> String {
 }
 
 #[test]
-fn ranking_knobs_are_set_shown_refused_and_reach_why() {
+fn the_short_list_is_set_shown_and_audited() {
+    let d = budgetd();
+    let c = d.unix();
+    let sock = d.socket.as_path();
+    let show = ctl_ok(sock, &["policy", "show"]);
+    assert_eq!(
+        value(&show, "preemption"),
+        "default (benefit factor 2)",
+        "{show}"
+    );
+    assert_eq!(value(&show, "max_requeues"), "1 (default)", "{show}");
+    assert!(
+        show.trim_end().ends_with(
+            "constants of it, each with the ablation that chose it: docs/design.md §6.6."
+        ),
+        "{show}"
+    );
+    for k in ["hysteresis", "tier_band", "share_order", "balance_band"] {
+        assert!(!show.contains(k), "{k} shown:\n{show}");
+    }
+    let out = ctl_ok(
+        sock,
+        &[
+            "policy",
+            "set",
+            "default_min_runtime=30m",
+            "max_min_runtime=2h",
+            "require_min_runtime=true",
+            "preemption=aggressive",
+            "site_max_preemptions=5",
+            "site_max_lost_gpu_hours=12.5",
+            "max_requeues=2",
+            "window=1d",
+            "snapshot_max_age=30s",
+            "idle_threshold=10m",
+        ],
+    );
+    for (k, v) in [
+        ("default_min_runtime", "30m"),
+        ("max_min_runtime", "2h"),
+        ("require_min_runtime", "true"),
+        ("preemption", "aggressive (benefit factor 1)"),
+        ("site_max_preemptions", "5"),
+        ("site_max_lost_gpu_hours", "12.5"),
+        ("max_requeues", "2"),
+        ("window", "1d"),
+        ("snapshot_max_age", "30s"),
+        ("idle_threshold", "10m"),
+    ] {
+        assert_eq!(value(&out, k), v, "{k}: {out}");
+    }
+    assert_eq!(
+        ctl_ok(sock, &["policy", "show"]),
+        out,
+        "show and set's answer differ"
+    );
+    let (_, p) = call(&c, "GET", "/v1/policy", None);
+    assert_eq!(
+        p,
+        json!({"window_secs": 86400, "default_min_runtime_secs": 1800,
+            "max_min_runtime_secs": 7200, "require_min_runtime": true, "hysteresis": 0.1,
+            "snapshot_max_age_secs": 30, "idle_threshold_secs": 600,
+            "site_max_preemptions": 5, "site_max_lost_gpu_hours": 12.5, "max_requeues": 2,
+            "preemption": "aggressive"}),
+    );
+    // Each preset by name, as the plugins' snapshot carries it.
+    for (name, factor) in [("gentle", "4"), ("default", "2"), ("aggressive", "1")] {
+        let out = ctl_ok(sock, &["policy", "set", &format!("preemption={name}")]);
+        assert_eq!(
+            value(&out, "preemption"),
+            format!("{name} (benefit factor {factor})"),
+            "{out}"
+        );
+        let (_, snap) = call(&c, "GET", "/v1/snapshot", None);
+        let want = if name == "default" {
+            Value::Null
+        } else {
+            json!(name)
+        };
+        assert_eq!(snap["policy"]["preemption"], want, "{snap}");
+        assert_eq!(snap["policy"]["hysteresis"], json!(0.1), "{snap}");
+    }
+    let audit: Value =
+        serde_json::from_str(&ctl_ok(sock, &["audit", "--json"])).expect("audit json");
+    let sets: Vec<&Value> = audit
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["action"] == "policy.set")
+        .collect();
+    assert_eq!(sets.len(), 4, "{audit}");
+    // gentle -> default: the preset left out again; default -> aggressive.
+    assert_eq!(sets[2]["old"]["preemption"], "gentle", "{audit}");
+    assert!(sets[2]["new"].get("preemption").is_none(), "{audit}");
+    assert_eq!(sets[3]["new"]["preemption"], "aggressive", "{audit}");
+}
+
+#[test]
+fn the_rules_constants_are_refused_by_name_and_change_nothing() {
+    let d = budgetd();
+    let sock = d.socket.as_path();
+    let audit = ctl_ok(sock, &["audit", "--json"]);
+    let policy = ctl_ok(sock, &["policy", "show", "--json"]);
+    for arg in [
+        "hysteresis=0.2",
+        "tier_band=0.1",
+        "tier_projection=none",
+        "share_order=on",
+        "entitled_first=off",
+        "balance_band=default",
+    ] {
+        let key = arg.split('=').next().unwrap_or_default();
+        let out = ctl(sock, &["policy", "set", "preemption=gentle", arg]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{arg}: {stderr}");
+        let needle = format!("`{key}` is a fixed constant of the rule, not a site setting");
+        assert!(
+            stderr.contains(&needle),
+            "{arg}: {stderr:?} lacks {needle:?}"
+        );
+        assert!(
+            stderr.contains("settable: default_min_runtime"),
+            "{arg}: {stderr}"
+        );
+    }
+    for (arg, needle) in [
+        (
+            "preemption=brutal",
+            "preemption: expected gentle, default or aggressive",
+        ),
+        ("window=forever", "window"),
+    ] {
+        let out = ctl(sock, &["policy", "set", arg]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{arg}: {stderr}");
+        assert!(
+            stderr.contains(needle),
+            "{arg}: {stderr:?} lacks {needle:?}"
+        );
+    }
+    assert_eq!(ctl_ok(sock, &["audit", "--json"]), audit);
+    assert_eq!(ctl_ok(sock, &["policy", "show", "--json"]), policy);
+}
+
+#[test]
+fn why_ranks_with_the_rules_constant_projected_tier() {
     let d = budgetd();
     let c = d.unix();
     let sock = d.socket.as_path();
@@ -54,161 +201,13 @@ fn ranking_knobs_are_set_shown_refused_and_reach_why() {
              "state": "pending", "min_runtime_secs": 60},
         ]}),
     );
-
-    let show = ctl_ok(sock, &["policy", "show"]);
-    assert_eq!(value(&show, "tier_projection"), "0.6 (default)", "{show}");
-    assert_eq!(value(&show, "tier_band"), "none (default)", "{show}");
-    assert_eq!(value(&show, "share_order"), "off (default)", "{show}");
-    assert_eq!(value(&show, "entitled_first"), "on (default)", "{show}");
-    assert_eq!(value(&show, "balance_band"), "0.15 (default)", "{show}");
     assert_eq!(why_tier(&d), "budgeted");
     let why = ctl_ok(sock, &["why", "2"]);
     assert!(
         why.contains("over budget in the window, but heading below its allocation"),
         "{why}"
     );
-
-    // No projection (and no band): the same job ranks over budget.
-    let out = ctl_ok(
-        sock,
-        &["policy", "set", "tier_projection=none", "tier_band=none"],
-    );
-    assert_eq!(value(&out, "tier_projection"), "none", "{out}");
-    assert_eq!(value(&out, "tier_band"), "none", "{out}");
-    let (_, p) = call(&c, "GET", "/v1/policy", None);
-    assert_eq!(
-        (&p["tier_band"], &p["tier_projection"]),
-        (&json!(0.0), &json!(0.0)),
-        "{p}"
-    );
-    assert_eq!(why_tier(&d), "over_budget");
-    // A projection too short to bring 1.05 below 1 with nothing held:
-    // 1.05 x (1 - 0.04) = 1.008.
-    ctl_ok(sock, &["policy", "set", "tier_projection=0.04"]);
-    assert_eq!(why_tier(&d), "over_budget");
-    ctl_ok(sock, &["policy", "set", "tier_projection=0.1"]);
+    // A preset changes what a preemption must buy, not the ranking.
+    ctl_ok(sock, &["policy", "set", "preemption=gentle"]);
     assert_eq!(why_tier(&d), "budgeted");
-    ctl_ok(sock, &["policy", "set", "tier_projection=off"]);
-
-    let out = ctl_ok(
-        sock,
-        &[
-            "policy",
-            "set",
-            "tier_band=0.2",
-            "share_order=off",
-            "entitled_first=on",
-            "balance_band=0.3",
-        ],
-    );
-    assert_eq!(value(&out, "tier_band"), "0.2", "{out}");
-    assert_eq!(value(&out, "balance_band"), "0.3", "{out}");
-    assert_eq!(value(&out, "share_order"), "off", "{out}");
-    assert_eq!(value(&out, "entitled_first"), "on", "{out}");
-    let show = ctl_ok(sock, &["policy", "show"]);
-    assert_eq!(show, out, "show and set's answer differ");
-    let (_, p) = call(&c, "GET", "/v1/policy", None);
-    assert_eq!(
-        (
-            &p["tier_band"],
-            &p["share_order"],
-            &p["entitled_first"],
-            &p["balance_band"]
-        ),
-        (&json!(0.2), &json!(false), &json!(true), &json!(0.3)),
-        "{p}"
-    );
-    assert_eq!(why_tier(&d), "budgeted");
-    // A band narrower than teama's 5% leaves it over budget.
-    ctl_ok(sock, &["policy", "set", "tier_band=0.01"]);
-    assert_eq!(why_tier(&d), "over_budget");
-
-    // Bad values are refused before sending (exit 2), naming the key; nothing changes.
-    let audit = ctl_ok(sock, &["audit", "--json"]);
-    let policy = ctl_ok(sock, &["policy", "show", "--json"]);
-    for (arg, needle) in [
-        (
-            "tier_band=1.5",
-            "tier_band: expected a fraction between 0 and 1",
-        ),
-        ("tier_band=-0.1", "tier_band: expected a fraction"),
-        ("tier_band=NaN", "tier_band: expected a fraction"),
-        ("tier_band=off-ish", "tier_band: expected a fraction"),
-        (
-            "tier_projection=2",
-            "tier_projection: expected a fraction between 0 and 1",
-        ),
-        (
-            "tier_projection=soon",
-            "tier_projection: expected a fraction",
-        ),
-        (
-            "balance_band=2",
-            "balance_band: expected a fraction between 0 and 1",
-        ),
-        (
-            "share_order=maybe",
-            "share_order: expected on, off or default",
-        ),
-        (
-            "entitled_first=",
-            "entitled_first: expected on, off or default",
-        ),
-    ] {
-        let out = ctl(sock, &["policy", "set", "share_order=on", arg]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{arg}: {stderr}");
-        assert!(
-            stderr.contains(needle),
-            "{arg}: {stderr:?} lacks {needle:?}"
-        );
-    }
-    assert_eq!(ctl_ok(sock, &["audit", "--json"]), audit);
-    assert_eq!(ctl_ok(sock, &["policy", "show", "--json"]), policy);
-
-    // `default` puts each back to the rule's default: unset, left out of the policy.
-    let out = ctl_ok(
-        sock,
-        &[
-            "policy",
-            "set",
-            "tier_band=default",
-            "share_order=default",
-            "entitled_first=default",
-            "tier_projection=default",
-            "balance_band=default",
-        ],
-    );
-    assert_eq!(value(&out, "tier_band"), "none (default)", "{out}");
-    assert_eq!(value(&out, "tier_projection"), "0.6 (default)", "{out}");
-    assert_eq!(value(&out, "share_order"), "off (default)", "{out}");
-    assert_eq!(value(&out, "entitled_first"), "on (default)", "{out}");
-    assert_eq!(value(&out, "balance_band"), "0.15 (default)", "{out}");
-    let (_, p) = call(&c, "GET", "/v1/policy", None);
-    for k in [
-        "tier_band",
-        "share_order",
-        "entitled_first",
-        "tier_projection",
-        "balance_band",
-    ] {
-        assert!(p.get(k).is_none(), "{k} in {p}");
-    }
-    assert_eq!(why_tier(&d), "budgeted");
-
-    // Every change is in the audit log with the values before and after.
-    let audit: Value =
-        serde_json::from_str(&ctl_ok(sock, &["audit", "--json"])).expect("audit json");
-    let sets: Vec<&Value> = audit
-        .as_array()
-        .expect("entries")
-        .iter()
-        .filter(|e| e["action"] == "policy.set")
-        .collect();
-    assert_eq!(sets.len(), 7, "{audit}");
-    let last = sets[6];
-    assert_eq!(last["old"]["tier_band"], json!(0.01), "{last}");
-    assert_eq!(last["old"]["tier_projection"], json!(0.0), "{last}");
-    assert_eq!(last["old"]["share_order"], json!(false), "{last}");
-    assert!(last["new"].get("tier_band").is_none(), "{last}");
 }

@@ -159,7 +159,7 @@ pub use judge::{
     Allowed, Clause, Decision, Denied, Rebalance, SideVerdict, decide, judge_sides, judge_victim,
     victim_priority,
 };
-pub use policy::{PolicyError, RebalancePolicy};
+pub use policy::{PolicyError, PreemptionPreset, RebalancePolicy};
 pub use state::{PreemptState, Release, SideState, entitled_with_balance, node_name};
 pub use wait::{
     Wait, denied_words, describe, describe_wait, describe_wait_shown, explain_wait, gpus_text, utc,

@@ -1,14 +1,26 @@
 //! The rule's knobs ([`RebalancePolicy`]): their defaults and `key=value`
-//! parsing (`set`, the simulator's `--rule` and what `budgetctl policy set` maps).
+//! parsing (`set`, the simulator's `--rule`), and the one knob of the rule a
+//! site chooses, the preemption strength ([`PreemptionPreset`]). Every other
+//! number here is a constant of the rule for a site (`Policy::rebalance` in
+//! budget-protocol sets only the preset, the site caps and the requeue cap);
+//! the simulator's `--rule` varies them for ablations.
 
 use serde::{Deserialize, Serialize};
 
 /// Knobs of the rule. Defaults are reasoned in docs/simulator-results.md
-/// ("The cost-aware rule"); `set` reads them from `key=value` text.
+/// ("The cost-aware rule") and docs/policy-results.md; `set` reads them from
+/// `key=value` text (the simulator's `--rule`, for ablations). For a site they
+/// are constants of the rule (docs/design.md §6.6), but for the preemption
+/// strength ([`PreemptionPreset`], which sets `benefit_factor`), the site caps
+/// and the requeue cap.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RebalancePolicy {
     /// Rank agreement: P's side ratio must be below the victim side's by more than this.
+    /// Default 0.1, the gap the old rule used; without it overload's preemptions per
+    /// GPU-day rose from 0.0064 to 0.0168, at 0.2 overload's worst team missed 6.6%
+    /// (docs/simulator-results.md, "The rule, and why each part is there", and its
+    /// ablation table "Ablation: the cost-aware rule with one mechanism off").
     pub hysteresis: f64,
     /// Forecast shortfall a side may be left with before preemption helps it,
     /// as a fraction of its entitled GPU-seconds per window.
@@ -30,7 +42,10 @@ pub struct RebalancePolicy {
     /// Site cap: at most this many GPU-hours lost to rebalancing per window.
     pub site_max_lost_gpu_hours: Option<f64>,
     /// Priority: within a tier, jobs of sides below their entitled GPUs rank
-    /// before the others ([`PreemptState::priority_place`]).
+    /// before the others ([`PreemptState::priority_place`]). On: the largest
+    /// single effect measured, without it multiday's shortfall was 7.2% instead
+    /// of 4.2% and its lost work 3.5% instead of 0.7% (docs/simulator-results.md,
+    /// "The rule, and why each part is there").
     ///
     /// [`PreemptState::priority_place`]: super::PreemptState::priority_place
     pub entitled_first: bool,
@@ -39,7 +54,8 @@ pub struct RebalancePolicy {
     /// `1 + band` and holds fewer GPUs than its entitlement (hysteresis on the
     /// tier boundary, [`PreemptState::priority_place`]); `None`: the tier as
     /// [`FairShare::place`] says (the default: the projected tier answers the
-    /// same delay and measured better). The preemption rule always reads the
+    /// same delay and measured better, docs/simulator-results.md, "Choosing the
+    /// ranking: share order and tier band"). The preemption rule always reads the
     /// tier of the snapshot.
     ///
     /// [`PreemptState::priority_place`]: super::PreemptState::priority_place
@@ -112,9 +128,79 @@ impl Default for RebalancePolicy {
             share_order: false,
             tier_projection: Some(0.6),
             balance_band: Some(0.15),
-            benefit_factor: Some(2.0),
+            benefit_factor: Some(PreemptionPreset::Default.benefit_factor()),
             restart_cost: 600.0,
         }
+    }
+}
+
+/// How readily the rule preempts, the one rule setting a site chooses
+/// (`budgetctl policy set preemption=gentle|default|aggressive`): each preset is
+/// a [`RebalancePolicy::benefit_factor`], how many times its cost (the work a
+/// victim loses plus [`RebalancePolicy::restart_cost`]) a preemption must
+/// deliver in entitled GPU-seconds sooner than turnover.
+///
+/// The factors are the three the benefit test was ablated with on tuning seeds
+/// 1-6 of the generated scenarios (docs/policy-results.md, "The benefit test":
+/// goal misses over the eleven scenarios, factor 2 110, factor 4 113, factor 1
+/// 140): `default` is the measured best; `gentle` preempts less (each victim
+/// must buy twice as much) for nearly the same misses, for a site that values
+/// finished work over promptness; `aggressive` takes every victim that buys at
+/// least its cost, for a site that values a budgeted team's promptness over
+/// lost work (more misses: more preemptions, more lost work).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", try_from = "String")]
+pub enum PreemptionPreset {
+    /// `benefit_factor` 4.
+    Gentle,
+    /// `benefit_factor` 2, the rule's default.
+    #[default]
+    Default,
+    /// `benefit_factor` 1.
+    Aggressive,
+}
+
+impl PreemptionPreset {
+    /// Every preset, mildest first.
+    pub const ALL: [PreemptionPreset; 3] = [
+        PreemptionPreset::Gentle,
+        PreemptionPreset::Default,
+        PreemptionPreset::Aggressive,
+    ];
+
+    /// The preset's [`RebalancePolicy::benefit_factor`].
+    pub fn benefit_factor(self) -> f64 {
+        match self {
+            PreemptionPreset::Gentle => 4.0,
+            PreemptionPreset::Default => 2.0,
+            PreemptionPreset::Aggressive => 1.0,
+        }
+    }
+
+    /// The JSON and command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PreemptionPreset::Gentle => "gentle",
+            PreemptionPreset::Default => "default",
+            PreemptionPreset::Aggressive => "aggressive",
+        }
+    }
+
+    /// Reads [`PreemptionPreset::name`]'s output.
+    pub fn parse(s: &str) -> Option<PreemptionPreset> {
+        Self::ALL.into_iter().find(|p| p.name() == s.trim())
+    }
+}
+
+/// Read from its name as text: anything else (a number included) is a type
+/// or value error naming the presets, not a malformed document.
+impl TryFrom<String> for PreemptionPreset {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, String> {
+        PreemptionPreset::parse(&name).ok_or_else(|| {
+            format!("unknown preemption preset {name:?}: expected gentle, default or aggressive")
+        })
     }
 }
 
@@ -246,5 +332,29 @@ mod tests {
         assert!(p.set("bogus", "1").is_err());
         assert!(p.set("max_requeues", "1.5").is_err());
         assert_eq!(p, before);
+    }
+
+    #[test]
+    fn presets_are_named_factors_around_the_default() {
+        let factors = PreemptionPreset::ALL.map(PreemptionPreset::benefit_factor);
+        assert_eq!(factors, [4.0, 2.0, 1.0]);
+        assert_eq!(
+            RebalancePolicy::default().benefit_factor,
+            Some(PreemptionPreset::default().benefit_factor())
+        );
+        for p in PreemptionPreset::ALL {
+            assert_eq!(PreemptionPreset::parse(p.name()), Some(p));
+            let json = serde_json::to_string(&p).expect("json");
+            assert_eq!(json, format!("\"{}\"", p.name()));
+        }
+        assert_eq!(PreemptionPreset::parse("brutal"), None);
+        let e = serde_json::from_str::<PreemptionPreset>("\"brutal\"").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("expected gentle, default or aggressive"),
+            "{e}"
+        );
+        let e = serde_json::from_str::<PreemptionPreset>("2").unwrap_err();
+        assert!(e.is_data(), "a number is a type error: {e}");
     }
 }

@@ -71,7 +71,9 @@ const CYCLE: i64 = 5;
 const SLACK: i64 = 3;
 /// slurm.conf KillWait.
 const KILLWAIT: i64 = 5;
-/// Hysteresis of the site policy.
+/// The rule's rank hysteresis, a constant of it
+/// (`policy_core::rebalance::RebalancePolicy::default().hysteresis`, which the
+/// snapshot's policy carries for plugins of the previous release).
 const HYSTERESIS: f64 = 0.1;
 
 #[test]
@@ -130,18 +132,9 @@ fn scenario(c: &mut Checks, tb: &Testbed, sections: &[u32]) -> Result<()> {
         default_min_runtime_secs: Some(WINDOW),
         max_min_runtime_secs: Some(120),
         snapshot_max_age_secs: Some(30),
-        hysteresis: Some(HYSTERESIS),
         // Section 2 takes the same job twice (its fresh window after a requeue):
         // the rule's requeue cap (1 by default) would keep it.
         max_requeues: Some(3),
-        // The ranking knobs, set to the rule's defaults so every section ranks as
-        // before: the snapshot carries them, and the plugins must read it (a
-        // snapshot they refused would put them in safe mode within 30 s: no preemption).
-        tier_band: Some(0.0),
-        tier_projection: Some(0.6),
-        share_order: Some(false),
-        entitled_first: Some(true),
-        balance_band: Some(0.15),
         ..PolicyPatch::default()
     })?;
     api.create_account("teama", None, 1000.0)?;

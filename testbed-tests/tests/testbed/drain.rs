@@ -66,7 +66,6 @@ fn scenario(c: &mut Checks, tb: &Testbed, stability_secs: i64) -> Result<()> {
         default_min_runtime_secs: Some(20),
         max_min_runtime_secs: Some(120),
         snapshot_max_age_secs: Some(30),
-        hysteresis: Some(0.1),
         ..PolicyPatch::default()
     })?;
     api.create_account("teama", None, 1000.0)?;

@@ -118,7 +118,6 @@ fn scenario(c: &mut Checks, tb: &Testbed, secs: i64, cap: u32) -> Result<()> {
         default_min_runtime_secs: Some(10),
         max_min_runtime_secs: Some(120),
         snapshot_max_age_secs: Some(30),
-        hysteresis: Some(0.1),
         site_max_preemptions: Some(cap),
         ..PolicyPatch::default()
     })?;

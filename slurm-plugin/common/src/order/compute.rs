@@ -68,6 +68,17 @@ pub fn entitled_order<'a>(
     held: impl IntoIterator<Item = (&'a str, &'a str, u32, f64)>,
     now: i64,
 ) -> EntitledOrder {
+    entitled_order_under(snapshot, snapshot.policy.rebalance(), held, now)
+}
+
+/// [`entitled_order`] under `rule` instead of the snapshot policy's: the
+/// tests vary the rule's constants to see each one act.
+fn entitled_order_under<'a>(
+    snapshot: &PluginSnapshot,
+    rule: policy_core::rebalance::RebalancePolicy,
+    held: impl IntoIterator<Item = (&'a str, &'a str, u32, f64)>,
+    now: i64,
+) -> EntitledOrder {
     let running = held.into_iter().filter(|h| h.2 > 0).enumerate().map(
         |(i, (account, user, gpus, weight))| RunningJob {
             job_id: u32::try_from(i).unwrap_or(u32::MAX),
@@ -93,7 +104,7 @@ pub fn entitled_order<'a>(
         [],
         [],
         snapshot.capacity_gpus(),
-        snapshot.policy.rebalance(),
+        rule,
         now,
     )
 }
@@ -242,6 +253,7 @@ pub fn age_secs(now: i64, submit_time: i64, begin_time: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use policy_core::rebalance::RebalancePolicy;
     use policy_core::{AccountSpec, FairShare, GpuWeights, MemberSpec, TreeSpec};
 
     fn key<'a>(account: &'a str, user: &'a str, age: i64) -> JobKey<'a> {
@@ -336,14 +348,17 @@ mod tests {
     fn an_account_below_its_entitlement_ranks_first_within_its_tier() {
         // teama's ratio is lower (Fair-Tree puts it first), but it holds more GPUs
         // than its entitlement (100 GPU-h a week = 0.6 GPUs) and teamb holds none.
-        // The site's policy turns the projected tier off here, so that both rank in
-        // the snapshot's tier (budgeted) and only the order within it is seen.
-        let mut s = snapshot(&[("teama", "alice", 10.0), ("teamb", "bob", 50.0)]);
-        s.policy.tier_projection = Some(0.0);
+        // The rule without its projected tier here, so that both rank in the
+        // snapshot's tier (budgeted) and only the order within it is seen.
+        let s = snapshot(&[("teama", "alice", 10.0), ("teamb", "bob", 50.0)]);
+        let no_projection = RebalancePolicy {
+            tier_projection: None,
+            ..RebalancePolicy::default()
+        };
         let fair_tree_a = decide(Some(&s), None, &key("teama", "alice", 0));
         let fair_tree_b = decide(Some(&s), None, &key("teamb", "bob", 0));
         assert!(fair_tree_a.rank < fair_tree_b.rank);
-        let order = entitled_order(&s, [("teama", "alice", 4, 1.0)], 1000);
+        let order = entitled_order_under(&s, no_projection, [("teama", "alice", 4, 1.0)], 1000);
         let a = decide(Some(&s), Some(&order), &key("teama", "alice", 0));
         let b = decide(Some(&s), Some(&order), &key("teamb", "bob", 0));
         assert_eq!(
@@ -359,7 +374,6 @@ mod tests {
         // With the rule's default projection, teama holding 4 GPUs on a 0.6 GPU
         // allocation heads past it (0.1 + 0.6 x (6.7 - 0.1) = 4.1): its pending job
         // ranks over budget, below teamb's.
-        s.policy.tier_projection = None;
         let order = entitled_order(&s, [("teama", "alice", 4, 1.0)], 1000);
         let a = decide(Some(&s), Some(&order), &key("teama", "alice", 0));
         let b = decide(Some(&s), Some(&order), &key("teamb", "bob", 0));
@@ -375,47 +389,58 @@ mod tests {
     }
 
     #[test]
-    fn the_snapshots_ranking_knobs_decide_the_order_and_the_band() {
+    fn the_rules_ranking_constants_decide_the_order_and_the_band() {
         // As in the test above: teamb holds nothing and outranks teama (holding 4)
-        // with entitlement first, the rule's default.
-        let mut s = snapshot(&[("teama", "alice", 10.0), ("teamb", "bob", 50.0)]);
-        let ranks = |s: &PluginSnapshot| {
-            let order = entitled_order(s, [("teama", "alice", 4, 1.0)], 1000);
-            let a = decide(Some(s), Some(&order), &key("teama", "alice", 0));
-            let b = decide(Some(s), Some(&order), &key("teamb", "bob", 0));
+        // with entitlement first, the rule's constant.
+        let s = snapshot(&[("teama", "alice", 10.0), ("teamb", "bob", 50.0)]);
+        let rule = RebalancePolicy::default();
+        assert!(rule.entitled_first);
+        let ranks = |rule: RebalancePolicy| {
+            let order = entitled_order_under(&s, rule, [("teama", "alice", 4, 1.0)], 1000);
+            let a = decide(Some(&s), Some(&order), &key("teama", "alice", 0));
+            let b = decide(Some(&s), Some(&order), &key("teamb", "bob", 0));
             (a.rank, b.rank)
         };
-        let (a, b) = ranks(&s);
+        let (a, b) = ranks(rule);
         assert!(b < a, "{a} {b}");
-        // The site turns it off in its policy: Fair-Tree's ratio order again.
-        s.policy.entitled_first = Some(false);
-        let (a, b) = ranks(&s);
+        // Without it: Fair-Tree's ratio order again.
+        let (a, b) = ranks(RebalancePolicy {
+            entitled_first: false,
+            ..rule
+        });
         assert!(a < b, "{a} {b}");
-        s.policy.entitled_first = Some(true);
-        let (a, b) = ranks(&s);
-        assert!(b < a, "{a} {b}");
 
         // teama over budget by 5% (ratio 1.05) and holding none of its entitled
         // GPUs: budgeted under the rule's projected tier (1.05 x 0.4 = 0.42); with
         // the projection off, over budget without a band or with one narrower than
         // 5%, budgeted within a band of 0.2.
-        let mut s = snapshot(&[("teama", "alice", 105.0), ("teamb", "bob", 50.0)]);
-        let tier = |s: &PluginSnapshot| {
-            let order = entitled_order(s, [("teamb", "bob", 1, 1.0)], 1000);
-            decide(Some(s), Some(&order), &key("teama", "alice", 0))
+        let s = snapshot(&[("teama", "alice", 105.0), ("teamb", "bob", 50.0)]);
+        let tier = |rule: RebalancePolicy| {
+            let order = entitled_order_under(&s, rule, [("teamb", "bob", 1, 1.0)], 1000);
+            decide(Some(&s), Some(&order), &key("teama", "alice", 0))
                 .parts
                 .tier
         };
-        assert_eq!(tier(&s), Tier::Budgeted);
-        s.policy.tier_projection = Some(0.0);
-        assert_eq!(tier(&s), Tier::OverBudget);
+        assert_eq!(tier(rule), Tier::Budgeted);
+        // What the snapshot's policy gives is the rule's constants.
+        let order = entitled_order(&s, [("teamb", "bob", 1, 1.0)], 1000);
+        let by_policy = decide(Some(&s), Some(&order), &key("teama", "alice", 0));
+        assert_eq!(by_policy.parts.tier, Tier::Budgeted);
+        let no_projection = RebalancePolicy {
+            tier_projection: None,
+            ..rule
+        };
+        assert_eq!(tier(no_projection), Tier::OverBudget);
         for (band, want) in [
-            (0.0, Tier::OverBudget),
-            (0.04, Tier::OverBudget),
-            (0.2, Tier::Budgeted),
+            (None, Tier::OverBudget),
+            (Some(0.04), Tier::OverBudget),
+            (Some(0.2), Tier::Budgeted),
         ] {
-            s.policy.tier_band = Some(band);
-            assert_eq!(tier(&s), want, "tier_band {band}");
+            let banded = RebalancePolicy {
+                tier_band: band,
+                ..no_projection
+            };
+            assert_eq!(tier(banded), want, "tier_band {band:?}");
         }
     }
 
@@ -456,10 +481,13 @@ mod tests {
         s.weights.set("b300", 2.0).expect("weight");
         s.cluster_gpus = Some(96);
         s.cluster_weighted_gpus = Some(128.0);
-        // The weighted GPUs held alone decide here (`balance_band` 0): with the
-        // window balance, teama, having received 1% of its window, counts as
+        // The weighted GPUs held alone decide here (the rule without its window
+        // balance): with it, teama, having received 1% of its window, counts as
         // below its entitlement up to 64 + 0.15 x 64 and ranks first (checked last).
-        s.policy.balance_band = Some(0.0);
+        let held_alone = RebalancePolicy {
+            balance_band: None,
+            ..RebalancePolicy::default()
+        };
         let b300 = gpu_weight(Some(&s), Some("B300"));
         assert_eq!(
             (
@@ -476,8 +504,9 @@ mod tests {
         assert_eq!((a.gpus, a.weighted, a.weight()), (32, 64.0, 2.0));
         let mut b = Held::default();
         b.add(40, gpu_weight(Some(&s), None));
-        let order = entitled_order(
+        let order = entitled_order_under(
             &s,
+            held_alone,
             [
                 ("teama", "alice", a.gpus, a.weight()),
                 ("teamb", "bob", b.gpus, b.weight()),
@@ -504,9 +533,8 @@ mod tests {
             db.rank < da.rank && db.priority > da.priority,
             "{da:?} {db:?}"
         );
-        // With the window balance (the site's default) teama, owed almost its
+        // With the window balance (the rule's constant) teama, owed almost its
         // whole window, is below its entitlement up to 73.6 and first by ratio.
-        s.policy.balance_band = None;
         let balanced = entitled_order(
             &s,
             [
@@ -520,13 +548,13 @@ mod tests {
             decide(Some(&s), Some(&balanced), &key("teamb", "bob", 0)),
         );
         assert!(ba.rank < bb.rank, "{ba:?} {bb:?}");
-        s.policy.balance_band = Some(0.0);
         // Without the weights (every GPU 1, the raw capacity) teama's 32 would be
         // half its entitlement and rank first.
         s.weights = GpuWeights::default();
         s.cluster_weighted_gpus = None;
-        let raw = entitled_order(
+        let raw = entitled_order_under(
             &s,
+            held_alone,
             [("teama", "alice", 32, 1.0), ("teamb", "bob", 40, 1.0)],
             1000,
         );
