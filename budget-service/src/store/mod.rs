@@ -53,8 +53,9 @@ pub struct Store {
 }
 
 /// Logs each setting of a stored policy of the previous release that is now a
-/// constant of the rule (`Policy::REMOVED`) and was set to another value than
-/// the constant: it is ignored from now on, and the site should know.
+/// constant of the rule (`Policy::REMOVED`), `hysteresis` only when it is not
+/// the constant (that release always stored it): the stored value is ignored
+/// from now on, and the site should know.
 fn warn_removed_settings(stored: &str) {
     let Ok(serde_json::Value::Object(fields)) = serde_json::from_str(stored) else {
         return;
