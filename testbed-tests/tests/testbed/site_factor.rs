@@ -28,7 +28,6 @@
 //!    (a new job's SITE is 0), and the error comes again with each job.
 
 use anyhow::{Context, Result};
-use testbed_tests::api::PolicyPatch;
 use testbed_tests::checks::{Check, Checks, run_suite, say, wait_secs};
 use testbed_tests::logs::in_order;
 use testbed_tests::slurm::{JobId, Slurm};
@@ -345,12 +344,12 @@ fn set_site_factor_params(tb: &Testbed, value: &str) -> Result<()> {
 fn section_6(c: &mut Checks, tb: &Testbed, ja: JobId, jb: JobId) -> Result<()> {
     say("== 6. within one tier, the rank decides");
     let (s, api) = (tb.slurm(), tb.budgetd());
-    // teama's tier from its ratio as it is (far below 1), not projected at the 8 GPUs
-    // it holds; teamb's allocation back: both budgeted, teama above its entitlement.
-    api.set_policy(&PolicyPatch {
-        tier_projection: Some(0.0),
-        ..PolicyPatch::default()
-    })?;
+    // teama's allocation up to 1000 GPU-h a week (5.95 GPUs): its tier, projected 0.6
+    // of a window ahead at the 8 GPUs it holds (the rule's constant), is
+    // 0.6 x 8 x 168 / 1000 = 0.81, budgeted, and it stays above its entitlement (even
+    // with the window balance: 5.95 x 1.15 = 6.8); teamb's allocation back: both
+    // budgeted, teamb (holding nothing) below its entitlement.
+    api.set_allocation("teama", 1000.0)?;
     api.set_allocation("teamb", 100.0)?;
     let both_budgeted = || -> Result<bool> {
         let (a, b) = (api.why(ja)?, api.why(jb)?);
