@@ -94,7 +94,17 @@ fn main() {
             slurm_h.display()
         ))
     });
-    on.extend(version::detected_cfgs(&slurm_h_text));
+    // The job record's header is read as text too (optional: a tree without it fails
+    // later, at the wrapper, with its own message).
+    let mut detect_text = slurm_h_text;
+    for h in ["src/slurmctld/slurmctld.h", "src/common/job_record.h"] {
+        let path = src.join(h);
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            println!("cargo::rerun-if-changed={}", path.display());
+            detect_text.push_str(&text);
+        }
+    }
+    on.extend(version::detected_cfgs(&detect_text));
     for name in &all {
         println!("cargo::rustc-check-cfg=cfg({name})");
     }

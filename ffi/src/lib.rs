@@ -63,6 +63,25 @@ pub type JobDetails = sys::job_details;
 #[cfg(slurm_23_02)]
 pub type JobDetails = sys::job_details_t;
 
+/// The per-partition priorities `priority/multifactor` wrote for `job` (one entry per
+/// partition of `part_ptr_list`, in list order), or null when it wrote none: the
+/// record's own `priority_array` in 22.05, the array `part_prio` points to from 24.11
+/// (cfg `slurm_part_prio`, detected from the header).
+///
+/// # Safety
+/// `job` must be a valid job record read under the job lock.
+pub unsafe fn partition_priorities(job: &sys::job_record_t) -> *mut u32 {
+    #[cfg(slurm_part_prio)]
+    {
+        // SAFETY: part_prio is NULL or multifactor's struct owned by the record.
+        unsafe { job.part_prio.as_ref() }.map_or(std::ptr::null_mut(), |p| p.priority_array)
+    }
+    #[cfg(not(slurm_part_prio))]
+    {
+        job.priority_array
+    }
+}
+
 /// A Slurm record of integers and raw pointers whose all-zero bytes are a valid
 /// empty value (numbers 0, pointers NULL), as `xmalloc` hands one to slurmctld
 /// before it fills it in. Tests and benchmarks build records from it field by field

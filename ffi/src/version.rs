@@ -31,19 +31,26 @@ pub const CFG_TABLE: &[(&str, u32)] = &[
 ];
 
 /// Cfgs detected from the source tree's headers rather than from the version number,
-/// each with the text in `slurm/slurm.h` that turns it on. Used where the release a
+/// each with the text that turns it on in `slurm/slurm.h` or in the header holding
+/// `job_record_t` (`src/slurmctld/slurmctld.h`; `src/common/job_record.h` where it
+/// exists). Used where the release a
 /// change came with is not in this project (no source of 23.02-24.05 here).
 pub const DETECTED_CFGS: &[(&str, &str)] = &[
     // sprio's factors moved from priority_factors_object_t's own fields into a separate
     // priority_factors_t it points to (22.05: inline; 24.11 and 26.05: pointer).
     ("slurm_prio_factors_t", "priority_factors_t *prio_factors;"),
+    // multifactor's per-partition priorities moved from job_record_t's own
+    // `priority_array` into the priority_mult_t that `part_prio` points to (22.05:
+    // inline; 24.11 and 26.05: pointer).
+    ("slurm_part_prio", "priority_mult_t *part_prio;"),
 ];
 
-/// The detected cfgs that `slurm_h` (the text of `slurm/slurm.h`) turns on.
-pub fn detected_cfgs(slurm_h: &str) -> Vec<&'static str> {
+/// The detected cfgs that `headers` (the text of the headers [`DETECTED_CFGS`] names,
+/// one after the other) turns on.
+pub fn detected_cfgs(headers: &str) -> Vec<&'static str> {
     DETECTED_CFGS
         .iter()
-        .filter(|(_, needle)| slurm_h.contains(needle))
+        .filter(|(_, needle)| headers.contains(needle))
         .map(|(name, _)| *name)
         .collect()
 }
@@ -136,6 +143,14 @@ mod tests {
         let new = "\tpriority_factors_t *prio_factors;\n\tchar *qos;\n";
         assert!(detected_cfgs(old).is_empty());
         assert_eq!(detected_cfgs(new), vec!["slurm_prio_factors_t"]);
+    }
+
+    #[test]
+    fn detects_partition_priorities_behind_a_pointer() {
+        let old = "\tuint32_t *priority_array;\t/* partition based priority */\n";
+        let new = "\tpriority_mult_t *part_prio;\t/* partition based priority */\n";
+        assert!(detected_cfgs(old).is_empty());
+        assert_eq!(detected_cfgs(new), vec!["slurm_part_prio"]);
     }
 
     #[test]

@@ -389,7 +389,8 @@ pub unsafe fn runs_with_gpus(
 
 /// Set a pending job's site factor and shift its priority the way
 /// `priority/multifactor` sums it: `site_factor - NICE_OFFSET` is one addend of the
-/// priority and of each partition's entry of `priority_array`, clamped to
+/// priority and of each partition's entry of its partition priorities
+/// ([`slurm_ffi::partition_priorities`]), clamped to
 /// `1..=u32::MAX`; `prio_factors->priority_site` (sprio's SITE) follows. Exact unless
 /// multifactor had clamped the priority; its next calculation recomputes the whole sum.
 /// This is multifactor's own arithmetic done in place, instead of calling Slurm's
@@ -412,14 +413,16 @@ pub unsafe fn apply_site_factor(job: &mut job_record_t, site_factor: u32) -> boo
     let shift = |p: u32| (i64::from(p) + delta).clamp(1, i64::from(u32::MAX)) as u32;
     let before = job.priority;
     job.priority = shift(job.priority);
-    if !job.priority_array.is_null() && !job.part_ptr_list.is_null() {
+    // SAFETY: a valid record under the job write lock (the caller's contract).
+    let prios = unsafe { slurm_ffi::partition_priorities(job) };
+    if !prios.is_null() && !job.part_ptr_list.is_null() {
         // SAFETY: multifactor sizes priority_array to the job's partition list (one
         // entry per partition, written in list order); the list is the record's own.
         let n = unsafe { slurm_ffi::sys::list_count(job.part_ptr_list) };
         for i in 0..usize::try_from(n).unwrap_or(0) {
             // SAFETY: i < the entries multifactor allocated and filled, see above.
             unsafe {
-                let p = job.priority_array.add(i);
+                let p = prios.add(i);
                 *p = shift(*p);
             }
         }
