@@ -718,29 +718,48 @@ impl Ledger {
     /// pairs some run in the window touches: memory is linear in the runs,
     /// never leaves x interned strings (gigabytes at 10k users).
     pub fn usage(&self, at: i64, len: i64) -> UsageSums {
-        // (leaf, GPU type id or u32::MAX) -> (charged, free)
-        let mut sums: HashMap<(u32, u32), (i128, i128)> = HashMap::new();
-        let lo = at.saturating_sub(len);
+        self.usage_at(&[at], len).pop().unwrap_or_default()
+    }
+
+    /// [`Ledger::usage`] at each instant of `ats` (windows of `len`), in
+    /// one pass over the runs: entry `k` is exactly `usage(ats[k], len)`.
+    pub fn usage_at(&self, ats: &[i64], len: i64) -> Vec<UsageSums> {
+        // Per instant: (leaf, GPU type id or u32::MAX) -> (charged, free).
+        let mut sums: Vec<HashMap<(u32, u32), (i128, i128)>> = vec![HashMap::new(); ats.len()];
+        let (Some(&first), Some(&last)) = (ats.iter().min(), ats.iter().max()) else {
+            return Vec::new();
+        };
+        // A run outside the union of the windows is rejected once.
+        let lo = first.saturating_sub(len);
         for m in &self.runs {
             let Some(start) = m.start else { continue };
-            // Cheap rejection before the exact clip.
-            if start >= at || m.end.is_some_and(|e| e <= lo) || m.gpus == 0 {
+            if start >= last || m.end.is_some_and(|e| e <= lo) || m.gpus == 0 {
                 continue;
             }
-            let secs = Run {
+            let run = Run {
                 start,
                 end: m.end,
                 gpus: m.gpus,
                 weight: 1.0,
+            };
+            for (k, &at) in ats.iter().enumerate() {
+                // Cheap rejection before the exact clip.
+                if start >= at || m.end.is_some_and(|e| e <= at.saturating_sub(len)) {
+                    continue;
+                }
+                let v = i128::from(run.overlap_secs(at, len)) * i128::from(m.gpus);
+                if v == 0 {
+                    continue;
+                }
+                let e = sums[k].entry((m.leaf, m.gpu_type)).or_default();
+                if m.free_tier { e.1 += v } else { e.0 += v }
             }
-            .overlap_secs(at, len);
-            let v = i128::from(secs) * i128::from(m.gpus);
-            if v == 0 {
-                continue;
-            }
-            let e = sums.entry((m.leaf, m.gpu_type)).or_default();
-            if m.free_tier { e.1 += v } else { e.0 += v }
         }
+        sums.into_iter().map(|s| self.usage_rows(&s)).collect()
+    }
+
+    /// The rows of one instant's sums, named.
+    fn usage_rows(&self, sums: &HashMap<(u32, u32), (i128, i128)>) -> UsageSums {
         // Leaf-major, typed before untyped: a stable order for callers and tests.
         let mut keys: Vec<(u32, u32)> = sums.keys().copied().collect();
         keys.sort_unstable();
@@ -897,6 +916,23 @@ mod tests {
             };
             proptest::prop_assert!((total(&u.charged) - expect_charged).abs() <= 1e-9 * expect_charged.max(1.0));
             proptest::prop_assert!((total(&u.free) - expect_free).abs() <= 1e-9 * expect_free.max(1.0));
+            // Several instants in one pass (the web view's windows, in any
+            // order, repeats allowed): each entry is that instant's usage,
+            // row for row.
+            let ats = [at, at - len, at - 2 * len, at + 37, at];
+            let many = l.usage_at(&ats, len);
+            proptest::prop_assert_eq!(many.len(), ats.len());
+            for (k, &t) in ats.iter().enumerate() {
+                let (mut charged, mut free) = (0.0, 0.0);
+                for &(start, dur, gpus, ty, is_free, _) in &runs {
+                    let run = Run { start, end: dur.map(|d| start + d), gpus, weight: weight(types[ty]) };
+                    if is_free { free += run.window_usage(t, len) } else { charged += run.window_usage(t, len) }
+                }
+                proptest::prop_assert!((total(&many[k].charged) - charged).abs() <= 1e-9 * charged.max(1.0));
+                proptest::prop_assert!((total(&many[k].free) - free).abs() <= 1e-9 * free.max(1.0));
+                proptest::prop_assert_eq!(&many[k], &l.usage(t, len));
+            }
+            proptest::prop_assert!(l.usage_at(&[], len).is_empty());
         }
     }
 }

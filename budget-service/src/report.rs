@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use budget_protocol::reports::{ShareReport, ShareRow, UsageReport, UsageRow};
 use policy_core::FairShare;
-use policy_core::fairshare::NodeKind;
+use policy_core::fairshare::{NodeKind, UsageByLeaf};
 use policy_core::tree::ROOT;
 
 use crate::auth::Scope;
@@ -18,13 +18,38 @@ use crate::store::{Store, hours};
 
 /// Builds the fair-share table at `at`, rows in ranking (depth-first) order.
 pub fn share(store: &Store, at: i64, scope: &Scope) -> ShareReport {
+    share_at(store, &[at], scope).pop().unwrap_or(ShareReport {
+        at,
+        window_secs: store.policy().window_secs,
+        rows: Vec::new(),
+    })
+}
+
+/// [`share`] at each instant of `ats` (entry `k` is exactly
+/// `share(store, ats[k], scope)`), the usage of every window read in one
+/// pass over the ledger.
+pub fn share_at(store: &Store, ats: &[i64], scope: &Scope) -> Vec<ShareReport> {
     let window = store.policy().window_secs;
-    let (usage, free) = store.weighted_usage(at, window);
-    let fs = FairShare::compute(store.tree(), &usage, at, window);
+    ats.iter()
+        .zip(store.weighted_usage_at(ats, window))
+        .map(|(&at, (usage, free))| share_of(store, at, window, &usage, &free, scope))
+        .collect()
+}
+
+/// The fair-share table at `at` from that window's charged and free usage.
+fn share_of(
+    store: &Store,
+    at: i64,
+    window: i64,
+    usage: &UsageByLeaf,
+    free: &UsageByLeaf,
+    scope: &Scope,
+) -> ShareReport {
+    let fs = FairShare::compute(store.tree(), usage, at, window);
     // Free-tier usage rolled up like charged usage, for display.
     let mut free_by_account: BTreeMap<String, f64> = BTreeMap::new();
     let mut free_by_user: BTreeMap<(String, String), f64> = BTreeMap::new();
-    for ((a, u), v) in &free {
+    for ((a, u), v) in free {
         *free_by_user.entry((a.clone(), u.clone())).or_insert(0.0) += v;
         if store.tree().account(a).is_some() {
             for acc in std::iter::once(a.clone()).chain(store.tree().ancestors(a)) {

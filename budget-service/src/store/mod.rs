@@ -305,7 +305,12 @@ impl Store {
     /// Weighted GPU-seconds per (account, user) in `[at - len, at]`, charged
     /// and free tier apart.
     pub fn weighted_usage(&self, at: i64, len: i64) -> (UsageByLeaf, UsageByLeaf) {
-        let sums = self.ledger.usage(at, len);
+        self.weighted_usage_at(&[at], len).pop().unwrap_or_default()
+    }
+
+    /// [`Store::weighted_usage`] at each instant of `ats`, from one pass
+    /// over the ledger ([`crate::ledger::Ledger::usage_at`]).
+    pub fn weighted_usage_at(&self, ats: &[i64], len: i64) -> Vec<(UsageByLeaf, UsageByLeaf)> {
         let fold = |rows: Vec<(String, String, Option<String>, i128)>| {
             let mut out = UsageByLeaf::new();
             for (a, u, t, secs) in rows {
@@ -314,7 +319,11 @@ impl Store {
             }
             out
         };
-        (fold(sums.charged), fold(sums.free))
+        self.ledger
+            .usage_at(ats, len)
+            .into_iter()
+            .map(|sums| (fold(sums.charged), fold(sums.free)))
+            .collect()
     }
 
     /// The fair-share tree at `at` over the policy's window.
