@@ -141,7 +141,8 @@ a:focus,button:focus,input:focus{outline:3px solid #f4b400;outline-offset:2px}\
 table{border-collapse:collapse;margin:0.5rem 0 1.5rem}th,td{border:1px solid #666;padding:0.25rem 0.5rem;text-align:left;vertical-align:top}\
 td.n{text-align:right;font-variant-numeric:tabular-nums}caption{text-align:left;font-weight:bold;padding:0.25rem 0}\
 .who{float:right}.who form{display:inline}button{font:inherit;padding:0.25rem 0.75rem}\
-.error{color:#8b0000;font-weight:bold}label{display:block;margin:0.5rem 0}";
+.error{color:#8b0000;font-weight:bold}label{display:block;margin:0.5rem 0}\
+svg.c rect{fill:#2e6da4}svg.c rect.o{fill:#b03a2e}svg.c line{stroke:#111;stroke-width:2}";
 
 /// A whole page: `title`, the navigation (with `current` marked) and who
 /// is logged in when `caller` is given, then `body` (already escaped HTML).

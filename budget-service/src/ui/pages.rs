@@ -1,8 +1,9 @@
 //! The web view's four pages. Each reads its figures from the function
 //! behind the matching API route, with the caller's scope:
-//! - accounts: `report::share` (`GET /v1/share?at=`), at now (or the
-//!   `at` asked for, read as the API reads it) and at the ends of the 3
-//!   windows before;
+//! - accounts: `report::share_at` (`GET /v1/share?at=` reads one instant
+//!   through it), at now (or the `at` asked for, read as the API reads it)
+//!   and at the ends of the 3 windows before, from one pass over the
+//!   ledger;
 //! - waiting queue: `api::why::explain_for` (`GET /v1/jobs/{id}/why`) for
 //!   every pending job the caller may see (`api::why::sees`), with one
 //!   `why::Explainer` for all of them;
@@ -14,13 +15,14 @@
 //! Each page states the instant (and interval) it shows, in `data-t`
 //! attributes too, so it can be compared with the API at that instant.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use budget_protocol::RunState;
+use budget_protocol::reports::{ShareReport, ShareRow};
 use budget_protocol::why::Why;
 use policy_core::fairshare::Tier;
 use serde::Deserialize;
@@ -101,10 +103,9 @@ pub async fn tree(
             let scope = Scope::of(&c2, s.tree(), s.coordinators());
             let window = s.policy().window_secs;
             // Newest first: the share report now, then at the end of each
-            // window before.
-            let reports: Vec<_> = (0..WINDOWS)
-                .map(|k| crate::report::share(s, t - k * window, &scope))
-                .collect();
+            // window before, all from one pass over the ledger.
+            let ats: Vec<i64> = (0..WINDOWS).map(|k| t - k * window).collect();
+            let reports = crate::report::share_at(s, &ats, &scope);
             Ok(tree_body(&reports, window))
         })
         .await
@@ -113,13 +114,47 @@ pub async fn tree(
     answer(&caller, path, "Accounts", result)
 }
 
-fn tree_body(reports: &[budget_protocol::reports::ShareReport], window: i64) -> String {
+/// The tier of an account's row in words. The report's tier is that of
+/// the account's path (docs/design.md §4.3): an account within its own
+/// allocation is over budget when an account above it is, which the words
+/// say, naming that account when the caller may read it; the root bears no
+/// budget, so its ratio (the whole tree's usage against the root's
+/// allocation) puts nothing over budget.
+fn account_tier(row: &ShareRow, by_name: &HashMap<&str, &ShareRow>) -> String {
+    if row.parent.is_none() {
+        return "no budget (the root)".to_string();
+    }
+    if row.tier != Tier::OverBudget || row.ratio >= 1.0 {
+        return tier_words(row.tier).to_string();
+    }
+    // The nearest account above it over its own allocation.
+    let mut up = row.parent.as_deref();
+    let mut steps = 0;
+    while let Some(name) = up {
+        steps += 1;
+        let Some(p) = by_name.get(name) else { break };
+        if p.parent.is_none() {
+            break;
+        }
+        if p.ratio >= 1.0 {
+            let via = if steps == 1 { "parent" } else { "ancestor" };
+            return format!("over budget (via {via} {})", escape(name));
+        }
+        up = p.parent.as_deref();
+    }
+    "over budget (via an account above it)".to_string()
+}
+
+fn tree_body(reports: &[ShareReport], window: i64) -> String {
     let Some(current) = reports.first() else {
         return String::new();
     };
     let mut out = format!(
         "<p>Figures as of {} (<span data-at=\"{}\">window: {}</span>). Allocation and usage are weighted GPU-hours per window; \
-the ratio is usage / allocation; rank 1 is the lowest ratio among siblings. The chart shows the last {WINDOWS} windows, \
+the ratio is usage / allocation; rank 1 is the lowest ratio among siblings. The tier is the account's path's: an account \
+is over budget when it or an account above it has used its allocation (ratio 1 or more); the root bears no budget. \
+The tier a waiting job ranks in may differ (it reads the ratios projected ahead; see the waiting queue). \
+The chart shows the last {WINDOWS} windows, \
 oldest first: a bar is the usage, the dark line the allocation, a red bar an account over its allocation.</p>",
         time_el(current.at),
         current.at,
@@ -131,25 +166,34 @@ oldest first: a bar is the usage, the dark line the allocation, a red bar an acc
 <th scope=\"col\">Ratio</th><th scope=\"col\">Tier</th><th scope=\"col\">Rank</th>\
 <th scope=\"col\">Last windows</th></tr></thead><tbody>",
     );
+    // Each report's account rows by name, oldest first.
+    let by_name: Vec<HashMap<&str, &ShareRow>> = reports
+        .iter()
+        .rev()
+        .map(|r| {
+            r.rows
+                .iter()
+                .filter(|x| x.user.is_none())
+                .map(|x| (x.account.as_str(), x))
+                .collect()
+        })
+        .collect();
+    let now_by_name = by_name.last().cloned().unwrap_or_default();
     for row in current.rows.iter().filter(|r| r.user.is_none()) {
         // Oldest first; a window where the account did not exist counts 0.
-        let windows: Vec<Window> = reports
+        let windows: Vec<Window> = by_name
             .iter()
-            .rev()
-            .map(|r| {
-                r.rows
-                    .iter()
-                    .find(|x| x.user.is_none() && x.account == row.account)
-                    .map_or(
-                        Window {
-                            allocation: 0.0,
-                            usage: 0.0,
-                        },
-                        |x| Window {
-                            allocation: x.allocation_gpu_hours,
-                            usage: x.usage_gpu_hours,
-                        },
-                    )
+            .map(|m| {
+                m.get(row.account.as_str()).map_or(
+                    Window {
+                        allocation: 0.0,
+                        usage: 0.0,
+                    },
+                    |x| Window {
+                        allocation: x.allocation_gpu_hours,
+                        usage: x.usage_gpu_hours,
+                    },
+                )
             })
             .collect();
         let name = escape(&row.account);
@@ -160,7 +204,7 @@ oldest first: a bar is the usage, the dark line the allocation, a red bar an acc
             num(row.allocation_gpu_hours),
             num(row.usage_gpu_hours),
             ratio(row.ratio),
-            tier_words(row.tier),
+            account_tier(row, &now_by_name),
             row.rank,
             usage_chart(&row.account, &windows)
         ));
@@ -425,4 +469,58 @@ once, the others when their protected window ends.</p>",
     }
     out.push_str("</tbody></table>");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acc(name: &str, parent: Option<&str>, ratio: f64, tier: Tier) -> ShareRow {
+        ShareRow {
+            account: name.into(),
+            parent: parent.map(str::to_string),
+            user: None,
+            depth: 0,
+            allocation_gpu_hours: 1.0,
+            usage_gpu_hours: ratio,
+            free_usage_gpu_hours: 0.0,
+            ratio,
+            rank: 1,
+            leaf_rank: None,
+            fair_share_factor: 1.0,
+            tier,
+            overcommit: false,
+        }
+    }
+
+    #[test]
+    fn an_inherited_over_budget_names_the_nearest_account_over_its_own() {
+        let rows = [
+            acc("root", None, 3.0, Tier::Budgeted),
+            acc("a", Some("root"), 1.5, Tier::OverBudget),
+            acc("a<1>", Some("a"), 0.5, Tier::OverBudget),
+            acc("a2", Some("a<1>"), 0.0, Tier::OverBudget),
+            acc("b", Some("root"), 0.2, Tier::Budgeted),
+        ];
+        let all: HashMap<&str, &ShareRow> = rows.iter().map(|r| (r.account.as_str(), r)).collect();
+        let words = |i: usize, m: &HashMap<&str, &ShareRow>| account_tier(&rows[i], m);
+        assert_eq!(words(0, &all), "no budget (the root)");
+        assert_eq!(words(1, &all), "over budget");
+        assert_eq!(words(2, &all), "over budget (via parent a)");
+        assert_eq!(words(3, &all), "over budget (via ancestor a)");
+        assert_eq!(words(4, &all), "within budget");
+        // An ancestor the caller may not read is not named.
+        let mut hidden = all.clone();
+        hidden.remove("a");
+        assert_eq!(words(2, &hidden), "over budget (via an account above it)");
+        // A name is escaped as HTML.
+        let rows2 = [acc("x", Some("a<1>"), 0.0, Tier::OverBudget)];
+        let mut m = all.clone();
+        let over = acc("a<1>", Some("a"), 1.0, Tier::OverBudget);
+        m.insert("a<1>", &over);
+        assert_eq!(
+            account_tier(&rows2[0], &m),
+            "over budget (via parent a&lt;1&gt;)"
+        );
+    }
 }

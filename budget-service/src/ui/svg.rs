@@ -1,5 +1,8 @@
 //! Small inline SVG charts for the web view: no script, no external file,
 //! each with a text equivalent (`role="img"`, `<title>`) for screen readers.
+//! Colours come from the page's style sheet (`ui::STYLE`, classes `c` and
+//! `o`), not from attributes repeated on every shape: the accounts page
+//! draws one chart per account.
 
 use super::{escape, num};
 
@@ -37,10 +40,10 @@ pub fn usage_chart(label: &str, windows: &[Window]) -> String {
         let u = (w.usage.max(0.0) * scale).min(HEIGHT - 2.0);
         let a = (w.allocation.max(0.0) * scale).min(HEIGHT - 2.0);
         let over = w.usage > w.allocation;
-        let fill = if over { "#b03a2e" } else { "#2e6da4" };
+        let class = if over { " class=\"o\"" } else { "" };
         shapes.push_str(&format!(
-            "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{BAR}\" height=\"{u:.1}\" fill=\"{fill}\"/>\
-<line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#111\" stroke-width=\"2\"/>",
+            "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{BAR}\" height=\"{u:.1}\"{class}/>\
+<line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\"/>",
             HEIGHT - u,
             x - 2.0,
             x + BAR + 2.0,
@@ -54,7 +57,7 @@ pub fn usage_chart(label: &str, windows: &[Window]) -> String {
         ));
     }
     format!(
-        "<svg width=\"{WIDTH}\" height=\"{HEIGHT}\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\" aria-label=\"{d}\"><title>{d}</title>{shapes}</svg>",
+        "<svg class=\"c\" width=\"{WIDTH}\" height=\"{HEIGHT}\" viewBox=\"0 0 {WIDTH} {HEIGHT}\" role=\"img\"><title>{d}</title>{shapes}</svg>",
         d = escape(&desc)
     )
 }
@@ -80,6 +83,10 @@ mod tests {
         );
         assert!(svg.contains("&lt;a&gt;: usage against allocation, last 2 windows"));
         assert!(svg.contains("5.00 of 10.00;") && svg.contains("20.00 of 10.00 (over);"));
+        // The description once (the accessible name), the bar over its
+        // allocation marked for the style sheet's distinct colour.
+        assert_eq!(svg.matches("usage against allocation").count(), 1);
+        assert_eq!(svg.matches("class=\"o\"").count(), 1);
         // The fullest bar reaches the top (2 px margin), the half one half-way.
         assert!(svg.contains("height=\"34.0\"") && svg.contains("height=\"8.5\""));
         // Zero everywhere draws flat bars, no NaN.

@@ -425,6 +425,59 @@ fn each_page_equals_the_api_for_the_same_instant_and_caller() {
     }
 }
 
+/// The tier column says why an account is where it is. `/v1/share` gives an
+/// account its path's tier (docs/design.md §4.3): teama-ml used nothing in
+/// this window (ratio 0) yet is over budget because teama used all of its
+/// allocation (4 GPUs for a day plus 2 for 2 hours: 100 of 100), and the
+/// root, whose ratio is the whole tree's usage against the sum of its
+/// children's allocations (teamb's 192 on top: about 1.95), bears no budget
+/// and puts nothing over budget. The page names the parent and the root's
+/// status instead of "over budget" at ratio 0 and "within budget" at 1.95.
+#[test]
+fn the_tier_column_says_an_account_inherits_its_parents_over_budget_and_the_root_has_none() {
+    let s = start();
+    let now = budget_service::clock::now();
+    setup(&s, now);
+    let c = s.tcp(None);
+    for token in [READER_TOKEN, ALICE_TOKEN] {
+        let api = s.tcp(Some(token));
+        let cookie = session(&s, token);
+        let html = text(&get(&c, "/ui/tree", Some(&cookie)));
+        let rows = share_at(&api, data_num(&html, "data-at"));
+        let of = |name: &str| {
+            rows.iter()
+                .find(|r| r["account"] == name)
+                .unwrap_or_else(|| panic!("{token}: no {name} in {rows:?}"))
+                .clone()
+        };
+        // The API's figures the page explains.
+        let (ml, teama) = (of("teama-ml"), of("teama"));
+        assert_eq!(
+            (ml["tier"].as_str(), f(&ml["ratio"])),
+            (Some("over_budget"), 0.0)
+        );
+        assert!(f(&teama["ratio"]) >= 1.0, "{teama}");
+        assert_eq!(teama["tier"], "over_budget");
+        assert!(
+            row(&html, "data-account", "teama-ml")
+                .contains("<td>over budget (via parent teama)</td>"),
+            "{token}: {html}"
+        );
+        assert!(row(&html, "data-account", "teama").contains("<td>over budget</td>"));
+        if token == READER_TOKEN {
+            let root = of("root");
+            assert!(f(&root["ratio"]) > 1.9, "{root}");
+            assert_eq!(root["tier"], "budgeted");
+            let tr = row(&html, "data-account", "root");
+            assert!(
+                tr.contains("<td>no budget (the root)</td>") && !tr.contains("within budget"),
+                "{tr}"
+            );
+            assert!(row(&html, "data-account", "teamb").contains("<td>over budget</td>"));
+        }
+    }
+}
+
 #[test]
 fn a_user_token_does_not_see_another_teams_jobs_in_the_queue() {
     let s = start();
