@@ -6,12 +6,12 @@
 //! `policy_core` — window clipping (`Run`), `FairShare::compute`, tiers —
 //! applied to the ledger and tree.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use budget_protocol::reports::{ShareReport, ShareRow, UsageReport, UsageRow};
-use policy_core::FairShare;
 use policy_core::fairshare::{NodeKind, UsageByLeaf};
 use policy_core::tree::ROOT;
+use policy_core::{AccountSpec, FairShare};
 
 use crate::auth::Scope;
 use crate::store::{Store, hours};
@@ -45,14 +45,21 @@ fn share_of(
     free: &UsageByLeaf,
     scope: &Scope,
 ) -> ShareReport {
-    let fs = FairShare::compute(store.tree(), usage, at, window);
+    let tree = store.tree();
+    let fs = FairShare::compute(tree, usage, at, window);
+    // The tree's accounts by name, looked up as `TreeSpec::account` finds
+    // them (the first of a name) without a scan per row.
+    let mut specs: HashMap<&str, &AccountSpec> = HashMap::with_capacity(tree.accounts.len());
+    for a in &tree.accounts {
+        specs.entry(a.name.as_str()).or_insert(a);
+    }
     // Free-tier usage rolled up like charged usage, for display.
     let mut free_by_account: BTreeMap<String, f64> = BTreeMap::new();
     let mut free_by_user: BTreeMap<(String, String), f64> = BTreeMap::new();
     for ((a, u), v) in free {
         *free_by_user.entry((a.clone(), u.clone())).or_insert(0.0) += v;
-        if store.tree().account(a).is_some() {
-            for acc in std::iter::once(a.clone()).chain(store.tree().ancestors(a)) {
+        if specs.contains_key(a.as_str()) {
+            for acc in std::iter::once(a.clone()).chain(ancestors(&specs, a)) {
                 *free_by_account.entry(acc).or_insert(0.0) += v;
             }
         }
@@ -95,7 +102,7 @@ fn share_of(
             continue;
         }
         let overcommit =
-            user.is_none() && store.tree().account(&account).is_some_and(|a| a.overcommit);
+            user.is_none() && specs.get(account.as_str()).is_some_and(|a| a.overcommit);
         rows.push(ShareRow {
             account,
             parent,
@@ -117,6 +124,29 @@ fn share_of(
         window_secs: window,
         rows,
     }
+}
+
+/// `TreeSpec::ancestors` of `name` over the accounts by name: its parent,
+/// that one's, ... up to the root, stopping at a cycle.
+fn ancestors(specs: &HashMap<&str, &AccountSpec>, name: &str) -> Vec<String> {
+    let parent_of = |n: &str| {
+        specs
+            .get(n)
+            .map(|a| a.parent.as_deref().unwrap_or(ROOT).to_string())
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut cur = name.to_string();
+    while let Some(p) = parent_of(&cur) {
+        if out.contains(&p) || out.len() > specs.len() {
+            break;
+        }
+        out.push(p.clone());
+        if p == ROOT {
+            break;
+        }
+        cur = p;
+    }
+    out
 }
 
 /// Usage in `[from, to]` by account (rolled up) or by (account, user).
@@ -189,5 +219,37 @@ pub fn usage(store: &Store, from: i64, to: i64, by_user: bool, scope: &Scope) ->
         to,
         by: if by_user { "user" } else { "account" }.into(),
         rows,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use policy_core::TreeSpec;
+
+    #[test]
+    fn ancestors_by_name_are_the_trees_own() {
+        let acc = |n: &str, p: Option<&str>| AccountSpec {
+            name: n.into(),
+            parent: p.map(str::to_string),
+            allocation_gpu_hours: 1.0,
+            overcommit: false,
+        };
+        let tree = TreeSpec {
+            accounts: vec![
+                acc("a", None),
+                acc("a1", Some("a")),
+                acc("a11", Some("a1")),
+                acc("b", Some("root")),
+                acc("orphan", Some("gone")),
+            ],
+            ..TreeSpec::default()
+        };
+        let specs: HashMap<&str, &AccountSpec> =
+            tree.accounts.iter().map(|a| (a.name.as_str(), a)).collect();
+        for n in ["a", "a1", "a11", "b", "orphan", "gone", "root"] {
+            assert_eq!(ancestors(&specs, n), tree.ancestors(n), "{n}");
+        }
+        assert_eq!(ancestors(&specs, "a11"), ["a1", "a", "root"]);
     }
 }
