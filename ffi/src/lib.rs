@@ -65,8 +65,9 @@ pub type JobDetails = sys::job_details_t;
 
 /// The per-partition priorities `priority/multifactor` wrote for `job` (one entry per
 /// partition of `part_ptr_list`, in list order), or null when it wrote none: the
-/// record's own `priority_array` in 22.05, the array `part_prio` points to from 24.11
-/// (cfg `slurm_part_prio`, detected from the header).
+/// record's own `priority_array` in 22.05, the array of the priority_mult_t that
+/// `part_prio` (24.11, cfg `slurm_part_prio`) or `prio_mult` (25.11 and 26.05, cfg
+/// `slurm_prio_mult`) points to, both detected from the header.
 ///
 /// # Safety
 /// `job` must be a valid job record read under the job lock.
@@ -76,7 +77,12 @@ pub unsafe fn partition_priorities(job: &sys::job_record_t) -> *mut u32 {
         // SAFETY: part_prio is NULL or multifactor's struct owned by the record.
         unsafe { job.part_prio.as_ref() }.map_or(std::ptr::null_mut(), |p| p.priority_array)
     }
-    #[cfg(not(slurm_part_prio))]
+    #[cfg(slurm_prio_mult)]
+    {
+        // SAFETY: prio_mult is NULL or multifactor's struct owned by the record.
+        unsafe { job.prio_mult.as_ref() }.map_or(std::ptr::null_mut(), |p| p.priority_array)
+    }
+    #[cfg(not(any(slurm_part_prio, slurm_prio_mult)))]
     {
         job.priority_array
     }

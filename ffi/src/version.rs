@@ -40,9 +40,10 @@ pub const DETECTED_CFGS: &[(&str, &str)] = &[
     // priority_factors_t it points to (22.05: inline; 24.11 and 26.05: pointer).
     ("slurm_prio_factors_t", "priority_factors_t *prio_factors;"),
     // multifactor's per-partition priorities moved from job_record_t's own
-    // `priority_array` into the priority_mult_t that `part_prio` points to (22.05:
-    // inline; 24.11 and 26.05: pointer).
+    // `priority_array` into a priority_mult_t the record points to (22.05: inline;
+    // 24.11: `part_prio`; 25.11 and 26.05: `prio_mult`).
     ("slurm_part_prio", "priority_mult_t *part_prio;"),
+    ("slurm_prio_mult", "priority_mult_t *prio_mult;"),
 ];
 
 /// The detected cfgs that `headers` (the text of the headers [`DETECTED_CFGS`] names,
@@ -151,6 +152,8 @@ mod tests {
         let new = "\tpriority_mult_t *part_prio;\t/* partition based priority */\n";
         assert!(detected_cfgs(old).is_empty());
         assert_eq!(detected_cfgs(new), vec!["slurm_part_prio"]);
+        let newer = "\tpriority_mult_t *prio_mult;\t/* priority based on requested partition\n";
+        assert_eq!(detected_cfgs(newer), vec!["slurm_prio_mult"]);
     }
 
     #[test]
