@@ -30,13 +30,11 @@ use slurm_ffi::sys::{self, job_record_t, slurmdb_assoc_rec_t};
 use slurm_plugin_common::controller::Controller;
 use slurm_plugin_common::log;
 use slurm_plugin_common::settings::Settings;
-use slurm_plugin_common::snapshot::{SnapshotFetcher, unix_now};
-use slurm_plugin_common::worker::{self, Worker};
+use slurm_plugin_common::snapshot::unix_now;
+use slurm_plugin_common::worker;
 use slurm_plugin_common::{ffi_guard, install_panic_hook};
 
-use crate::pass::Budgetd;
 use crate::state::{SAFE_MODE_EFFECT, state};
-use crate::sync::Syncer;
 
 // The symbols Slurm's loader reads; `PriorityType=priority/budget`.
 slurm_plugin_common::plugin_symbols!(
@@ -45,34 +43,9 @@ slurm_plugin_common::plugin_symbols!(
 );
 
 fn start_worker() {
-    let st = state();
-    let Ok(mut slot) = st.worker.lock() else {
-        return;
-    };
-    if slot.is_some() {
-        return;
-    }
-    let cfg = st.settings();
-    let mut budgetd = Budgetd {
-        fetcher: SnapshotFetcher::new(std::sync::Arc::clone(&st.snapshots), &cfg, SAFE_MODE_EFFECT),
-        syncer: Syncer::new(&cfg),
-    };
-    let mut memo = pass::PassMemo::default();
-    let spawned = Worker::spawn("budget-prio", cfg.period, move || {
-        pass::run_pass(state(), &mut budgetd, &mut memo, pass::Apply::Priority);
+    pass::start_worker("budget-prio", SAFE_MODE_EFFECT, |st, budgetd, memo| {
+        pass::run_pass(st, budgetd, memo, pass::Apply::Priority);
     });
-    match spawned {
-        Ok(w) => {
-            log::info(&format!(
-                "background thread started: budgetd at {}, period {} s, timeout {} ms",
-                cfg.endpoint,
-                cfg.period.as_secs(),
-                cfg.timeout.as_millis()
-            ));
-            *slot = Some(w);
-        }
-        Err(e) => log::error(&format!("cannot start background thread: {e}")),
-    }
 }
 
 /// `int init(void)`.

@@ -35,12 +35,10 @@ use slurm_plugin_common::controller::Controller;
 use slurm_plugin_common::log;
 use slurm_plugin_common::order::compute;
 use slurm_plugin_common::order::job;
-use slurm_plugin_common::order::pass::{self, Apply, Budgetd};
+use slurm_plugin_common::order::pass::{self, Apply};
 use slurm_plugin_common::order::state::state;
-use slurm_plugin_common::order::sync::Syncer;
 use slurm_plugin_common::settings::Settings;
-use slurm_plugin_common::snapshot::SnapshotFetcher;
-use slurm_plugin_common::worker::{self, Worker};
+use slurm_plugin_common::worker;
 use slurm_plugin_common::{cstr, ffi_guard, install_panic_hook};
 
 use crate::params::Weights;
@@ -109,38 +107,13 @@ fn configure() -> Result<Scale, String> {
 }
 
 fn start_worker() {
-    let st = state();
-    let Ok(mut slot) = st.worker.lock() else {
-        return;
-    };
-    if slot.is_some() {
-        return;
-    }
-    let cfg = st.settings();
-    let mut budgetd = Budgetd {
-        fetcher: SnapshotFetcher::new(Arc::clone(&st.snapshots), &cfg, SAFE_MODE_EFFECT),
-        syncer: Syncer::new(&cfg),
-    };
-    let mut memo = pass::PassMemo::default();
-    let spawned = Worker::spawn("budget-site", cfg.period, move || {
+    pass::start_worker("budget-site", SAFE_MODE_EFFECT, |st, budgetd, memo| {
         let Some(scale) = scale() else {
             return;
         };
         let term = |p: &compute::Placement| scale.site_factor(p);
-        pass::run_pass(state(), &mut budgetd, &mut memo, Apply::SiteFactor(&term));
+        pass::run_pass(st, budgetd, memo, Apply::SiteFactor(&term));
     });
-    match spawned {
-        Ok(w) => {
-            log::info(&format!(
-                "background thread started: budgetd at {}, period {} s, timeout {} ms",
-                cfg.endpoint,
-                cfg.period.as_secs(),
-                cfg.timeout.as_millis()
-            ));
-            *slot = Some(w);
-        }
-        Err(e) => log::error(&format!("cannot start background thread: {e}")),
-    }
 }
 
 /// `int init(void)`: from multifactor's `init`. A bad `PrioritySiteFactorParameters`

@@ -22,6 +22,7 @@ use crate::controller::Controller;
 use crate::log;
 use crate::snapshot::{SnapshotFetcher, unix_now};
 use crate::users::lookup_uid;
+use crate::worker::Worker;
 use budget_protocol::{JobRun, JobSync, PluginSnapshot, Policy};
 use slurm_ffi::job_state;
 
@@ -295,6 +296,45 @@ pub fn default_min_runtime(snapshot: Option<&PluginSnapshot>) -> i64 {
 pub struct Budgetd {
     pub fetcher: SnapshotFetcher,
     pub syncer: Syncer,
+}
+
+/// Start the plugin's background thread once (a second call while it runs does
+/// nothing): every settings period it calls `each` with budgetd (the snapshot fetcher,
+/// whose safe-mode log line says `safe_mode_effect`, and the job-state syncer) and the
+/// pass's memo, which `each` hands to [`run_pass`] with what its plugin writes.
+pub fn start_worker(
+    thread_name: &str,
+    safe_mode_effect: &'static str,
+    mut each: impl FnMut(&State, &mut Budgetd, &mut PassMemo) + Send + 'static,
+) {
+    let st = super::state::state();
+    let Ok(mut slot) = st.worker.lock() else {
+        return;
+    };
+    if slot.is_some() {
+        return;
+    }
+    let cfg = st.settings();
+    let mut budgetd = Budgetd {
+        fetcher: SnapshotFetcher::new(Arc::clone(&st.snapshots), &cfg, safe_mode_effect),
+        syncer: Syncer::new(&cfg),
+    };
+    let mut memo = PassMemo::default();
+    let spawned = Worker::spawn(thread_name, cfg.period, move || {
+        each(super::state::state(), &mut budgetd, &mut memo);
+    });
+    match spawned {
+        Ok(w) => {
+            log::info(&format!(
+                "background thread started: budgetd at {}, period {} s, timeout {} ms",
+                cfg.endpoint,
+                cfg.period.as_secs(),
+                cfg.timeout.as_millis()
+            ));
+            *slot = Some(w);
+        }
+        Err(e) => log::error(&format!("cannot start background thread: {e}")),
+    }
 }
 
 /// What the pass writes into each pending, not held job whose priority no admin set.
