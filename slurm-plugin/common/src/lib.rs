@@ -19,13 +19,16 @@
 //! - [`users`]: the uid -> user name cache (lookups on background threads only);
 //! - [`order`]: the budget order of pending jobs, the background pass that applies it
 //!   and the job-state sync to budgetd (`priority/budget` and `site_factor/budget`);
-//! - `test_records` (feature `test-records`, tests only): job records to start a test from.
+//! - `test_records` (feature `test-records`, tests only): job records to start a test from;
+//! - `bench` (feature `test-records`, benchmarks only): the callbacks' benchmark snapshot and timer.
 //!
 //! Pure formats shared with budgetd (the stored contract, hostlists, TRES strings)
 //! live in `policy-core`; wire types in `budget-protocol`.
 //!
 //! Each cdylib links its own copy of this rlib, so statics here are per plugin.
 
+#[cfg(any(test, feature = "test-records"))]
+pub mod bench;
 pub mod controller;
 pub mod cstr;
 pub mod gpus;
