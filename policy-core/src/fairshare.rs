@@ -43,6 +43,16 @@ impl Tier {
             Tier::Free => "free",
         }
     }
+
+    /// The tier in words for people (pages, `why`): "within budget",
+    /// "over budget", "free tier".
+    pub fn words(self) -> &'static str {
+        match self {
+            Tier::Budgeted => "within budget",
+            Tier::OverBudget => "over budget",
+            Tier::Free => "free tier",
+        }
+    }
 }
 
 /// What a node of the computed tree is.

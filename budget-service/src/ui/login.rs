@@ -11,6 +11,13 @@
 //! token hex-encoded, and each request checks it against the configured
 //! tokens again, so a token removed from the config logs its holders out.
 //!
+//! The login and logout forms refuse a request another site's page made
+//! (login CSRF: a page elsewhere posting its own token would sign the
+//! browser in as someone else): `Sec-Fetch-Site` other than `same-origin`
+//! or `none`, or an `Origin` whose host differs from the request's
+//! (`X-Forwarded-Host` behind a proxy, else `Host`). A client that sends
+//! neither header (curl, an old browser) is not a cross-site page and passes.
+//!
 //! Admin, controller and agent tokens are refused here: the view is for
 //! reading, and a token that can change budgets or post syncs should not
 //! sit in a browser. A reverse proxy passing the user (`X-Remote-User` and
@@ -74,6 +81,9 @@ pub async fn login(
     headers: HeaderMap,
     form: Result<Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
+    if cross_site(&headers) {
+        return refuse_cross_site("login");
+    }
     let token = match form {
         Ok(Form(f)) => f.token.trim().to_string(),
         Err(e) => {
@@ -120,6 +130,9 @@ pub async fn login(
 
 /// `POST /ui/logout`: clears the cookie and goes to the login page.
 pub async fn logout(headers: HeaderMap) -> Response {
+    if cross_site(&headers) {
+        return refuse_cross_site("logout");
+    }
     let secure = if forwarded_https(&headers) {
         "; Secure"
     } else {
@@ -131,6 +144,39 @@ pub async fn logout(headers: HeaderMap) -> Response {
         res.headers_mut().insert(header::SET_COOKIE, v);
     }
     res
+}
+
+/// Whether a form post came from another site's page (see the module doc).
+fn cross_site(headers: &HeaderMap) -> bool {
+    let value = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_ascii_lowercase())
+    };
+    if let Some(site) = value("sec-fetch-site") {
+        return !matches!(site.as_str(), "same-origin" | "none");
+    }
+    let Some(origin) = value("origin") else {
+        return false;
+    };
+    // `Origin: null` (a sandboxed frame, a redirect across sites) has no host.
+    let Some((_, origin_host)) = origin.split_once("://") else {
+        return true;
+    };
+    let host = value("x-forwarded-host")
+        .and_then(|v| v.split(',').next().map(|h| h.trim().to_string()))
+        .or_else(|| value("host"));
+    host.as_deref() != Some(origin_host.trim_end_matches('/'))
+}
+
+/// The answer to a cross-site form post: the login page, no cookie change.
+fn refuse_cross_site(form: &str) -> Response {
+    tracing::warn!(form, "web view form refused: posted from another site");
+    login_page(
+        StatusCode::FORBIDDEN,
+        Some("this form was sent from another site's page and was refused; sign in from this page"),
+    )
 }
 
 /// Whether `caller`'s role may use the view: readers and users.

@@ -57,14 +57,6 @@ fn answer(caller: &Caller, path: &str, title: &str, result: AppResult<String>) -
     }
 }
 
-fn tier_words(t: Tier) -> &'static str {
-    match t {
-        Tier::Budgeted => "within budget",
-        Tier::OverBudget => "over budget",
-        Tier::Free => "free tier",
-    }
-}
-
 /// A duration in whole days or hours.
 fn span(secs: i64) -> String {
     if secs % 86_400 == 0 {
@@ -125,7 +117,7 @@ fn account_tier(row: &ShareRow, by_name: &HashMap<&str, &ShareRow>) -> String {
         return "no budget (the root)".to_string();
     }
     if row.tier != Tier::OverBudget || row.ratio >= 1.0 {
-        return tier_words(row.tier).to_string();
+        return row.tier.words().to_string();
     }
     // The nearest account above it over its own allocation.
     let mut up = row.parent.as_deref();
@@ -308,7 +300,7 @@ budgetd does not know Slurm's own start estimate.</p>",
                 w.job_id,
                 escape(&w.user),
                 w.gpus,
-                tier_words(w.tier),
+                w.tier.words(),
                 escape(&rank),
                 escape(w.wait.as_deref().unwrap_or("")),
                 opening

@@ -167,6 +167,55 @@ fn login_sets_an_httponly_strict_cookie_and_logout_clears_it() {
 }
 
 #[test]
+fn a_login_or_logout_posted_from_another_site_is_refused() {
+    let s = start();
+    let c = s.tcp(None);
+    let host = c.request("GET", "/ui/login", &[], None).expect("page");
+    assert_eq!(host.status, 200);
+    for extra in [
+        vec![("Origin", "http://evil.example")],
+        vec![("Origin", "null")],
+        vec![("Sec-Fetch-Site", "cross-site")],
+        vec![("Sec-Fetch-Site", "same-site")],
+        // A proxy's host wins over the socket's: an Origin naming the socket is refused.
+        vec![
+            ("X-Forwarded-Host", "budget.example.org"),
+            ("Origin", "http://evil.example"),
+        ],
+    ] {
+        let r = login(&c, READER_TOKEN, &extra);
+        assert_eq!(r.status, 403, "{extra:?}");
+        assert!(r.header("set-cookie").is_none(), "{extra:?}");
+        assert!(text(&r).contains("sent from another site"), "{extra:?}");
+    }
+    // The browser's own form passes: same origin by either header.
+    let r = login(&c, READER_TOKEN, &[("Sec-Fetch-Site", "same-origin")]);
+    assert_eq!(r.status, 303);
+    let r = login(
+        &c,
+        READER_TOKEN,
+        &[
+            ("X-Forwarded-Host", "budget.example.org"),
+            ("Origin", "https://budget.example.org"),
+        ],
+    );
+    assert_eq!(r.status, 303);
+    // A cross-site logout leaves the session alone.
+    let cookie = session(&s, READER_TOKEN);
+    let out = c
+        .request(
+            "POST",
+            "/ui/logout",
+            &[("Cookie", &cookie), ("Origin", "http://evil.example")],
+            None,
+        )
+        .expect("logout");
+    assert_eq!(out.status, 403);
+    assert!(out.header("set-cookie").is_none());
+    assert_eq!(get(&c, "/ui/tree", Some(&cookie)).status, 200);
+}
+
+#[test]
 fn without_a_valid_cookie_every_page_is_the_login_page_with_no_data() {
     let s = start();
     let now = budget_service::clock::now();

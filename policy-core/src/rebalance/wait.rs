@@ -314,7 +314,7 @@ pub fn denied_words(_fs: Option<&FairShare>, d: &Denied, now: i64) -> String {
         }
         Denied::PreemptorNotBudgeted { tier } => format!(
             "cannot be taken: only budgeted jobs take others, this one is {}",
-            tier.as_str()
+            tier.words()
         ),
         Denied::SameSide => "cannot be taken: it belongs to the same side".into(),
         Denied::WithinAccount { account } => format!(
@@ -467,5 +467,16 @@ mod tests {
             "no running job to preempt; waiting for free GPUs"
         );
         assert_eq!(utc(1_767_225_600 + 3661), "2026-01-01 01:01:01 UTC");
+    }
+
+    #[test]
+    fn a_refusal_names_the_tier_in_words() {
+        let d = Denied::PreemptorNotBudgeted {
+            tier: crate::Tier::OverBudget,
+        };
+        assert_eq!(
+            denied_words(None, &d, 0),
+            "cannot be taken: only budgeted jobs take others, this one is over budget"
+        );
     }
 }
