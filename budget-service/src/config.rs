@@ -37,6 +37,11 @@
 //! role = "agent"
 //! nodes = ["gpu01"]               # agent tokens: the nodes it may report for (one each, best)
 //!
+//! [ui_proxy]                      # the web view behind the site's sign-in proxy (optional)
+//! user_header = "X-Remote-User"   # the header the proxy sets to the signed-in user
+//! addresses = ["127.0.0.1"]       # TCP peers trusted to set it (the proxy's hosts); ignored from others
+//! readers = ["pm-alice"]          # these users read every account; the others see what a user token sees
+//!
 //! [policy]                        # used only when the database has no policy yet
 //! window_secs = 604800
 //! preemption = "default"          # gentle | default | aggressive
@@ -84,6 +89,22 @@ pub struct TokenSpec {
 
 fn default_role() -> TokenRole {
     TokenRole::User
+}
+
+/// The web view behind a site's sign-in proxy (`[ui_proxy]`): requests
+/// from `addresses` carrying `user_header` are read as that user, without
+/// the token login. The header of any other peer is ignored, so a client
+/// that reaches budgetd directly cannot name itself someone else; the proxy
+/// must set the header itself (dropping what the browser sent).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UiProxy {
+    pub user_header: String,
+    pub addresses: Vec<std::net::IpAddr>,
+    /// Users who read every account (leads, program managers); any other
+    /// user sees what a user token of that name sees.
+    #[serde(default)]
+    pub readers: Vec<String>,
 }
 
 /// Configured admins (in addition to uid 0 and budgetd's own uid).
@@ -177,6 +198,9 @@ pub struct Config {
     /// a folder below it; `None`: `backups` beside the database.
     #[serde(default)]
     pub backup_dir: Option<std::path::PathBuf>,
+    /// The web view's sign-in by a reverse proxy (`None`: token login only).
+    #[serde(default)]
+    pub ui_proxy: Option<UiProxy>,
 }
 
 fn default_user_body_limit() -> usize {
@@ -250,6 +274,7 @@ impl Default for Config {
             trusted_addresses: Vec::new(),
             expensive_reads_per_minute: default_expensive_reads(),
             backup_dir: None,
+            ui_proxy: None,
         }
     }
 }
@@ -357,6 +382,30 @@ impl Config {
                     .into(),
             );
         }
+        if let Some(px) = &cfg.ui_proxy {
+            let header = px.user_header.trim().to_ascii_lowercase();
+            if axum::http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                return Err(format!(
+                    "[ui_proxy] user_header {:?} is not an HTTP header name",
+                    px.user_header
+                ));
+            }
+            if matches!(
+                header.as_str(),
+                "authorization" | "cookie" | "host" | "x-forwarded-for" | "x-forwarded-host"
+            ) {
+                return Err(format!(
+                    "[ui_proxy] user_header {:?} carries something else; name the header the proxy sets to the user (e.g. X-Remote-User)",
+                    px.user_header
+                ));
+            }
+            if px.addresses.is_empty() {
+                return Err(
+                    "[ui_proxy] addresses must name the proxy's hosts (only they may pass a user)"
+                        .into(),
+                );
+            }
+        }
         let policy = cfg.policy.apply(&budget_protocol::Policy::default());
         crate::policy::validate(&policy).map_err(|e| format!("[policy]: {e}"))?;
         Ok(cfg)
@@ -366,6 +415,41 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ui_proxy_needs_its_hosts_and_a_header_of_its_own() {
+        let px = |body: &str| Config::parse(&format!("[ui_proxy]\n{body}\n"));
+        let cfg =
+            px("user_header = \"X-Remote-User\"\naddresses = [\"10.0.0.7\"]\nreaders = [\"pm\"]")
+                .expect("valid");
+        let p = cfg.ui_proxy.expect("ui_proxy");
+        assert_eq!((p.readers.len(), p.addresses.len()), (1, 1));
+        for (body, says) in [
+            (
+                "user_header = \"X-Remote-User\"\naddresses = []",
+                "addresses",
+            ),
+            (
+                "user_header = \"Cookie\"\naddresses = [\"10.0.0.7\"]",
+                "carries something else",
+            ),
+            (
+                "user_header = \"bad header\"\naddresses = [\"10.0.0.7\"]",
+                "not an HTTP header",
+            ),
+            (
+                "user_header = \"X-User\"\naddresses = [\"proxy.example\"]",
+                "addresses",
+            ),
+            (
+                "user_header = \"X-User\"\naddresses = [\"10.0.0.7\"]\nlogout = 1",
+                "logout",
+            ),
+        ] {
+            let err = px(body).expect_err(body);
+            assert!(err.to_string().contains(says), "{body}: {err}");
+        }
+    }
 
     #[test]
     fn parses_the_documented_example_and_refuses_unknown_keys() {

@@ -20,16 +20,25 @@
 //!
 //! Admin, controller and agent tokens are refused here: the view is for
 //! reading, and a token that can change budgets or post syncs should not
-//! sit in a browser. A reverse proxy passing the user (`X-Remote-User` and
-//! the like) is not supported: budgetd has no trusted-proxy setting.
+//! sit in a browser.
+//!
+//! A site whose reverse proxy already signs people in (Kerberos, OIDC, the
+//! site's SSO) names its hosts and header in `[ui_proxy]`: a request from
+//! one of those addresses carrying the header is that user, a reader if
+//! listed in `readers`, else with a user token's scope; there is no login
+//! form and no logout (the proxy owns the session). The header is read only
+//! from those peers (never from a Unix-socket or other TCP peer), so a
+//! client reaching budgetd directly cannot claim a name; a name that is not
+//! a plausible user name is refused (logged, the login page, no data).
 
 use axum::Form;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use super::{escape, html, page};
+use crate::auth::Peer;
 use crate::caller::{Caller, Role};
 use crate::state::AppState;
 
@@ -192,6 +201,70 @@ fn forwarded_https(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"))
 }
 
+/// Who reads a page, resolved once per request by the view's middleware
+/// and handed to the pages as a request extension.
+#[derive(Debug, Clone)]
+pub struct Viewer(pub Option<Caller>);
+
+/// `Caller::via` of a person the site's proxy signed in.
+pub const VIA_PROXY: &str = "ui-proxy";
+
+/// The reader of `req`: the user a trusted sign-in proxy passes, else the
+/// session cookie's token.
+pub fn viewer(st: &AppState, req: &Request) -> Viewer {
+    let peer = req.extensions().get::<ConnectInfo<Peer>>().map(|c| &c.0);
+    if let Some(c) = proxied(st, req.headers(), peer) {
+        return Viewer(c);
+    }
+    Viewer(caller(st, req.headers()))
+}
+
+/// The user a trusted proxy passes: `None` when no proxy is configured, the
+/// peer is not one of its addresses or it sent no header (the cookie
+/// decides then); `Some(None)` for a header that names no plausible user.
+fn proxied(st: &AppState, headers: &HeaderMap, peer: Option<&Peer>) -> Option<Option<Caller>> {
+    let px = st.config.ui_proxy.as_ref()?;
+    let Some(Peer::Tcp(addr)) = peer else {
+        return None;
+    };
+    if !px.addresses.contains(&addr.ip()) {
+        return None;
+    }
+    let raw = headers.get(px.user_header.trim())?;
+    let name = raw.to_str().map(str::trim).unwrap_or("");
+    if !plausible_user(name) {
+        tracing::warn!(
+            header = %px.user_header,
+            "web view: the sign-in proxy passed a user name that is not one; refused"
+        );
+        return Some(None);
+    }
+    let role = if px.readers.iter().any(|r| r == name) {
+        Role::Reader
+    } else {
+        Role::User
+    };
+    Some(Some(Caller {
+        user: name.to_string(),
+        uid: None,
+        role,
+        controller: false,
+        agent_nodes: Vec::new(),
+        via: VIA_PROXY,
+    }))
+}
+
+/// A name a site's accounts could hold: 1-64 of letters, digits, `.`, `_`,
+/// `-`, `@` (realms), not starting with `-`.
+fn plausible_user(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'@'))
+}
+
 /// The caller of a page request: the cookie's token, if it is still a
 /// configured reader or user token.
 pub fn caller(st: &AppState, headers: &HeaderMap) -> Option<Caller> {
@@ -224,6 +297,17 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_plausible_user_names_pass() {
+        for ok in ["alice", "a.b_c-d", "alice@EXAMPLE.ORG", "u1"] {
+            assert!(plausible_user(ok), "{ok}");
+        }
+        let long = "a".repeat(65);
+        for bad in ["", "-x", "al ice", "a<b>", "a;b", long.as_str(), "é"] {
+            assert!(!plausible_user(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn hex_round_trips_and_refuses_junk() {

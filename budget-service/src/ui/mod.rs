@@ -13,7 +13,8 @@
 //! Who is reading ([`login`]): a reader or user token entered once on the
 //! login page, kept in an `HttpOnly`, `SameSite=Strict` cookie scoped to
 //! `/ui`. Without a valid cookie every page answers the login page and no
-//! data (a redirect to the login page). These routes sit outside the API's bearer-token middleware and
+//! data (a redirect to the login page). Or, where `[ui_proxy]` is set, the
+//! user the site's sign-in proxy passes. These routes sit outside the API's bearer-token middleware and
 //! outside the OpenAPI document (they answer HTML, not JSON).
 
 mod login;
@@ -45,12 +46,24 @@ pub fn router(state: AppState) -> Router {
         .route("/ui/preemptions", get(pages::preemptions))
         .route("/ui/drains", get(pages::drains))
         .layer(DefaultBodyLimit::max(FORM_LIMIT_BYTES))
+        .layer(middleware::from_fn_with_state(state.clone(), viewer))
         .layer(middleware::from_fn(headers))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             crate::api::count_requests,
         ))
         .with_state(state)
+}
+
+/// Resolves who reads ([`login::Viewer`]) once, for the pages to extract.
+async fn viewer(
+    axum::extract::State(st): axum::extract::State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let v = login::viewer(&st, &req);
+    req.extensions_mut().insert(v);
+    next.run(req).await
 }
 
 /// Headers on every answer of the view: nothing cached (pages hold figures
@@ -160,8 +173,14 @@ pub fn page(title: &str, caller: Option<&Caller>, current: &str, body: &str) -> 
             nav.push_str(&format!("<li><a href=\"{path}\"{cur}>{label}</a></li>"));
         }
         nav.push_str("</ul></nav>");
+        // The proxy owns a proxied session: there is nothing to log out of here.
+        let logout = if c.via == login::VIA_PROXY {
+            "signed in by the site"
+        } else {
+            "<form method=\"post\" action=\"/ui/logout\"><button type=\"submit\">Log out</button></form>"
+        };
         who = format!(
-            "<div class=\"who\">Signed in as {} ({}) <form method=\"post\" action=\"/ui/logout\"><button type=\"submit\">Log out</button></form></div>",
+            "<div class=\"who\">Signed in as {} ({}) {logout}</div>",
             escape(&c.user),
             role_name(c)
         );

@@ -17,9 +17,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use axum::Extension;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use budget_protocol::RunState;
 use budget_protocol::reports::{ShareReport, ShareRow};
@@ -27,6 +28,7 @@ use budget_protocol::why::Why;
 use policy_core::fairshare::Tier;
 use serde::Deserialize;
 
+use super::login::Viewer;
 use super::svg::{Window, usage_chart};
 use super::{error_page, escape, html, num, page, ratio, time_el};
 use crate::api;
@@ -78,10 +80,10 @@ pub struct TreeQuery {
 /// `GET /ui/tree[?at=TIME]`.
 pub async fn tree(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    Extension(Viewer(viewer)): Extension<Viewer>,
     query: Result<Query<TreeQuery>, QueryRejection>,
 ) -> Response {
-    let Some(caller) = super::login::caller(&st, &headers) else {
+    let Some(caller) = viewer else {
         return sign_in();
     };
     let path = "/ui/tree";
@@ -206,8 +208,11 @@ oldest first: a bar is the usage, the dark line the allocation, a red bar an acc
 }
 
 /// `GET /ui/queue`.
-pub async fn queue(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    let Some(caller) = super::login::caller(&st, &headers) else {
+pub async fn queue(
+    State(st): State<AppState>,
+    Extension(Viewer(viewer)): Extension<Viewer>,
+) -> Response {
+    let Some(caller) = viewer else {
         return sign_in();
     };
     let path = "/ui/queue";
@@ -318,8 +323,11 @@ ask <code>budgetctl why JOB</code> for one of them.</p>"
 }
 
 /// `GET /ui/preemptions`.
-pub async fn preemptions(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    let Some(caller) = super::login::caller(&st, &headers) else {
+pub async fn preemptions(
+    State(st): State<AppState>,
+    Extension(Viewer(viewer)): Extension<Viewer>,
+) -> Response {
+    let Some(caller) = viewer else {
         return sign_in();
     };
     let path = "/ui/preemptions";
@@ -417,8 +425,11 @@ fn preemptions_body(
 }
 
 /// `GET /ui/drains`.
-pub async fn drains(State(st): State<AppState>, headers: HeaderMap) -> Response {
-    let Some(caller) = super::login::caller(&st, &headers) else {
+pub async fn drains(
+    State(st): State<AppState>,
+    Extension(Viewer(viewer)): Extension<Viewer>,
+) -> Response {
+    let Some(caller) = viewer else {
         return sign_in();
     };
     let t = now();

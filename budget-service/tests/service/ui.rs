@@ -552,6 +552,74 @@ fn a_user_token_does_not_see_another_teams_jobs_in_the_queue() {
     assert!(html.contains("<tr data-job=\"201\">"));
 }
 
+/// budgetd behind a sign-in proxy at `proxy` (the tests' own address when
+/// it is 127.0.0.1), which passes the user in `X-Remote-User`.
+fn start_behind_proxy(proxy: &str) -> Server {
+    Server::start(&format!(
+        "{}[ui_proxy]\nuser_header = \"X-Remote-User\"\naddresses = [\"{proxy}\"]\nreaders = [\"lead1\"]\n",
+        config_text()
+    ))
+}
+
+#[test]
+fn a_trusted_proxy_signs_people_in_with_their_roles_scope() {
+    let s = start_behind_proxy("127.0.0.1");
+    let now = budget_service::clock::now();
+    setup(&s, now);
+    let c = s.tcp(None);
+    let as_user = |user: &str, path: &str| {
+        c.request("GET", path, &[("X-Remote-User", user)], None)
+            .expect("page")
+    };
+    // A listed reader sees every team, with no logout (the proxy owns the session).
+    let r = as_user("lead1", "/ui/queue");
+    assert_eq!(r.status, 200);
+    let html = text(&r);
+    assert!(html.contains("Signed in as lead1 (reader: every account) signed in by the site"));
+    assert!(!html.contains("/ui/logout"), "{html}");
+    assert!(html.contains("<tr data-job=\"201\">") && html.contains("<tr data-job=\"106\">"));
+    let tree = text(&as_user("lead1", "/ui/tree"));
+    assert!(tree.contains("data-account=\"root\""), "{tree}");
+    // Anyone else reads as a user of that name: alice sees her jobs, not bob's.
+    let html = text(&as_user("alice", "/ui/queue"));
+    assert!(html.contains("Signed in as alice (user: your accounts)"));
+    assert!(html.contains("<tr data-job=\"106\">") && html.contains("<tr data-job=\"107\">"));
+    for other in ["data-job=\"201\"", "bob", "teamb"] {
+        assert!(!html.contains(other), "proxied alice sees {other}: {html}");
+    }
+    // The same as her token shows.
+    let token = text(&get(&c, "/ui/queue", Some(&session(&s, ALICE_TOKEN))));
+    let rows = |h: &str| h.matches("<tr data-job=").count();
+    assert_eq!(rows(&html), rows(&token));
+    // A name that is no user name, or none at all: the login page, no data.
+    for bad in ["al ice", "<b>x</b>", "-rf", ""] {
+        let r = as_user(bad, "/ui/queue");
+        assert_eq!(
+            (r.status, r.header("location")),
+            (303, Some("/ui/login")),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(get(&c, "/ui/queue", None).status, 303);
+}
+
+#[test]
+fn a_user_header_from_an_untrusted_peer_is_ignored() {
+    // The proxy is elsewhere: this client's header names no one.
+    let s = start_behind_proxy("10.9.9.9");
+    let now = budget_service::clock::now();
+    setup(&s, now);
+    let c = s.tcp(None);
+    let r = c
+        .request("GET", "/ui/queue", &[("X-Remote-User", "lead1")], None)
+        .expect("page");
+    assert_eq!((r.status, r.header("location")), (303, Some("/ui/login")));
+    assert!(!text(&r).contains("201"));
+    // The token login still works beside it.
+    let cookie = session(&s, READER_TOKEN);
+    assert_eq!(get(&c, "/ui/queue", Some(&cookie)).status, 200);
+}
+
 #[test]
 fn text_from_the_ledger_is_escaped() {
     let s = start();
