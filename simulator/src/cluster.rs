@@ -84,18 +84,35 @@ impl Cluster {
         Some(alloc)
     }
 
-    /// Places a job (first fit) on nodes not `held` (a backfill reservation's
-    /// nodes, `held[node]`); `None` if it does not fit there.
-    pub fn place_outside(&mut self, gpus: u32, held: &[bool]) -> Option<Alloc> {
-        let masked: Vec<u32> = self
-            .free
-            .iter()
-            .zip(held)
-            .map(|(&f, &h)| if h { 0 } else { f })
-            .collect();
-        let alloc = plan(&masked, self.gpus_per_node, gpus)?;
-        for &(n, g) in &alloc {
-            let v = self.free[n as usize] - g;
+    /// Places a job (first fit) on the nodes that are `usable` (outside a
+    /// backfill reservation's nodes); `None` if it does not fit there.
+    pub fn place_where(&mut self, gpus: u32, usable: impl Fn(usize) -> bool) -> Option<Alloc> {
+        let g = self.gpus_per_node;
+        let alloc = if gpus <= g {
+            let n = (0..self.free.len()).find(|&n| self.free[n] >= gpus && usable(n))?;
+            vec![(n as u32, gpus)]
+        } else {
+            let need = gpus.div_ceil(g) as usize;
+            let whole: Vec<u32> = (0..self.free.len())
+                .filter(|&n| self.free[n] == g && usable(n))
+                .map(|n| n as u32)
+                .take(need)
+                .collect();
+            if whole.len() < need {
+                return None;
+            }
+            let mut left = gpus;
+            whole
+                .into_iter()
+                .map(|n| {
+                    let k = left.min(g);
+                    left -= k;
+                    (n, k)
+                })
+                .collect()
+        };
+        for &(n, k) in &alloc {
+            let v = self.free[n as usize] - k;
             self.set_free(n as usize, v);
         }
         Some(alloc)
@@ -181,11 +198,11 @@ mod tests {
         let mut c = Cluster::new(3, 8);
         let held = [true, false, false];
         // First fit would take node 0; it is held.
-        assert_eq!(c.place_outside(2, &held).unwrap(), vec![(1, 2)]);
+        assert_eq!(c.place_where(2, |n| !held[n]).unwrap(), vec![(1, 2)]);
         // 16 GPUs need two whole nodes outside node 0: node 1 is no longer whole.
-        assert!(c.place_outside(16, &held).is_none());
-        assert_eq!(c.place_outside(8, &held).unwrap(), vec![(2, 8)]);
-        assert!(c.place_outside(7, &held).is_none());
+        assert!(c.place_where(16, |n| !held[n]).is_none());
+        assert_eq!(c.place_where(8, |n| !held[n]).unwrap(), vec![(2, 8)]);
+        assert!(c.place_where(7, |n| !held[n]).is_none());
         assert_eq!(c.free_total(), 24 - 10);
         // Without the hold, node 0 is used again.
         assert_eq!(c.place(7).unwrap(), vec![(0, 7)]);

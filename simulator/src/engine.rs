@@ -55,7 +55,9 @@
 //! `backfill.c` ("StartTime set to time after current backfill window. No
 //! reservation created"). The walk stops after `--backfill-depth` jobs
 //! (Slurm's `bf_max_job_test`), or as soon as no GPU is free and no
-//! preemption is possible.
+//! preemption is possible. A plan is answered by `will_run.rs`'s index of
+//! the running jobs per node: the same answer as the walk over running jobs
+//! in time-limit order, which debug builds check on every plan.
 //!
 //! # Preemption (Slurm's mechanics; the policy only answers)
 //! For a pending job that does not fit, Slurm asks the preempt plugin about
@@ -86,6 +88,7 @@ use crate::trace::JobSpec;
 use crate::usage::SlidingUsage;
 pub use crate::view::TeamInfo;
 use crate::view::{EngineView, JobInit, JobState};
+use crate::will_run::WillRun;
 
 /// The reservation of the first blocked job of a pass, when only that one
 /// holds anything (`--backfill gpus`, or `--backfill-reservations 1`).
@@ -216,6 +219,10 @@ pub(crate) struct Core<'a> {
     pub class_prio: Vec<u64>,
     /// Running jobs by `(end at time limit, job)`.
     pub running_by_limit: BTreeSet<(i64, u32)>,
+    /// The will-run test's index of the running jobs per node (`--backfill nodes`).
+    will_run: WillRun,
+    /// The nodes of the last plan ([`Core::plan_nodes`]).
+    planned: Vec<u32>,
     /// GPUs of pending non-free jobs per leaf.
     pub pending_gpus: Vec<u64>,
     pub now: i64,
@@ -359,6 +366,8 @@ impl<'a> Core<'a> {
             classes: vec![BTreeSet::new(); policy.num_classes()],
             class_prio: policy.initial_priorities(),
             running_by_limit: BTreeSet::new(),
+            will_run: WillRun::new(cfg.nodes, cfg.gpus_per_node),
+            planned: Vec::new(),
             pending_gpus: vec![0; nleaves],
             now: 0,
             heap: BinaryHeap::new(),
@@ -525,7 +534,23 @@ impl<'a> Core<'a> {
     /// Starts `j` on nodes outside a reservation's `held` ones, if it fits there.
     fn start_outside(&mut self, pol: &mut dyn SchedPolicy, j: u32, held: &[bool]) -> bool {
         let gpus = self.jobs[j as usize].gpus;
-        match self.cluster.place_outside(gpus, held) {
+        match self.cluster.place_where(gpus, |n| !held[n]) {
+            Some(alloc) => self.start_on(pol, j, alloc),
+            None => false,
+        }
+    }
+
+    /// Starts `j`, which ends by `end` at its limit, off the nodes that a
+    /// reservation of the pass planned to start before then holds.
+    fn start_before_holds(
+        &mut self,
+        pol: &mut dyn SchedPolicy,
+        j: u32,
+        end: i64,
+        held_from: &[i64],
+    ) -> bool {
+        let gpus = self.jobs[j as usize].gpus;
+        match self.cluster.place_where(gpus, |n| held_from[n] >= end) {
             Some(alloc) => self.start_on(pol, j, alloc),
             None => false,
         }
@@ -575,6 +600,8 @@ impl<'a> Core<'a> {
         self.running += 1;
         self.set_pending(j, false);
         self.running_by_limit.insert((limit_end, j));
+        self.will_run
+            .add(&self.jobs[j as usize].alloc, limit_end, j);
         self.push(true_end, EV_END, j, run);
         if !free {
             self.usage.change(leaf as usize, now, i64::from(gpus));
@@ -624,6 +651,7 @@ impl<'a> Core<'a> {
         }
         self.cluster.release(&alloc);
         self.running_by_limit.remove(&(limit_end, j));
+        self.will_run.remove(&alloc, limit_end, j);
         if preempted_by.is_some() {
             self.set_pending(j, true);
         } else {
@@ -709,19 +737,36 @@ impl<'a> Core<'a> {
 
     /// Slurm's will-run test for a reservation: release running jobs' GPUs in
     /// the order of their time-limit ends, node by node, until `gpus` can be
-    /// placed (first fit); the instant and the nodes of that placement. `None`
-    /// if it cannot be placed within the backfill window.
-    fn plan_nodes(&self, gpus: u32) -> Option<(i64, Vec<bool>)> {
-        self.plan_nodes_outside(gpus, None)
+    /// placed (first fit) on the nodes no earlier reservation of the pass holds;
+    /// the instant and the nodes of that placement. `None` if it cannot be
+    /// placed within the backfill window. Answered by the index
+    /// ([`WillRun::plan`]); debug builds check it against the walk itself.
+    /// The nodes are left in `self.planned`.
+    fn plan_nodes(&mut self, gpus: u32) -> Option<i64> {
+        let horizon = self.now.saturating_add(self.cfg.backfill_window);
+        let planned = self.will_run.plan(
+            self.cluster.free_per_node(),
+            gpus,
+            self.now,
+            horizon,
+            &mut self.planned,
+        );
+        #[cfg(debug_assertions)]
+        debug_assert_eq!(
+            planned.map(|t| (t, self.planned.clone())),
+            self.plan_nodes_walk(gpus, horizon),
+            "will-run index and walk disagree for {gpus} GPUs at {}",
+            self.now
+        );
+        planned
     }
 
-    /// [`Core::plan_nodes`] on the nodes no earlier reservation of the pass
-    /// holds (`held_from`, as [`Core::hold_next`] keeps it: their GPUs and
-    /// releases do not count).
-    fn plan_nodes_outside(&self, gpus: u32, held_from: Option<&[i64]>) -> Option<(i64, Vec<bool>)> {
+    /// The will-run test as a walk over the running jobs, what
+    /// [`Core::plan_nodes`] must answer (debug builds only).
+    #[cfg(debug_assertions)]
+    fn plan_nodes_walk(&self, gpus: u32, horizon: i64) -> Option<(i64, Vec<u32>)> {
         let g = self.cluster.gpus_per_node();
-        let off = |n: usize| held_from.is_some_and(|h| h[n] != i64::MAX);
-        let horizon = self.now.saturating_add(self.cfg.backfill_window);
+        let off = |n: usize| self.will_run.is_held(n);
         let mut free: Vec<u32> = self
             .cluster
             .free_per_node()
@@ -729,8 +774,6 @@ impl<'a> Core<'a> {
             .enumerate()
             .map(|(n, &f)| if off(n) { 0 } else { f })
             .collect();
-        // Fits as soon as one node has `gpus` free (one-node jobs) or enough
-        // nodes are whole (multi-node jobs): checked on the nodes that change.
         let need_whole = self.cluster.nodes_needed(gpus) as usize;
         let mut whole = free.iter().filter(|&&f| f == g).count();
         let fits = |free: &[u32], whole: usize| {
@@ -742,11 +785,7 @@ impl<'a> Core<'a> {
         };
         let hold = |free: &[u32]| {
             let alloc = plan(free, g, gpus)?;
-            let mut held = vec![false; free.len()];
-            for (n, _) in alloc {
-                held[n as usize] = true;
-            }
-            Some(held)
+            Some(alloc.into_iter().map(|(n, _)| n).collect::<Vec<u32>>())
         };
         if fits(&free, whole) {
             return hold(&free).map(|h| (self.now, h));
@@ -789,8 +828,9 @@ impl<'a> Core<'a> {
     /// GPUs away at every instant. It saves the walk over every running job
     /// that a plan beyond the window costs (most of a pass on a large cluster).
     fn hold_next(
-        &self,
+        &mut self,
         held_from: &mut [i64],
+        earliest_hold: &mut i64,
         slots: &mut usize,
         unplannable: &mut u32,
         gpus: u32,
@@ -803,26 +843,32 @@ impl<'a> Core<'a> {
         if need >= *unplannable {
             return;
         }
-        match self.plan_nodes_outside(gpus, Some(held_from)) {
-            Some((shadow, held)) => {
-                for (from, h) in held_from.iter_mut().zip(held) {
-                    if h {
-                        *from = shadow;
-                    }
+        match self.plan_nodes(gpus) {
+            Some(shadow) => {
+                for &n in &self.planned {
+                    held_from[n as usize] = shadow;
+                    *earliest_hold = (*earliest_hold).min(shadow);
+                    self.will_run.hold(n);
                 }
             }
             None => *unplannable = need,
         }
     }
 
-    fn reservation(&self, gpus: u32) -> Reservation {
+    fn reservation(&mut self, gpus: u32) -> Reservation {
         match self.cfg.backfill {
             Backfill::Gpus => {
                 let (shadow, extra) = self.shadow(gpus);
                 Reservation::Gpus { shadow, extra }
             }
             Backfill::Nodes => match self.plan_nodes(gpus) {
-                Some((shadow, held)) => Reservation::Nodes { shadow, held },
+                Some(shadow) => {
+                    let mut held = vec![false; self.cluster.num_nodes() as usize];
+                    for &n in &self.planned {
+                        held[n as usize] = true;
+                    }
+                    Reservation::Nodes { shadow, held }
+                }
                 None => Reservation::Never,
             },
         }
@@ -847,6 +893,7 @@ impl<'a> Core<'a> {
         } else {
             Vec::new()
         };
+        let mut earliest_hold = i64::MAX;
         let mut slots = 0usize;
         let mut unplannable = u32::MAX;
         while let Some(j) = merge.next(&self.classes) {
@@ -865,15 +912,20 @@ impl<'a> Core<'a> {
                 // Only on nodes no reservation planned to start before its
                 // limit ends holds.
                 let end = self.now.saturating_add(limit);
-                let started = if held_from.iter().any(|&from| from < end) {
-                    let barred: Vec<bool> = held_from.iter().map(|&from| from < end).collect();
-                    self.start_outside(pol, j, &barred)
+                let started = if earliest_hold < end {
+                    self.start_before_holds(pol, j, end, &held_from)
                 } else {
                     self.start(pol, j)
                 };
                 if !started {
                     // Its GPUs are free only on held nodes: it waits, planned.
-                    self.hold_next(&mut held_from, &mut slots, &mut unplannable, gpus);
+                    self.hold_next(
+                        &mut held_from,
+                        &mut earliest_hold,
+                        &mut slots,
+                        &mut unplannable,
+                        gpus,
+                    );
                 }
                 continue;
             }
@@ -916,13 +968,20 @@ impl<'a> Core<'a> {
                 }
             }
             if several {
-                self.hold_next(&mut held_from, &mut slots, &mut unplannable, gpus);
+                self.hold_next(
+                    &mut held_from,
+                    &mut earliest_hold,
+                    &mut slots,
+                    &mut unplannable,
+                    gpus,
+                );
                 continue;
             }
             if reservation.is_none() {
                 reservation = Some(self.reservation(gpus));
             }
         }
+        self.will_run.end_pass();
     }
 
     /// Slurm's `cons_tres` step: remove allowed candidates in victim order

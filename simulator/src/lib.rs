@@ -11,7 +11,8 @@
 //! replay is configured with), [`engine`] (events, priorities, backfill,
 //! preemption), [`policy`] (the policies compared, which see the engine only
 //! through `view.rs`'s `EngineView`), [`usage`] (exact incremental
-//! sliding window), [`cluster`] (first-fit placement), [`checker`]
+//! sliding window), [`cluster`] (first-fit placement), `will_run.rs` (the
+//! backfill's will-run test, indexed), [`checker`]
 //! (invariants), [`metrics`] (figures and their definitions), [`svg`] (charts).
 
 pub mod checker;
@@ -28,5 +29,6 @@ pub mod svg;
 pub mod trace;
 pub mod usage;
 mod view;
+mod will_run;
 
 pub use cli::{SimulateArgs, run_cli};
