@@ -152,6 +152,7 @@ fn main() -> anyhow::Result<()> {
             })
             .collect(),
         live: None,
+        queue: None,
     };
     let sync_body = serde_json::to_vec(&sync)?;
 

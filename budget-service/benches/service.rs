@@ -259,6 +259,7 @@ fn main() -> anyhow::Result<()> {
             })
             .collect(),
         live: None,
+        queue: None,
     };
     let running = sync_batch(RunState::Running, None);
     let t0 = Instant::now();

@@ -16,6 +16,7 @@
 //! reserved_connections = 64       # TCP, over both caps: controller and agent tokens only
 //! trusted_addresses = ["10.0.0.5"] # TCP peers never capped (slurmctld's hosts)
 //! expensive_reads_per_minute = 120 # share/usage/why/idle per caller
+//! shadow_sample_secs = 60         # shadow mode: one sample of the queue at most this often
 //! backup_dir = "/var/lib/slurm-budget/backups" # `budgetctl backup` writes only here (default: `backups` beside the database)
 //!
 //! [admins]
@@ -159,6 +160,10 @@ pub struct Config {
     /// idle (its agent stopped: the streaks it last saw are no longer news).
     #[serde(default = "default_agent_stale")]
     pub agent_stale_secs: i64,
+    /// Shadow mode (`crate::shadow`): at most one sample of the pending queue
+    /// that `site_factor/budget` in `mode=shadow` sends is recorded this often.
+    #[serde(default = "default_shadow_sample")]
+    pub shadow_sample_secs: i64,
     /// Largest body from callers that are neither admin nor controller
     /// (users, readers, agents): their routes take small bodies, and a
     /// plain user must not make budgetd buffer megabytes.
@@ -253,6 +258,10 @@ fn default_agent_stale() -> i64 {
     300
 }
 
+fn default_shadow_sample() -> i64 {
+    60
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -265,6 +274,7 @@ impl Default for Config {
             import_limit_bytes: default_import_limit(),
             import_batch_runs: default_import_batch(),
             agent_stale_secs: default_agent_stale(),
+            shadow_sample_secs: default_shadow_sample(),
             user_body_limit_bytes: default_user_body_limit(),
             header_timeout_secs: default_header_timeout(),
             request_timeout_secs: default_request_timeout(),
@@ -369,6 +379,9 @@ impl Config {
         }
         if cfg.import_batch_runs < 1 {
             return Err("import_batch_runs must be >= 1".into());
+        }
+        if cfg.shadow_sample_secs < 1 {
+            return Err("shadow_sample_secs must be >= 1".into());
         }
         if cfg.agent_stale_secs < 1 {
             return Err("agent_stale_secs must be >= 1".into());

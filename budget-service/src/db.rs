@@ -195,6 +195,45 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     DROP TABLE runs;
     ALTER TABLE runs_new RENAME TO runs;
     "#,
+    // 7: shadow mode (`crate::shadow`): the queue samples (how Slurm's order
+    // differs from the budget order), the preemptions the rule would have made
+    // (once per victim run) and each team's entitlement shortfall per sample.
+    r#"
+    CREATE TABLE shadow_orders (
+        at          INTEGER PRIMARY KEY,
+        pending     INTEGER NOT NULL,
+        pairs       INTEGER NOT NULL,
+        discordant  INTEGER NOT NULL,
+        slurm_ties  INTEGER NOT NULL,
+        tau         REAL,
+        furthest    TEXT NOT NULL
+    );
+    CREATE TABLE shadow_preemptions (
+        victim            INTEGER NOT NULL,
+        victim_run        INTEGER NOT NULL,
+        account           TEXT NOT NULL,
+        user              TEXT NOT NULL,
+        gpus              INTEGER NOT NULL,
+        preemptor         INTEGER NOT NULL,
+        preemptor_account TEXT NOT NULL,
+        preemptor_user    TEXT NOT NULL,
+        at                INTEGER NOT NULL,
+        lost_gpu_hours    REAL NOT NULL,
+        reason            TEXT NOT NULL,
+        PRIMARY KEY (victim, victim_run)
+    );
+    CREATE INDEX shadow_preemptions_at ON shadow_preemptions(at);
+    CREATE TABLE shadow_shortfall (
+        at        INTEGER NOT NULL,
+        account   TEXT NOT NULL,
+        held      REAL NOT NULL,
+        entitled  REAL NOT NULL,
+        demand    REAL NOT NULL,
+        target    REAL NOT NULL,
+        shortfall REAL NOT NULL,
+        PRIMARY KEY (at, account)
+    );
+    "#,
 ];
 
 /// Schema version this build expects.

@@ -54,6 +54,7 @@ pub mod report;
 pub mod sacct;
 pub mod scontrol;
 pub mod server;
+pub mod shadow;
 pub mod snapshot;
 pub mod state;
 pub mod store;

@@ -284,7 +284,97 @@ pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) 
     preemptions(&mut x, store);
     site_cap(&mut x, store, now);
     idle(&mut x, store, now, state.config.agent_stale_secs);
+    shadow(&mut x, store, state, now);
     x.0
+}
+
+/// Shadow mode (`crate::shadow`): the latest queue sample's order figures, the
+/// window's would-be preemptions and each team's shortfall at the latest sample.
+/// Only the counters when no sample was ever taken (no plugin in shadow mode).
+fn shadow(x: &mut Exposition, store: &Store, state: &AppState, now: i64) {
+    let c = &state.counters;
+    x.single(
+        (
+            "budget_shadow_samples_total",
+            "counter",
+            "Queue samples shadow mode recorded (site_factor/budget in mode=shadow).",
+        ),
+        load(&c.shadow_samples),
+    );
+    x.single(
+        (
+            "budget_shadow_would_preempt_total",
+            "counter",
+            "Preemptions the cost-aware rule would have made in shadow mode, recorded (none was carried out).",
+        ),
+        load(&c.shadow_preemptions),
+    );
+    let Ok(l) = crate::shadow::latest(store, now) else {
+        return;
+    };
+    if let Some(o) = &l.order {
+        x.single(
+            (
+                "budget_shadow_pending_jobs",
+                "gauge",
+                "Pending jobs in the latest shadow queue sample.",
+            ),
+            o.pending,
+        );
+        x.single(
+            (
+                "budget_shadow_order_pairs",
+                "gauge",
+                "Pending pairs the budget order orders (different tier or rank), latest sample.",
+            ),
+            o.pairs,
+        );
+        x.single(
+            (
+                "budget_shadow_order_discordant_pairs",
+                "gauge",
+                "Of those pairs, the ones Slurm's priority orders the other way, latest sample.",
+            ),
+            o.discordant,
+        );
+        if let Some(tau) = o.tau {
+            x.single(
+                (
+                    "budget_shadow_order_tau",
+                    "gauge",
+                    "Kendall tau-b between Slurm's priorities and the budget order, latest sample (1: same order).",
+                ),
+                tau,
+            );
+        }
+    }
+    x.single(
+        (
+            "budget_shadow_would_preempt_window",
+            "gauge",
+            "Would-be preemptions recorded in the policy window.",
+        ),
+        l.preemptions,
+    );
+    x.single(
+        (
+            "budget_shadow_would_lose_gpu_hours_window",
+            "gauge",
+            "GPU-hours the would-be preemptions of the policy window would have destroyed.",
+        ),
+        l.lost_gpu_hours,
+    );
+    x.by_label(
+        (
+            "budget_shadow_shortfall_gpus",
+            "gauge",
+            "Per account, the rule's target (min of entitled GPUs and demand) minus the GPUs held, latest shadow sample.",
+        ),
+        "account",
+        l.shortfall
+            .iter()
+            .map(|t| (t.account.as_str(), t.shortfall_gpus)),
+    );
 }
 
 /// Preemptions and GPU-hours lost per account, all time.

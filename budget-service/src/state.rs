@@ -58,6 +58,11 @@ pub struct Counters {
     /// Jobs in agent reports ignored because the ledger places them on
     /// other nodes (`crate::idle`).
     pub agent_jobs_off_node: AtomicU64,
+    /// Shadow mode: queue samples recorded, would-be preemptions recorded
+    /// (`crate::shadow`), and when the last sample was taken (0: none yet).
+    pub shadow_samples: AtomicU64,
+    pub shadow_preemptions: AtomicU64,
+    pub shadow_last_sample_at: AtomicU64,
 }
 
 /// Everything handlers share.

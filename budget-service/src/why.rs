@@ -27,14 +27,15 @@ pub type Visible<'v> = dyn Fn(&RunRecord) -> bool + 'v;
 /// fair share and GPU weights, and the period state computed from every running
 /// run (time limits, requeues, checkpoints as the controller synced them),
 /// every pending one, and the rebalancing preemptions of the window.
-struct Rule<'a> {
-    fs: &'a FairShare,
-    weights: &'a GpuWeights,
-    state: PreemptState,
+/// `crate::shadow` decides its would-be preemptions with it too.
+pub(crate) struct Rule<'a> {
+    pub(crate) fs: &'a FairShare,
+    pub(crate) weights: &'a GpuWeights,
+    pub(crate) state: PreemptState,
 }
 
 impl<'a> Rule<'a> {
-    fn new(
+    pub(crate) fn new(
         store: &Store,
         snap: &'a PluginSnapshot,
         running: &[RunRecord],
@@ -74,10 +75,22 @@ impl<'a> Rule<'a> {
     /// Whether pending `preemptor` may preempt running `victim` at `at` (in
     /// this state, no grant in flight), and the wire's reason.
     fn allows(&self, preemptor: &RunRecord, victim: &RunRecord, at: i64) -> Option<PeerReason> {
+        self.allows_with(&InFlight::default(), preemptor, victim, at)
+    }
+
+    /// [`Rule::allows`] with grants and victims already in flight, as the
+    /// plugin's callback counts them within one period.
+    pub(crate) fn allows_with(
+        &self,
+        in_flight: &InFlight,
+        preemptor: &RunRecord,
+        victim: &RunRecord,
+        at: i64,
+    ) -> Option<PeerReason> {
         let a = rebalance::decide(
             &self.state,
             Some(self.fs),
-            &InFlight::default(),
+            in_flight,
             &preemptor.pending_job(self.weights),
             &victim.running_job(self.weights),
             at,

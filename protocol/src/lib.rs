@@ -18,7 +18,7 @@
 //! The node agent's report is [`AgentReport`]. The admin API's bodies live in
 //! one module per subject: [`tree`] (accounts, members, coordinators, weights,
 //! policy, audit), [`reports`] (share, usage, import), [`why`] (a job's
-//! explanation), [`drains`], [`preemption`], [`idle`], and [`service`]
+//! explanation), [`drains`], [`preemption`], [`idle`], [`shadow`], and [`service`]
 //! (health, the error body). [`time`] (feature `time`) is the TIME argument
 //! format budgetd and budgetctl share.
 //!
@@ -31,6 +31,7 @@ pub mod idle;
 pub mod preemption;
 pub mod reports;
 pub mod service;
+pub mod shadow;
 #[cfg(feature = "time")]
 pub mod time;
 pub mod tree;
@@ -452,6 +453,12 @@ pub struct JobSync {
     /// batch, nothing is closed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<Vec<(u32, i64)>>,
+    /// `site_factor/budget` in `mode=shadow`: the pending queue with Slurm's
+    /// actual priority and the budget placement of each job, sent in a message
+    /// of its own (no runs) after the pass's runs were acknowledged
+    /// ([`shadow`] says why). Absent in every other sync.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<shadow::QueueOrder>,
 }
 
 /// What a sync changed.

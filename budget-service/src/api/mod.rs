@@ -19,6 +19,7 @@ mod import;
 mod metrics;
 pub(crate) mod preemptions;
 mod reports;
+pub(crate) mod shadow;
 mod site;
 mod snapshot;
 mod sync;
@@ -391,6 +392,7 @@ pub fn app(state: AppState) -> Router {
         )
         .route(budget_protocol::AGENT_REPORT_PATH, post(idle::report))
         .route("/v1/idle", get(idle::list))
+        .route(budget_protocol::shadow::ROUTE, get(shadow::report))
         .route("/metrics", get(metrics::metrics))
         .route(budget_protocol::service::BACKUP_PATH, post(site::backup))
         .route(budget_protocol::service::PLUGINS_PATH, get(site::plugins))

@@ -1,4 +1,6 @@
-//! Job state from slurmctld's priority plugin: `POST /v1/sync/jobs`.
+//! Job state from slurmctld's priority plugin: `POST /v1/sync/jobs` (and the
+//! pending queue of `site_factor/budget` in shadow mode, handed to
+//! `api::shadow`).
 
 use std::sync::atomic::Ordering;
 
@@ -20,6 +22,10 @@ pub async fn sync(
 ) -> AppResult<Json<SyncOutcome>> {
     caller.require_controller(&st, "sync job state")?;
     let t = now();
+    let mut batch = batch;
+    if let Some(queue) = batch.queue.take() {
+        super::shadow::sample(&st, queue, t).await?;
+    }
     let (out, contradicted) = st
         .with_store_controller(move |s| s.sync_noting_contradictions(&batch, t))
         .await?;

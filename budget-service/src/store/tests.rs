@@ -25,6 +25,7 @@ fn sync_one(s: &mut Store, r: JobRun, now: i64) -> SyncOutcome {
             collected_at: now,
             runs: vec![r],
             live: None,
+            queue: None,
         },
         now,
     )
@@ -111,6 +112,7 @@ fn live(s: &mut Store, at: i64, jobs: &[(u32, i64)]) -> u64 {
             collected_at: at,
             runs: vec![],
             live: Some(jobs.to_vec()),
+            queue: None,
         },
         at,
     )
@@ -235,6 +237,7 @@ fn sync_at(s: &mut Store, at: i64, runs: Vec<JobRun>) -> SyncOutcome {
             collected_at: at,
             runs,
             live: None,
+            queue: None,
         },
         at,
     )

@@ -109,6 +109,7 @@ fn a_first_pass_larger_than_the_body_limit_is_sent_in_acknowledged_chunks() {
         collected_at: T0 + 100,
         runs: (1..=JOBS).map(run).collect(),
         live: None,
+        queue: None,
     };
     let body = serde_json::to_vec(&batch).expect("encode").len();
     assert!(
@@ -154,6 +155,7 @@ fn a_refused_run_is_reported_and_the_rest_of_the_batch_is_stored() {
         collected_at: T0 + 100,
         runs: vec![run(1), bad, run(3)],
         live: None,
+        queue: None,
     };
     let mut s = syncer(&d);
     // Before: the whole batch was rejected (422) and resent on every pass.
@@ -173,6 +175,7 @@ fn an_unreachable_budgetd_acknowledges_nothing() {
         collected_at: T0,
         runs: vec![run(1), run(2)],
         live: None,
+        queue: None,
     });
     assert_eq!(ack, SyncAck::Except([1, 2].into_iter().collect()));
 }

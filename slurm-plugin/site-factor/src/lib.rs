@@ -21,6 +21,11 @@
 //! left to do: the pass keeps the factors current. The thread is joined in `fini`
 //! before Slurm `dlclose`s us. The plugin owns the site factor of pending jobs: an
 //! admin's `scontrol update SiteFactor=` is replaced at the job's next calculation.
+//!
+//! `mode=shadow` writes no site factor anywhere (callback or pass): the pass still
+//! computes the order and feeds the ledger, and reports the pending queue, Slurm's
+//! priority beside each job's budget placement, to budgetd, which records how the
+//! two orders differ and the preemptions the rule would have made.
 
 pub mod params;
 pub mod term;
@@ -111,6 +116,10 @@ fn start_worker() {
         let Some(scale) = scale() else {
             return;
         };
+        if !scale.writes() {
+            pass::run_pass(st, budgetd, memo, Apply::Shadow);
+            return;
+        }
         let term = |p: &compute::Placement| scale.site_factor(p);
         pass::run_pass(st, budgetd, memo, Apply::SiteFactor(&term));
     });
@@ -200,6 +209,11 @@ pub unsafe extern "C" fn site_factor_p_set(job: *mut job_record_t) {
         };
         let st = state();
         st.mark_dirty(rec.job_id);
+        // Shadow mode: the job's priority is multifactor's alone (the pass re-reads
+        // the job, marked above, for the queue it reports).
+        if !scale.writes() {
+            return;
+        }
         let snap = st.snapshots.latest();
         let default_min = pass::default_min_runtime(snap.as_deref());
         let placement = {

@@ -5,7 +5,10 @@
 //! - empty or unset: `mode=dominant`;
 //! - `mode=dominant`: tiers, then ranks, above every other factor;
 //! - `mode=factor,weight=N`: the budget order as one factor of weight N
-//!   (`1..=2147483647`, as multifactor's own `PriorityWeight*`).
+//!   (`1..=2147483647`, as multifactor's own `PriorityWeight*`);
+//! - `mode=shadow`: the budget order is computed and reported to budgetd with
+//!   Slurm's priority of each pending job, usage still reaches the ledger, and no
+//!   site factor is written: every priority stays what multifactor made it.
 //!
 //! Anything else is an error naming the parameter: `init` fails with it (slurmctld
 //! logs it and multifactor runs without the site factor, retrying the plugin at each
@@ -19,16 +22,16 @@ use crate::term::{MAX_TERM, Mode};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ParamsError {
     #[error(
-        "PrioritySiteFactorParameters: unknown key {0:?} (expected mode=dominant or mode=factor,weight=N)"
+        "PrioritySiteFactorParameters: unknown key {0:?} (expected mode=dominant, mode=factor,weight=N or mode=shadow)"
     )]
     UnknownKey(String),
     #[error(
-        "PrioritySiteFactorParameters: {0:?} is not key=value (expected mode=dominant or mode=factor,weight=N)"
+        "PrioritySiteFactorParameters: {0:?} is not key=value (expected mode=dominant, mode=factor,weight=N or mode=shadow)"
     )]
     NotKeyValue(String),
     #[error("PrioritySiteFactorParameters: {0} given twice")]
     Repeated(&'static str),
-    #[error("PrioritySiteFactorParameters: bad mode {0:?} (expected dominant or factor)")]
+    #[error("PrioritySiteFactorParameters: bad mode {0:?} (expected dominant, factor or shadow)")]
     BadMode(String),
     #[error(
         "PrioritySiteFactorParameters: bad weight {0:?} (expected a whole number from 1 to 2147483647)"
@@ -75,6 +78,8 @@ pub fn parse(params: Option<&str>) -> Result<Mode, ParamsError> {
     match mode.as_deref().unwrap_or("dominant") {
         "dominant" if weight.is_some() => Err(ParamsError::WeightWithoutFactor),
         "dominant" => Ok(Mode::Dominant),
+        "shadow" if weight.is_some() => Err(ParamsError::WeightWithoutFactor),
+        "shadow" => Ok(Mode::Shadow),
         "factor" => weight
             .map(|weight| Mode::Factor { weight })
             .ok_or(ParamsError::MissingWeight),
@@ -138,6 +143,7 @@ mod tests {
             parse(Some(" mode=factor , weight=5000 ")),
             Ok(Mode::Factor { weight: 5000 })
         );
+        assert_eq!(parse(Some("mode=shadow")), Ok(Mode::Shadow));
         assert_eq!(
             parse(Some("weight=2147483647,mode=factor")),
             Ok(Mode::Factor { weight: MAX_TERM })
@@ -157,6 +163,8 @@ mod tests {
             ("mode=factor,weight=-5", ParamsError::BadWeight("-5".into())),
             ("mode=dominant,weight=10", ParamsError::WeightWithoutFactor),
             ("weight=10", ParamsError::WeightWithoutFactor),
+            ("mode=shadow,weight=10", ParamsError::WeightWithoutFactor),
+            ("mode=Shadow", ParamsError::BadMode("Shadow".into())),
             ("mode=factor,mode=dominant", ParamsError::Repeated("mode")),
             (
                 "mode=factor,weight=1,weight=2",

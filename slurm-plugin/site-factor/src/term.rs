@@ -13,7 +13,9 @@
 //!   and a tier spans every rank, so tier, then rank, decide the order; the site's
 //!   factors (QOS, partition, age, ...) order jobs of the same tier and rank;
 //! - `factor`: the budget order scaled to `[0, weight]`, one weighted factor among the
-//!   others (a budgeted job at the best rank gets `weight`, a free-tier job 0).
+//!   others (a budgeted job at the best rank gets `weight`, a free-tier job 0);
+//! - `shadow`: no term at all ([`Scale::writes`] is false): the plugin leaves every
+//!   job's site factor as Slurm set it and only reports the order.
 
 use policy_core::Tier;
 use slurm_plugin_common::order::compute::Placement;
@@ -28,6 +30,8 @@ pub enum Mode {
     Dominant,
     /// The budget order as one factor of weight `weight` (`1..=MAX_TERM`).
     Factor { weight: u32 },
+    /// Observe only: the order is reported to budgetd, no site factor is written.
+    Shadow,
 }
 
 /// The mode with the figures it needs, computed once per (re)configuration.
@@ -42,6 +46,8 @@ pub enum Scale {
     Factor {
         weight: u32,
     },
+    /// `mode=shadow`: the term is 0 and the plugin writes none.
+    Shadow,
 }
 
 /// Tier as a level: free 0, over budget 1, budgeted 2.
@@ -60,6 +66,7 @@ impl Scale {
     pub fn new(mode: Mode, weights: u64) -> Option<Scale> {
         match mode {
             Mode::Factor { weight } => Some(Scale::Factor { weight }),
+            Mode::Shadow => Some(Scale::Shadow),
             Mode::Dominant => {
                 let step = weights.checked_add(1)?;
                 // 3 tiers x (levels + 1) rank scores x step <= MAX_TERM.
@@ -98,7 +105,13 @@ impl Scale {
                 let den = 3 * span - 1;
                 (u64::from(weight) * num / den).min(u64::from(MAX_TERM)) as u32
             }
+            Scale::Shadow => 0,
         }
+    }
+
+    /// Whether the plugin writes site factors (every mode but `shadow`).
+    pub fn writes(&self) -> bool {
+        !matches!(self, Scale::Shadow)
     }
 
     /// `job_record_t::site_factor` for a job placed at `p`.
@@ -183,6 +196,9 @@ mod tests {
         // No snapshot yet (no leaves): budgeted jobs share the top, free ones 0.
         assert_eq!(s.term(&at(Tier::Budgeted, 0, 0)), 5000);
         assert_eq!(s.term(&at(Tier::OverBudget, 0, 0)), 2500);
+        let shadow = Scale::new(Mode::Shadow, u64::from(MAX_TERM)).expect("scale");
+        assert!(!shadow.writes() && s.writes());
+        assert_eq!(shadow.term(&at(Tier::Budgeted, 0, 4)), 0);
         let max = Scale::new(Mode::Factor { weight: MAX_TERM }, 0).expect("scale");
         assert_eq!(max.site_factor(&at(Tier::Budgeted, 0, 9)), u32::MAX);
     }

@@ -23,6 +23,7 @@ use crate::log;
 use crate::snapshot::{SnapshotFetcher, unix_now};
 use crate::users::lookup_uid;
 use crate::worker::Worker;
+use budget_protocol::shadow::{MAX_QUEUE, QueueOrder, QueuedJob};
 use budget_protocol::{JobRun, JobSync, PluginSnapshot, Policy};
 use slurm_ffi::job_state;
 
@@ -348,6 +349,11 @@ pub enum Apply<'a> {
     /// (`job::apply_site_factor`), so the queue follows the budget within one period,
     /// as with `priority/budget`.
     SiteFactor(&'a dyn Fn(&compute::Placement) -> u32),
+    /// `site_factor/budget` in `mode=shadow`: nothing is written (every priority
+    /// stays what multifactor made it); the pending queue, Slurm's priority
+    /// beside each job's placement, goes to budgetd after the runs
+    /// ([`Syncer::send_queue`]).
+    Shadow,
 }
 
 impl std::fmt::Debug for Apply<'_> {
@@ -355,6 +361,7 @@ impl std::fmt::Debug for Apply<'_> {
         f.write_str(match self {
             Apply::Priority => "Priority",
             Apply::SiteFactor(_) => "SiteFactor",
+            Apply::Shadow => "Shadow",
         })
     }
 }
@@ -391,6 +398,8 @@ pub fn run_pass(
     // closes the runs Slurm forgot (a start lost in a controller crash, a
     // cancel racing a requeue, jobs purged while budgetd was down).
     let mut live: Option<Vec<(u32, i64)>> = None;
+    // Shadow mode: (job, Slurm's priority, placement) of every pending, not held job.
+    let mut queue: Vec<(u32, u32, compute::Placement)> = Vec::new();
     {
         let guard = ctl.job_write_lock();
         let t = Instant::now();
@@ -452,12 +461,21 @@ pub fn run_pass(
                     held[k].add(m.gpus, w);
                 }
             }
+            if let Apply::Shadow = apply
+                && collect
+                && pending
+                && job.priority != 0
+                && let Some(pl) = memo.placements.get(m.key as usize)
+            {
+                queue.push((id, job.priority, *pl));
+            }
             if pending
                 && job.priority != 0
                 && job.direct_set_prio == 0
                 && let Some(pl) = memo.placements.get(m.key as usize)
             {
                 match apply {
+                    Apply::Shadow => {}
                     Apply::Priority => {
                         // SAFETY: details is NULL or valid under the lock.
                         let d = unsafe { job.details.as_ref() };
@@ -518,8 +536,15 @@ pub fn run_pass(
             collected_at: unix_now(),
             runs,
             live,
+            queue: None,
         });
         memo.acknowledge(&ack);
+        if let Apply::Shadow = apply {
+            let num_leaves = snapshot.as_deref().map_or(0, |s| s.fair_share.num_leaves);
+            budgetd
+                .syncer
+                .send_queue(shadow_queue(queue, num_leaves), unix_now());
+        }
         stats.sync_micros = t.elapsed().as_micros();
     }
     // Stable format: scripts/bench-slurm parses it (budget_pass_log=1 logs it at info).
@@ -532,6 +557,7 @@ pub fn run_pass(
         stats.sync_micros,
         match apply {
             Apply::Priority => String::new(),
+            Apply::Shadow => ", shadow: nothing written".to_string(),
             Apply::SiteFactor(_) =>
                 format!(", {} site factors changed", stats.site_factors_changed),
         }
@@ -542,4 +568,23 @@ pub fn run_pass(
         log::debug(&line);
     }
     stats
+}
+
+/// The queue shadow mode reports: Slurm's highest priorities first (ties by job
+/// id), at most [`budget_protocol::shadow::MAX_QUEUE`] jobs.
+pub fn shadow_queue(mut jobs: Vec<(u32, u32, compute::Placement)>, num_leaves: u32) -> QueueOrder {
+    jobs.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    jobs.truncate(MAX_QUEUE);
+    QueueOrder {
+        num_leaves,
+        jobs: jobs
+            .into_iter()
+            .map(|(job_id, priority, p)| QueuedJob {
+                job_id,
+                priority,
+                tier: p.tier,
+                rank: p.rank,
+            })
+            .collect(),
+    }
 }

@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::log;
 use crate::settings::{LazyClient, Settings};
+use budget_protocol::shadow::QueueOrder;
 use budget_protocol::{JobRun, JobSync, RunState, SYNC_PATH, SyncOutcome};
 
 /// Connection to budgetd's sync endpoint plus what must survive a failed batch.
@@ -31,6 +32,8 @@ pub struct Syncer {
     /// is reported without the run's start; it is filled in from here. Entries go
     /// when budgetd acknowledges the run's final state.
     starts: HashMap<(u32, u32), i64>,
+    /// Why the last shadow queue was not taken (logged once per error).
+    queue_error: Option<String>,
 }
 
 /// Most ended runs kept while budgetd is unreachable (oldest dropped first is not
@@ -46,6 +49,7 @@ impl Syncer {
             sync_error: None,
             outbox: HashMap::new(),
             starts: HashMap::new(),
+            queue_error: None,
         }
     }
 
@@ -97,6 +101,7 @@ impl Syncer {
                 collected_at: sync.collected_at,
                 runs: sync.runs[lo..hi].to_vec(),
                 live: None,
+                queue: None,
             };
             let sent = match self.client.get() {
                 Ok(c) => c
@@ -146,6 +151,7 @@ impl Syncer {
                 collected_at: sync.collected_at,
                 runs: Vec::new(),
                 live: Some(live),
+                queue: None,
             };
             let sent = match self.client.get() {
                 Ok(c) => c
@@ -169,6 +175,28 @@ impl Syncer {
         };
         Self::report(&mut self.sync_error, "job sync", result);
         ack
+    }
+}
+
+impl Syncer {
+    /// Send shadow mode's pending queue in a message of its own (no runs): a
+    /// budgetd that refuses it (the previous release denies the field) refuses
+    /// only this message; the runs went before. Failures are logged once.
+    pub fn send_queue(&mut self, queue: QueueOrder, collected_at: i64) {
+        let msg = JobSync {
+            collected_at,
+            runs: Vec::new(),
+            live: None,
+            queue: Some(queue),
+        };
+        let sent = match self.client.get() {
+            Ok(c) => c
+                .post_json::<_, SyncOutcome>(SYNC_PATH, &msg)
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        Self::report(&mut self.queue_error, "shadow queue", sent);
     }
 }
 
