@@ -107,6 +107,18 @@ pub enum Command {
         #[arg(long)]
         at: Option<String>,
     },
+    /// Shadow mode's findings over the window (`site_factor/budget` with
+    /// `mode=shadow`): how Slurm's order of the pending jobs differs from the
+    /// budget order, the preemptions the rule would have made with the work
+    /// they would have lost, and each team's shortfall against the rule's target.
+    Shadow {
+        /// Start of the interval (default: one window before --at).
+        #[arg(long)]
+        since: Option<String>,
+        /// End of the interval (default: now).
+        #[arg(long)]
+        at: Option<String>,
+    },
     /// Write a consistent copy of budgetd's database to FILE while it runs (admin;
     /// budgetd writes FILE on its host; restore with `budgetd --restore FILE`).
     Backup {

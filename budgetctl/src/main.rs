@@ -11,7 +11,7 @@
 //! One module per subject: [`args`] (the command line), [`api`] (typed
 //! calls), [`output`] (tables, `--json`), [`tree`], [`policy`], [`reports`]
 //! (share, usage, import, audit, why), [`drains`] (drains and the preemption
-//! record), [`idle`], [`simulate`], [`site`] (backup, and when a change is in
+//! record), [`idle`], [`shadow`], [`simulate`], [`site`] (backup, and when a change is in
 //! effect in slurmctld: `status`, `--wait`).
 
 mod api;
@@ -21,6 +21,7 @@ mod idle;
 mod output;
 mod policy;
 mod reports;
+mod shadow;
 mod simulate;
 mod site;
 mod tree;
@@ -70,6 +71,7 @@ fn dispatch(cli: &Cli, api: &Api, out: Out) -> anyhow::Result<()> {
         Command::Drains => drains::drains(api, out),
         Command::Undrain { nodes } => drains::undrain(api, out, nodes),
         Command::Idle { since, at } => idle::run(api, out, since.as_deref(), at.as_deref()),
+        Command::Shadow { since, at } => shadow::run(api, out, since.as_deref(), at.as_deref()),
         Command::Backup { file, force } => site::backup(api, out, cli.url.is_some(), file, *force),
         Command::Status => site::status(api, out, cli.wait, cli.wait_timeout),
         Command::Simulate(args) => simulate::run(args),
