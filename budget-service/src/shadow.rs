@@ -13,8 +13,9 @@
 //!   ledger's running and pending runs with the rule `why` asks
 //!   (`crate::why::Rule`: `policy_core::rebalance::decide` in the period state
 //!   `preempt/budget` computes, grants and victims in flight counted) and
-//!   Slurm's mechanics as `preempt/budget` meets them: a pending job, in budget
-//!   order, that does not fit in the free GPUs asks the running jobs in the
+//!   Slurm's mechanics as `preempt/budget` meets them: a pending job of the queue
+//!   (Slurm's pending jobs but the held ones), in budget order, that does not fit in
+//!   the free GPUs asks the running jobs in the
 //!   plugin's victim order (`rebalance::victim_priority`, least work lost first)
 //!   and takes victims only if they make it fit. Each victim run is recorded
 //!   once, with the work it would lose (`rebalance::expected_lost_gpu_secs`);
@@ -147,7 +148,14 @@ pub fn record(
     let open = open_decisions(store, &running, &pending, now)?;
     let (preemptions, teams) = {
         let rule = Rule::new(store, snap, &running, &pending, now);
-        let preemptions = would_preempt(&rule, snap, &running, &pending, &open, now);
+        // Preemptors: the pending jobs Slurm would schedule (the queue: not held).
+        let queued: HashSet<u32> = queue.jobs.iter().map(|j| j.job_id).collect();
+        let eligible: Vec<RunRecord> = pending
+            .iter()
+            .filter(|p| queued.contains(&p.job_id))
+            .cloned()
+            .collect();
+        let preemptions = would_preempt(&rule, snap, &running, &eligible, &open, now);
         let teams = shortfall_now(&rule);
         (preemptions, teams)
     };

@@ -67,6 +67,9 @@ pub struct TestbedConfig {
     /// `TESTBED_SITE_FACTOR`: with priority `multifactor`, load `site_factor/budget`
     /// with this `PrioritySiteFactorParameters`.
     pub site_factor: Option<String>,
+    /// budgetd's `--config` file (TOML text), written into the testbed's folder
+    /// and passed as `TESTBED_BUDGETD_CONFIG`; `None`: budgetd's defaults.
+    pub budgetd_config: Option<String>,
 }
 
 impl TestbedConfig {
@@ -126,6 +129,7 @@ impl TestbedConfig {
             unset: Vec::new(),
             min_job_age: None,
             site_factor: None,
+            budgetd_config: None,
         })
     }
 
@@ -160,6 +164,10 @@ impl TestbedConfig {
         }
         if let Some(params) = &self.site_factor {
             cmd.env("TESTBED_SITE_FACTOR", params);
+        }
+        if self.budgetd_config.is_some() {
+            // Written by `Testbed::up`; restarts of budgetd read it again.
+            cmd.env("TESTBED_BUDGETD_CONFIG", self.dir.join("budgetd.toml"));
         }
         cmd
     }
@@ -204,6 +212,10 @@ impl Testbed {
             }
         }
         let mut up = config.script();
+        if let Some(text) = &config.budgetd_config {
+            let file = config.dir.join("budgetd.toml");
+            std::fs::write(&file, text).map_err(|e| Error::file(&file, e))?;
+        }
         up.arg("up")
             .stdout(Stdio::inherit())
             .stderr(Stdio::inherit());

@@ -233,7 +233,7 @@ fn later_samples_keep_a_decision_once_and_the_report_is_scoped() {
 }
 
 #[test]
-fn only_the_controller_sends_a_queue_and_a_bad_one_changes_nothing() {
+fn only_the_controller_sends_a_queue_a_bad_one_changes_nothing_and_held_jobs_take_nothing() {
     let s = start();
     let c = s.unix();
     let now = budget_service::clock::now();
@@ -249,11 +249,13 @@ fn only_the_controller_sends_a_queue_and_a_bad_one_changes_nothing() {
     assert!((400..500).contains(&st), "{st}");
     let db = s.db.clone().expect("db");
     assert_eq!(rows(&db, "SELECT COUNT(*) FROM shadow_orders"), 0);
-    // The controller's token over TCP is taken.
+    // The controller's token over TCP is taken. Job 3 is held (Slurm leaves it out of
+    // the queue): it preempts nothing, even in shadow.
     let ctl = s.tcp(Some(CONTROLLER_TOKEN));
-    assert_eq!(
-        call(&ctl, "POST", "/v1/sync/jobs", Some(&queue(now))).0,
-        200
-    );
+    let mut held = queue(now);
+    held["queue"]["jobs"] =
+        json!([{"job_id": 5, "priority": 2000, "tier": "over_budget", "rank": 1}]);
+    assert_eq!(call(&ctl, "POST", "/v1/sync/jobs", Some(&held)).0, 200);
     assert_eq!(rows(&db, "SELECT COUNT(*) FROM shadow_orders"), 1);
+    assert_eq!(rows(&db, "SELECT COUNT(*) FROM shadow_preemptions"), 0);
 }
