@@ -165,9 +165,11 @@ pub struct SimulateArgs {
     /// Print one JSON object keyed by policy name instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Minimum runtime of jobs whose trace declares none: `cap:2h` or `2h`
-    /// (min(duration, 2h)), `frac:0.25` (a quarter of the duration), `none`.
-    #[arg(long, default_value = "2h", value_parser = MinRuntimeRule::parse)]
+    /// Minimum runtime of jobs whose trace declares none: `fixed:1h` (1 h for
+    /// every job: the product's default for a job that declares none),
+    /// `cap:2h` or `2h` (min(duration, 2h)), `frac:0.25` (a quarter of the
+    /// duration), `none`.
+    #[arg(long, default_value = "fixed:1h", value_parser = MinRuntimeRule::parse)]
     pub min_runtime_rule: MinRuntimeRule,
     /// Checkpoint interval that jobs whose trace has none keep and declare
     /// (`checkpoint=` in their comment): a preempted job loses only the work
@@ -684,5 +686,10 @@ mod tests {
             Ok(MinRuntimeRule::Cap(14_400))
         );
         assert!(MinRuntimeRule::parse("frac:2").is_err());
+        // The flag's default is the product's (and `SimConfig`'s).
+        assert_eq!(
+            MinRuntimeRule::parse("fixed:1h"),
+            Ok(crate::engine::SimConfig::default().min_runtime)
+        );
     }
 }

@@ -11,6 +11,9 @@ use crate::limits::TimeLimitModel;
 /// How a job's minimum runtime is chosen when the trace does not declare one.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum MinRuntimeRule {
+    /// The same for every job, whatever its duration, as the product gives a
+    /// job that declares none (`default_min_runtime_secs`).
+    Fixed(i64),
     /// `min(duration, cap)`.
     Cap(i64),
     /// `fraction x duration`, rounded down.
@@ -18,11 +21,17 @@ pub enum MinRuntimeRule {
 }
 
 impl MinRuntimeRule {
-    /// `cap:2h` / `2h` (a duration: min(duration, 2h)), `frac:0.25`, `none` (= cap 0).
+    /// `fixed:1h` (1 h for every job), `cap:2h` / `2h` (a duration:
+    /// min(duration, 2h)), `frac:0.25`, `none` (= cap 0).
     pub fn parse(s: &str) -> Result<MinRuntimeRule, String> {
         let s = s.trim();
         if s == "none" {
             return Ok(MinRuntimeRule::Cap(0));
+        }
+        if let Some(d) = s.strip_prefix("fixed:") {
+            return policy_core::parse_duration(d)
+                .map(MinRuntimeRule::Fixed)
+                .map_err(|e| format!("min-runtime rule {s:?}: fixed:DURATION ({e})"));
         }
         if let Some(f) = s.strip_prefix("frac:") {
             return match f.parse::<f64>() {
@@ -37,13 +46,14 @@ impl MinRuntimeRule {
             .map(MinRuntimeRule::Cap)
             .map_err(|e| {
                 format!(
-                    "min-runtime rule {s:?}: expected cap:DURATION, DURATION, frac:F or none ({e})"
+                    "min-runtime rule {s:?}: expected fixed:DURATION, cap:DURATION, DURATION, frac:F or none ({e})"
                 )
             })
     }
 
     pub fn apply(&self, duration: i64) -> i64 {
         match *self {
+            MinRuntimeRule::Fixed(c) => c,
             MinRuntimeRule::Cap(c) => duration.min(c),
             MinRuntimeRule::Fraction(f) => (duration as f64 * f).floor() as i64,
         }
@@ -51,12 +61,22 @@ impl MinRuntimeRule {
 
     pub fn describe(&self) -> String {
         match *self {
+            MinRuntimeRule::Fixed(c) => {
+                format!("{} for every job", policy_core::format_duration(c))
+            }
             MinRuntimeRule::Cap(0) => "none (0)".to_string(),
             MinRuntimeRule::Cap(c) => format!("min(duration, {})", policy_core::format_duration(c)),
             MinRuntimeRule::Fraction(f) => format!("{f} x duration"),
         }
     }
 }
+
+/// The min_runtime the product gives a job that declares none: `protocol`'s
+/// `Policy::default().default_min_runtime_secs` (1 h), which the plugins
+/// apply through `policy_core::contract::effective_contract`. The replay's
+/// default, so that the rule is judged with the protection it really gives
+/// (not `min(duration, cap)`, which would tell it short jobs' true ends).
+pub const PRODUCT_DEFAULT_MIN_RUNTIME: i64 = 3600;
 
 /// Everything a replay needs besides the trace and the policy.
 #[derive(Debug, Clone)]
@@ -130,7 +150,7 @@ impl Default for SimConfig {
             hysteresis: crate::policy::budget_v1::PreemptPolicy::default().hysteresis,
             rule: RebalancePolicy::default(),
             checkpoint: 0,
-            min_runtime: MinRuntimeRule::Cap(2 * 3600),
+            min_runtime: MinRuntimeRule::Fixed(PRODUCT_DEFAULT_MIN_RUNTIME),
             time_limits: TimeLimitModel::Exact,
             max_time_limit: 7 * 86_400,
             backfill_depth: 200,
@@ -182,6 +202,18 @@ mod tests {
             Ok(300)
         );
         assert_eq!(MinRuntimeRule::parse("none").map(|r| r.apply(601)), Ok(0));
+        // The product's default: the same for a 10-minute job as for a long one.
+        let fixed = MinRuntimeRule::parse("fixed:1h");
+        assert_eq!(fixed, Ok(MinRuntimeRule::Fixed(3600)));
+        assert_eq!(
+            fixed.map(|r| (r.apply(600), r.apply(10_000))),
+            Ok((3600, 3600))
+        );
+        assert_eq!(
+            SimConfig::default().min_runtime,
+            MinRuntimeRule::Fixed(PRODUCT_DEFAULT_MIN_RUNTIME)
+        );
+        assert!(MinRuntimeRule::parse("fixed:").is_err());
         assert!(MinRuntimeRule::parse("2x").is_err());
     }
 }
