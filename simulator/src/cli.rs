@@ -236,6 +236,10 @@ pub struct SimulateArgs {
     /// nodes (Slurm's `bf_window`; with `--backfill nodes`).
     #[arg(long, default_value = "7d", value_parser = parse_positive_secs)]
     pub backfill_window: i64,
+    /// How long a preempted job waits, requeued, before it may start again
+    /// (Slurm: the credential lifetime + 1 s, 121 s by default). `0`: at once.
+    #[arg(long, default_value = "121s", value_parser = parse_secs)]
+    pub requeue_delay: i64,
     /// Check the incremental window against policy_core::window_usage at every
     /// recalculation (slow; for small traces).
     #[arg(long)]
@@ -439,6 +443,7 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
         backfill: args.backfill,
         backfill_reservations,
         backfill_window: args.backfill_window,
+        requeue_delay: args.requeue_delay,
         seed: args.seed,
         free_fraction: args.free_fraction,
         verify_window: args.verify_window,

@@ -112,6 +112,9 @@ pub struct SimConfig {
     /// `bf_window`): a blocked job that cannot start within it holds no
     /// nodes. `Backfill::Nodes` only.
     pub backfill_window: i64,
+    /// Seconds a requeued (preempted) job waits before it is eligible again
+    /// ([`DEFAULT_REQUEUE_DELAY`]); 0: at once.
+    pub requeue_delay: i64,
     /// Preemption attempts per scheduling pass.
     pub preempt_attempts: usize,
     /// Metric sample period (seconds).
@@ -140,6 +143,13 @@ pub const ALL_RESERVATIONS: usize = usize::MAX;
 /// long as the longest time limit, so that long jobs are not starved).
 pub const DEFAULT_BACKFILL_WINDOW: i64 = 7 * 86_400;
 
+/// How long a requeued job waits before it may start again: Slurm's
+/// `batch_requeue_fini` (`slurmctld/job_mgr.c`) sets its begin time to now
+/// plus the credential lifetime plus one second, and the lifetime defaults to
+/// 120 s (`DEFAULT_EXPIRATION_WINDOW`, `common/slurm_cred.c`;
+/// `AuthInfo=cred_expire=` changes it; the testbed sets 5).
+pub const DEFAULT_REQUEUE_DELAY: i64 = 121;
+
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
@@ -157,6 +167,7 @@ impl Default for SimConfig {
             backfill: Backfill::Nodes,
             backfill_reservations: ALL_RESERVATIONS,
             backfill_window: DEFAULT_BACKFILL_WINDOW,
+            requeue_delay: DEFAULT_REQUEUE_DELAY,
             preempt_attempts: 16,
             sample_every: 3600,
             decay_half_life: 7 * 86_400,

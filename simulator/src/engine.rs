@@ -5,11 +5,13 @@
 //!
 //! # Events and time
 //! Submissions come from the sorted trace; run ends, protection ends,
-//! recalculation ticks and metric samples sit in a binary heap keyed by
-//! `(time, kind, sequence number)`, so ties always break the same way. At one
-//! instant the engine handles ends, then protection ends, then submissions,
-//! then the tick and the sample, and then runs **one** scheduling pass: the
-//! same instant never depends on heap internals or hash order.
+//! requeued jobs' begin times, recalculation ticks and metric samples sit in
+//! a binary heap keyed by `(time, kind, sequence number)`, so ties always
+//! break the same way. At one instant the engine handles ends, then
+//! protection ends, then requeued jobs that become eligible, then
+//! submissions, then the tick and the sample, and then runs **one**
+//! scheduling pass: the same instant never depends on heap internals or hash
+//! order.
 //!
 //! # Priorities
 //! Like Slurm's `PriorityCalcPeriod`, priorities are recomputed at every tick
@@ -67,7 +69,9 @@
 //! preempts nothing unless the job can then start. The engine does exactly
 //! that with the candidates and order the policy gives
 //! ([`crate::policy::SchedPolicy::candidates`]). Victims are requeued with their
-//! original submit time; work since their last checkpoint (or since the run
+//! original submit time and may start again only after `--requeue-delay`
+//! (Slurm's begin time after a requeue, [`crate::config::DEFAULT_REQUEUE_DELAY`]
+//! by default); work since their last checkpoint (or since the run
 //! start) is lost; the next run gets a fresh protected window. At most
 //! `preempt_attempts` jobs try to preempt per pass; a class none of whose
 //! members found a candidate is skipped for the rest of the pass.
@@ -163,8 +167,10 @@ type Event = (i64, u8, u64, u32, u32);
 
 const EV_END: u8 = 0;
 const EV_PROTECT: u8 = 1;
-const EV_TICK: u8 = 2;
-const EV_SAMPLE: u8 = 3;
+/// A requeued job's begin time has come: it is eligible again.
+const EV_ELIGIBLE: u8 = 2;
+const EV_TICK: u8 = 3;
+const EV_SAMPLE: u8 = 4;
 
 /// Outcome of one preemption attempt.
 pub(crate) enum Attempt {
@@ -438,7 +444,7 @@ impl<'a> Core<'a> {
                 break;
             }
             self.now = t;
-            self.pop_events(pol, t, EV_PROTECT);
+            self.pop_events(pol, t, EV_ELIGIBLE);
             while self.next_submit < self.specs.len() && self.specs[self.next_submit].submit == t {
                 self.submit(pol, self.next_submit as u32);
                 self.next_submit += 1;
@@ -470,6 +476,7 @@ impl<'a> Core<'a> {
             match kind {
                 EV_END => self.end(pol, job, run),
                 EV_PROTECT => self.protect_end(pol, job, run),
+                EV_ELIGIBLE => self.eligible(job, run),
                 EV_TICK => self.tick(pol),
                 _ => self.sample(),
             }
@@ -635,7 +642,13 @@ impl<'a> Core<'a> {
             job.preemptions += 1;
             self.preemptions += 1;
             self.lost_gpu_secs += (elapsed - saved) * i64::from(gpus);
-            self.classes[job.class as usize].insert((job.submit, j));
+            // Pending at once, eligible after the requeue delay (its begin time).
+            let (class, submit, run) = (job.class, job.submit, job.run);
+            if self.cfg.requeue_delay > 0 {
+                self.push(now + self.cfg.requeue_delay, EV_ELIGIBLE, j, run);
+            } else {
+                self.classes[class as usize].insert((submit, j));
+            }
             self.pending += 1;
         } else {
             job.done = true;
@@ -670,6 +683,15 @@ impl<'a> Core<'a> {
             return;
         }
         self.stop_run(pol, j, None);
+    }
+
+    /// A requeued job's begin time has come: it joins its class's queue.
+    fn eligible(&mut self, j: u32, run: u32) {
+        let job = &self.jobs[j as usize];
+        if !job.running && !job.done && job.run == run {
+            self.classes[job.class as usize].insert((job.submit, j));
+            self.dirty = true;
+        }
     }
 
     fn protect_end(&mut self, pol: &mut dyn SchedPolicy, j: u32, run: u32) {

@@ -200,6 +200,9 @@ fn backfill_planning_flags_are_checked() {
         budget_sim::engine::ALL_RESERVATIONS
     );
     assert_eq!(default.backfill_window, 7 * 86_400);
+    assert_eq!(default.requeue_delay, 121);
+    let now = cfg(&["--requeue-delay", "0"]).expect("0");
+    assert_eq!(now.requeue_delay, 0);
     let some = cfg(&["--backfill-reservations", "16", "--backfill-window", "1d"]).expect("16, 1d");
     assert_eq!(
         (some.backfill_reservations, some.backfill_window),

@@ -4,6 +4,7 @@
 //!   preemption after `PreemptExemptTime`) on hand-worked schedules;
 //! - [`determinism`]: same inputs and seed, same bytes;
 //! - [`hand_trace`]: a schedule worked out by hand, replayed through the old rule;
+//! - [`requeue`]: a requeued job waits Slurm's requeue delay before it restarts;
 //! - [`entitlement`]: the entitlement shortfall and work figures on a hand-computed trace;
 //! - [`scenarios`]: the generated overload and arrival scenarios keep the goals'
 //!   invariants under the cost-aware rule.
@@ -13,4 +14,5 @@ mod baselines;
 mod determinism;
 mod entitlement;
 mod hand_trace;
+mod requeue;
 mod scenarios;
