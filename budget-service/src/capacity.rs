@@ -49,6 +49,14 @@ impl ClusterGpus {
         (c.total() > 0).then_some(c)
     }
 
+    /// `gpus` GPUs of no named type (`None` when 0): a cluster given by its
+    /// size alone (tests, `budgetd-testkit`).
+    pub fn untyped(gpus: u32) -> Option<ClusterGpus> {
+        (gpus > 0).then(|| ClusterGpus {
+            by_type: BTreeMap::from([(None, gpus)]),
+        })
+    }
+
     /// Raw GPUs (the snapshot's `cluster_gpus`).
     pub fn total(&self) -> u32 {
         self.by_type

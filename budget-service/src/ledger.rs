@@ -704,6 +704,26 @@ impl Ledger {
             .any(|m| m.state == RunState::Running && self.leaves[m.leaf as usize].0 == a)
     }
 
+    /// Every row with a start, end or submit in `[since, until]` or open
+    /// across it (pending or running: no end), sorted by
+    /// `(job_id, submit, run, rerun)`: what a replay of the range reads
+    /// (`GET /v1/runs`).
+    pub fn overlapping(&self, since: i64, until: i64) -> Vec<RunRecord> {
+        let mut out: Vec<RunRecord> = self
+            .runs
+            .iter()
+            .filter(|m| {
+                let began = m
+                    .start
+                    .unwrap_or(if m.submit > 0 { m.submit } else { m.first_seen });
+                began <= until && m.end.is_none_or(|e| e >= since)
+            })
+            .map(|m| self.to_record(m))
+            .collect();
+        out.sort_by_key(|r| (r.job_id, r.submit, r.run, r.rerun));
+        out
+    }
+
     /// Every row, sorted by key (tests, export).
     pub fn all(&self) -> Vec<RunRecord> {
         let mut out: Vec<RunRecord> = self.runs.iter().map(|m| self.to_record(m)).collect();

@@ -133,6 +133,35 @@ pub enum Command {
     Status,
     /// Replay a job trace through the policy offline (budget-sim); needs no budgetd.
     Simulate(budget_sim::SimulateArgs),
+    /// What if: replay the site's own ledger over the last weeks through the
+    /// simulator with allocations changed, per team as it was and as it would be.
+    ///
+    /// Example: budgetctl whatif --set robotics=+20% --set rl=1200 --weeks 4.
+    /// Prints per team the entitlement shortfall, p50/p95 wait, preemptions and
+    /// lost work; checks the "as it was" replay against budgetd's own figures for
+    /// the window; lists what the replay models rather than measures. Changes nothing.
+    Whatif(WhatifArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WhatifArgs {
+    /// An allocation change, repeatable: ACCOUNT=+20% or ACCOUNT=-10% (relative
+    /// to today's), or ACCOUNT=1200 (GPU-hours per window). A change to a parent
+    /// account scales its whole subtree.
+    #[arg(long = "set", value_name = "ACCOUNT=CHANGE")]
+    pub set: Vec<String>,
+    /// Weeks of the ledger to replay (1 to 52), ending at --at.
+    #[arg(long, default_value_t = 4)]
+    pub weeks: u32,
+    /// End of the replay (default: now).
+    #[arg(long)]
+    pub at: Option<String>,
+    /// GPUs per node (default: the most GPUs a run held on one node in the ledger, else 8).
+    #[arg(long, value_name = "N")]
+    pub gpus_per_node: Option<u32>,
+    /// The cluster's GPUs (default: what budgetd last read from Slurm).
+    #[arg(long, value_name = "N")]
+    pub cluster_gpus: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -11,8 +11,9 @@
 //! One module per subject: [`args`] (the command line), [`api`] (typed
 //! calls), [`output`] (tables, `--json`), [`tree`], [`policy`], [`reports`]
 //! (share, usage, import, audit, why), [`drains`] (drains and the preemption
-//! record), [`idle`], [`shadow`], [`simulate`], [`site`] (backup, and when a change is in
-//! effect in slurmctld: `status`, `--wait`).
+//! record), [`idle`], [`shadow`], [`simulate`], [`whatif`] (the ledger replayed
+//! with allocations changed), [`site`] (backup, and when a change is in effect
+//! in slurmctld: `status`, `--wait`).
 
 mod api;
 mod args;
@@ -25,6 +26,7 @@ mod shadow;
 mod simulate;
 mod site;
 mod tree;
+mod whatif;
 
 use clap::Parser;
 
@@ -75,6 +77,7 @@ fn dispatch(cli: &Cli, api: &Api, out: Out) -> anyhow::Result<()> {
         Command::Backup { file, force } => site::backup(api, out, cli.url.is_some(), file, *force),
         Command::Status => site::status(api, out, cli.wait, cli.wait_timeout),
         Command::Simulate(args) => simulate::run(args),
+        Command::Whatif(a) => whatif::run(api, out, a),
     }
 }
 

@@ -18,7 +18,8 @@
 //! The node agent's report is [`AgentReport`]. The admin API's bodies live in
 //! one module per subject: [`tree`] (accounts, members, coordinators, weights,
 //! policy, audit), [`reports`] (share, usage, import), [`why`] (a job's
-//! explanation), [`drains`], [`preemption`], [`idle`], [`shadow`], and [`service`]
+//! explanation), [`drains`], [`preemption`], [`idle`], [`shadow`], [`runs`] (the
+//! ledger's runs over a time range, for `budgetctl whatif`), and [`service`]
 //! (health, the error body). [`time`] (feature `time`) is the TIME argument
 //! format budgetd and budgetctl share.
 //!
@@ -30,6 +31,7 @@ pub mod drains;
 pub mod idle;
 pub mod preemption;
 pub mod reports;
+pub mod runs;
 pub mod service;
 pub mod shadow;
 #[cfg(feature = "time")]

@@ -331,9 +331,10 @@ impl<'a> Core<'a> {
                         .max(0),
                     free,
                     checkpoint: s.checkpoint.unwrap_or(cfg.checkpoint).max(0),
-                    limit: cfg
-                        .time_limits
-                        .limit(cfg.seed, i as u64, duration, cfg.max_time_limit),
+                    limit: s.limit.map(|l| l.max(duration)).or_else(|| {
+                        cfg.time_limits
+                            .limit(cfg.seed, i as u64, duration, cfg.max_time_limit)
+                    }),
                     remaining: duration,
                     run: 0,
                     running: false,

@@ -13,7 +13,8 @@
 //! through `view.rs`'s `EngineView`), [`usage`] (exact incremental
 //! sliding window), [`cluster`] (first-fit placement), `will_run.rs` (the
 //! backfill's will-run test, indexed), [`checker`]
-//! (invariants), [`metrics`] (figures and their definitions), [`svg`] (charts).
+//! (invariants), [`metrics`] (figures and their definitions), [`svg`] (charts),
+//! [`whatif`] (a site's ledger replayed with allocations changed).
 
 pub mod checker;
 pub mod cli;
@@ -29,6 +30,7 @@ pub mod svg;
 pub mod trace;
 pub mod usage;
 mod view;
+pub mod whatif;
 mod will_run;
 
 pub use cli::{SimulateArgs, run_cli};

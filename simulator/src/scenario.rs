@@ -361,6 +361,7 @@ impl ScenarioName {
                     min_runtime: s.min_runtime,
                     free: false,
                     checkpoint: None,
+                    limit: None,
                 });
                 n += 1;
                 t += rng.exp(mean_gap);

@@ -74,6 +74,9 @@ pub struct JobSpec {
     pub free: bool,
     /// Checkpoint interval the job keeps and declares, if the trace has one.
     pub checkpoint: Option<i64>,
+    /// Requested time limit (seconds), if the trace has one (a site's own
+    /// ledger does); `None`: drawn by the time-limit model (`--time-limits`).
+    pub limit: Option<i64>,
 }
 
 /// A parsed trace and what was done to it on the way in.
@@ -273,6 +276,7 @@ fn parse_helios(text: &str, path: &Path) -> Result<Trace, TraceError> {
             min_runtime: None,
             free: false,
             checkpoint: None,
+            limit: None,
         };
         if gpus == 0 {
             skipped += 1;
@@ -315,6 +319,7 @@ fn parse_philly(text: &str, path: &Path) -> Result<Trace, TraceError> {
             min_runtime: None,
             free: false,
             checkpoint: None,
+            limit: None,
         });
     }
     Ok(trace)
@@ -391,6 +396,7 @@ fn parse_csv(text: &str, path: &Path) -> Result<Trace, TraceError> {
             min_runtime,
             free,
             checkpoint,
+            limit: None,
         };
         if gpus == 0 {
             skipped += 1;
@@ -590,6 +596,7 @@ mod tests {
                     min_runtime: None,
                     free: false,
                     checkpoint: None,
+                    limit: None,
                 })
                 .collect(),
             ..Trace::default()

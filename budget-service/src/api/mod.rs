@@ -19,6 +19,7 @@ mod import;
 mod metrics;
 pub(crate) mod preemptions;
 mod reports;
+mod runs;
 pub(crate) mod shadow;
 mod site;
 mod snapshot;
@@ -393,6 +394,7 @@ pub fn app(state: AppState) -> Router {
         .route(budget_protocol::AGENT_REPORT_PATH, post(idle::report))
         .route("/v1/idle", get(idle::list))
         .route(budget_protocol::shadow::ROUTE, get(shadow::report))
+        .route(budget_protocol::runs::ROUTE, get(runs::list))
         .route("/metrics", get(metrics::metrics))
         .route(budget_protocol::service::BACKUP_PATH, post(site::backup))
         .route(budget_protocol::service::PLUGINS_PATH, get(site::plugins))

@@ -51,6 +51,26 @@ impl Budgetd {
         d
     }
 
+    /// [`Budgetd::start`] on a cluster of `gpus` GPUs, as if budgetd had read
+    /// them from Slurm (the snapshot's `cluster_gpus`).
+    pub fn start_with_cluster(config: &str, gpus: u32) -> Budgetd {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("chmod tempdir");
+        let db = dir.path().join("budget.db");
+        let config = Config::parse(config).expect("config");
+        let store = Store::open(&db, &config.policy).expect("open store");
+        let state = AppState::new(store, config);
+        state.set_capacity(budget_service::capacity::ClusterGpus::untyped(gpus));
+        let mut d = Budgetd::serve(state, &dir.path().join("budgetd.sock"), true);
+        d.db = Some(db);
+        d.dir = Some(dir);
+        d
+    }
+
     /// Serves an opened `state` on the Unix socket `socket` (and on TCP
     /// `127.0.0.1:0` if `tcp`): for callers that fill the store first.
     /// Returns once the listeners are bound.

@@ -29,6 +29,7 @@ const ROUTES: &[(&str, &[&str])] = &[
     ("/v1/agent/report", &["post"]),
     ("/v1/idle", &["get"]),
     ("/v1/shadow", &["get"]),
+    ("/v1/runs", &["get"]),
     ("/v1/backup", &["post"]),
     ("/v1/plugins", &["get"]),
     ("/metrics", &["get"]),

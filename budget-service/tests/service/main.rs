@@ -16,6 +16,7 @@ mod hostile;
 mod idle;
 mod import;
 mod migrations;
+mod runs;
 mod shadow;
 mod sync;
 mod tree;

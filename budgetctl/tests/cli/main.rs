@@ -14,3 +14,4 @@ mod scenario;
 mod shadow;
 mod site;
 mod wait;
+mod whatif;

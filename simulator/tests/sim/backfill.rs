@@ -40,6 +40,7 @@ fn job(id: &str, submit: i64, gpus: u32, duration: i64) -> JobSpec {
         min_runtime: Some(0),
         free: false,
         checkpoint: None,
+        limit: None,
     }
 }
 

@@ -28,6 +28,7 @@ fn job(id: &str, team: &str, user: &str, submit: i64, duration: i64, min: i64) -
         min_runtime: Some(min),
         free: false,
         checkpoint: None,
+        limit: None,
     }
 }
 

@@ -41,6 +41,7 @@ fn job(id: &str, team: &str, submit_h: i64, gpus: u32, hours: i64) -> JobSpec {
         min_runtime: None,
         free: false,
         checkpoint: None,
+        limit: None,
     }
 }
 

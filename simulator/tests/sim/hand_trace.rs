@@ -73,6 +73,7 @@ fn job(
         min_runtime: Some(min),
         free,
         checkpoint: None,
+        limit: None,
     }
 }
 
