@@ -132,7 +132,7 @@ pub enum Command {
     /// there (with --wait: wait until it is).
     Status,
     /// Replay a job trace through the policy offline (budget-sim); needs no budgetd.
-    Simulate(budget_sim::SimulateArgs),
+    Simulate(Box<budget_sim::SimulateArgs>),
     /// What if: replay the site's own ledger over the last weeks through the
     /// simulator with allocations changed, per team as it was and as it would be.
     ///
