@@ -236,6 +236,11 @@ pub struct SimulateArgs {
     /// nodes (Slurm's `bf_window`; with `--backfill nodes`).
     #[arg(long, default_value = "7d", value_parser = parse_positive_secs)]
     pub backfill_window: i64,
+    /// Seconds between backfill passes (Slurm's `bf_interval`, default
+    /// 30 s); between them the main scheduler starts jobs in priority order
+    /// and stops at the first that cannot start. `0`: backfill on every event.
+    #[arg(long, default_value = "30s", value_parser = parse_secs)]
+    pub bf_interval: i64,
     /// How long a preempted job waits, requeued, before it may start again
     /// (Slurm: the credential lifetime + 1 s, 121 s by default). `0`: at once.
     #[arg(long, default_value = "121s", value_parser = parse_secs)]
@@ -443,6 +448,7 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
         backfill: args.backfill,
         backfill_reservations,
         backfill_window: args.backfill_window,
+        bf_interval: args.bf_interval,
         requeue_delay: args.requeue_delay,
         seed: args.seed,
         free_fraction: args.free_fraction,

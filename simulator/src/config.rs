@@ -112,6 +112,11 @@ pub struct SimConfig {
     /// `bf_window`): a blocked job that cannot start within it holds no
     /// nodes. `Backfill::Nodes` only.
     pub backfill_window: i64,
+    /// Seconds between backfill passes (Slurm's `bf_interval`): in between,
+    /// each event runs only the main scheduler, which starts jobs in priority
+    /// order and stops at the first that cannot start. 0: every pass is a
+    /// backfill pass (the engine's older model).
+    pub bf_interval: i64,
     /// Seconds a requeued (preempted) job waits before it is eligible again
     /// ([`DEFAULT_REQUEUE_DELAY`]); 0: at once.
     pub requeue_delay: i64,
@@ -143,6 +148,11 @@ pub const ALL_RESERVATIONS: usize = usize::MAX;
 /// long as the longest time limit, so that long jobs are not starved).
 pub const DEFAULT_BACKFILL_WINDOW: i64 = 7 * 86_400;
 
+/// Slurm's default `bf_interval` (`BACKFILL_INTERVAL` in
+/// `plugins/sched/backfill/backfill.c`). The testbed's `slurm.conf.in` sets 5 s
+/// to keep its tests fast; a site keeps the default or raises it.
+pub const DEFAULT_BF_INTERVAL: i64 = 30;
+
 /// How long a requeued job waits before it may start again: Slurm's
 /// `batch_requeue_fini` (`slurmctld/job_mgr.c`) sets its begin time to now
 /// plus the credential lifetime plus one second, and the lifetime defaults to
@@ -167,6 +177,7 @@ impl Default for SimConfig {
             backfill: Backfill::Nodes,
             backfill_reservations: ALL_RESERVATIONS,
             backfill_window: DEFAULT_BACKFILL_WINDOW,
+            bf_interval: DEFAULT_BF_INTERVAL,
             requeue_delay: DEFAULT_REQUEUE_DELAY,
             preempt_attempts: 16,
             sample_every: 3600,

@@ -5,13 +5,13 @@
 //!
 //! # Events and time
 //! Submissions come from the sorted trace; run ends, protection ends,
-//! requeued jobs' begin times, recalculation ticks and metric samples sit in
-//! a binary heap keyed by `(time, kind, sequence number)`, so ties always
-//! break the same way. At one instant the engine handles ends, then
-//! protection ends, then requeued jobs that become eligible, then
-//! submissions, then the tick and the sample, and then runs **one**
-//! scheduling pass: the same instant never depends on heap internals or hash
-//! order.
+//! requeued jobs' begin times, recalculation ticks, metric samples and the
+//! backfill timer sit in a binary heap keyed by
+//! `(time, kind, sequence number)`, so ties always break the same way. At one
+//! instant the engine handles ends, then protection ends, then requeued jobs
+//! that become eligible, then submissions, then the tick, the sample and the
+//! backfill timer, and then runs **one** scheduling pass: the
+//! same instant never depends on heap internals or hash order.
 //!
 //! # Priorities
 //! Like Slurm's `PriorityCalcPeriod`, priorities are recomputed at every tick
@@ -60,6 +60,15 @@
 //! preemption is possible. A plan is answered by `will_run.rs`'s index of
 //! the running jobs per node: the same answer as the walk over running jobs
 //! in time-limit order, which debug builds check on every plan.
+//!
+//! # Main scheduler and backfill passes
+//! Like Slurm, the pass above is the *backfill* pass, run every
+//! `--bf-interval` seconds (`bf_interval`, [`crate::config::DEFAULT_BF_INTERVAL`]
+//! by default) when a job or node changed since the last one. On every other
+//! event the *main scheduler's* pass walks the same order, starts (or
+//! preempts for) each job in turn and stops at the first that cannot start,
+//! planning nothing: a job that could backfill waits for the next backfill
+//! pass. `--bf-interval 0`: every pass is a backfill pass.
 //!
 //! # Preemption (Slurm's mechanics; the policy only answers)
 //! For a pending job that does not fit, Slurm asks the preempt plugin about
@@ -171,6 +180,8 @@ const EV_PROTECT: u8 = 1;
 const EV_ELIGIBLE: u8 = 2;
 const EV_TICK: u8 = 3;
 const EV_SAMPLE: u8 = 4;
+/// A backfill pass is due (every `bf_interval`).
+const EV_BACKFILL: u8 = 5;
 
 /// Outcome of one preemption attempt.
 pub(crate) enum Attempt {
@@ -252,6 +263,11 @@ pub(crate) struct Core<'a> {
     pending: usize,
     running: usize,
     dirty: bool,
+    /// Something changed since the last backfill pass (Slurm's backfill
+    /// skips a cycle when no job or node changed).
+    bf_stale: bool,
+    /// The backfill timer fired at this instant.
+    bf_due: bool,
     passes: u64,
 }
 
@@ -394,6 +410,8 @@ impl<'a> Core<'a> {
             pending: 0,
             running: 0,
             dirty: false,
+            bf_stale: false,
+            bf_due: false,
             passes: 0,
         };
         (core, policy)
@@ -432,6 +450,9 @@ impl<'a> Core<'a> {
         self.entitled_at = t0;
         self.push(t0, EV_TICK, 0, 0);
         self.push(t0, EV_SAMPLE, 0, 0);
+        if self.cfg.bf_interval > 0 {
+            self.push(t0, EV_BACKFILL, 0, 0);
+        }
         loop {
             let t_heap = self.heap.peek().map(|Reverse(e)| e.0);
             let t_sub = self.specs.get(self.next_submit).map(|j| j.submit);
@@ -450,16 +471,31 @@ impl<'a> Core<'a> {
                 self.submit(pol, self.next_submit as u32);
                 self.next_submit += 1;
             }
-            self.pop_events(pol, t, EV_SAMPLE);
-            if self.dirty {
-                self.dirty = false;
-                self.pass(pol);
+            self.pop_events(pol, t, EV_BACKFILL);
+            if self.cfg.bf_interval == 0 {
+                if self.dirty {
+                    self.dirty = false;
+                    self.pass(pol, true);
+                }
+            } else {
+                self.bf_stale |= self.dirty;
+                if self.bf_due && self.bf_stale {
+                    // The backfill pass starts what the main scheduler would too.
+                    self.dirty = false;
+                    self.bf_stale = false;
+                    self.pass(pol, true);
+                } else if self.dirty {
+                    self.dirty = false;
+                    self.pass(pol, false);
+                }
+                self.bf_due = false;
             }
             // Jobs that can never start (bigger than the cluster): stop rather
             // than tick forever; the checker reports them as unfinished.
             if self.pending > 0
                 && self.running == 0
                 && self.next_submit == self.specs.len()
+                && !self.bf_stale
                 && self.heap.iter().all(|Reverse(e)| e.1 >= EV_TICK)
             {
                 break;
@@ -479,7 +515,11 @@ impl<'a> Core<'a> {
                 EV_PROTECT => self.protect_end(pol, job, run),
                 EV_ELIGIBLE => self.eligible(job, run),
                 EV_TICK => self.tick(pol),
-                _ => self.sample(),
+                EV_SAMPLE => self.sample(),
+                _ => {
+                    self.bf_due = true;
+                    self.schedule_next(EV_BACKFILL, self.cfg.bf_interval);
+                }
             }
         }
     }
@@ -897,7 +937,11 @@ impl<'a> Core<'a> {
         }
     }
 
-    fn pass(&mut self, pol: &mut dyn SchedPolicy) {
+    /// One scheduling pass over the pending jobs in priority order. `backfill`:
+    /// Slurm's backfill pass (reservations, later jobs around them); else the
+    /// main scheduler's, which stops at the first job that cannot start (nor
+    /// preempt its way in), as `job_scheduler.c` stops a partition.
+    fn pass(&mut self, pol: &mut dyn SchedPolicy, backfill: bool) {
         self.passes += 1;
         pol.begin_pass();
         let preempting = pol.preempts();
@@ -931,6 +975,18 @@ impl<'a> Core<'a> {
             }
             let job = &self.jobs[j as usize];
             let (gpus, limit, class, free) = (job.gpus, job.run_limit(), job.class, job.free);
+            if !backfill {
+                if self.start(pol, j) {
+                    continue;
+                }
+                if can_preempt && !free {
+                    attempts += 1;
+                    if let Attempt::Started = self.try_preempt(pol, j) {
+                        continue;
+                    }
+                }
+                break;
+            }
             if several && self.cluster.fits(gpus) {
                 // Only on nodes no reservation planned to start before its
                 // limit ends holds.

@@ -23,6 +23,11 @@
 //! - `nodes` (Slurm's `sched/backfill`): releasing P2 and Q at 10,800 makes
 //!   nodes 0 and 1 whole; W is planned there and both are held. S ends after
 //!   10,800, so it may only use node 2: it starts there, and W starts at 10,800.
+//!
+//! These hand-worked cases backfill on every event (`bf_interval` 0). With
+//! Slurm's `bf_interval` (default 30 s) the main scheduler, on S's submission,
+//! stops at W (first in line, blocked) and S starts at the next backfill pass,
+//! 3,720; W still starts at 10,800, when the main scheduler finds it fits.
 
 use std::collections::BTreeMap;
 
@@ -47,8 +52,14 @@ fn job(id: &str, submit: i64, gpus: u32, duration: i64) -> JobSpec {
 const W: u32 = 4;
 const S: u32 = 5;
 
-/// `(first start of W, first start of S, S's nodes)` under `backfill`.
+/// `(first start of W, first start of S, S's nodes)` under `backfill`,
+/// backfilling on every event.
 fn replay(backfill: Backfill) -> (i64, i64, Vec<u32>) {
+    replay_every(backfill, 0)
+}
+
+/// [`replay`] with backfill passes every `bf_interval` seconds.
+fn replay_every(backfill: Backfill, bf_interval: i64) -> (i64, i64, Vec<u32>) {
     let trace = vec![
         job("P1", 0, 1, 3_600),
         job("P2", 0, 1, 10_800),
@@ -63,6 +74,7 @@ fn replay(backfill: Backfill) -> (i64, i64, Vec<u32>) {
         gpus_per_node: 2,
         min_runtime: MinRuntimeRule::Cap(0),
         backfill,
+        bf_interval,
         ..SimConfig::default()
     };
     let o = simulate(&trace, &shares, PolicyKind::Decay, &cfg);
@@ -75,6 +87,13 @@ fn replay(backfill: Backfill) -> (i64, i64, Vec<u32>) {
 #[test]
 fn nodes_reservation_holds_the_nodes_of_the_planned_start() {
     assert_eq!(replay(Backfill::Nodes), (10_800, 3_700, vec![2]));
+}
+
+#[test]
+fn a_backfill_candidate_waits_for_the_next_backfill_pass() {
+    assert_eq!(budget_sim::engine::SimConfig::default().bf_interval, 30);
+    assert_eq!(replay_every(Backfill::Nodes, 30), (10_800, 3_720, vec![2]));
+    assert_eq!(replay_every(Backfill::Nodes, 300), (10_800, 3_900, vec![2]));
 }
 
 #[test]
@@ -130,6 +149,7 @@ fn replay_reservations_within(k: usize, window: i64) -> [(i64, Vec<u32>); 2] {
         backfill: Backfill::Nodes,
         backfill_reservations: k,
         backfill_window: window,
+        bf_interval: 0,
         ..SimConfig::default()
     };
     let o = simulate(&trace, &shares, PolicyKind::Decay, &cfg);
@@ -201,9 +221,9 @@ fn backfill_planning_flags_are_checked() {
         budget_sim::engine::ALL_RESERVATIONS
     );
     assert_eq!(default.backfill_window, 7 * 86_400);
-    assert_eq!(default.requeue_delay, 121);
-    let now = cfg(&["--requeue-delay", "0"]).expect("0");
-    assert_eq!(now.requeue_delay, 0);
+    assert_eq!((default.bf_interval, default.requeue_delay), (30, 121));
+    let every = cfg(&["--bf-interval", "0", "--requeue-delay", "6s"]).expect("0, 6s");
+    assert_eq!((every.bf_interval, every.requeue_delay), (0, 6));
     let some = cfg(&["--backfill-reservations", "16", "--backfill-window", "1d"]).expect("16, 1d");
     assert_eq!(
         (some.backfill_reservations, some.backfill_window),

@@ -1,5 +1,6 @@
 //! The simulator's integration tests, one binary (the project's style):
-//! - [`backfill`]: the backfill reservation, nodes held vs GPU counts, by hand;
+//! - [`backfill`]: the backfill reservation, nodes held vs GPU counts, by hand,
+//!   and the wait for the next backfill pass (`bf_interval`);
 //! - [`baselines`]: the Slurm baselines (Fair Tree; multifactor with QOS
 //!   preemption after `PreemptExemptTime`) on hand-worked schedules;
 //! - [`determinism`]: same inputs and seed, same bytes;
