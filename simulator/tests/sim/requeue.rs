@@ -30,6 +30,7 @@ fn job(id: &str, team: &str, submit: i64, duration: i64, free: bool) -> JobSpec 
         min_runtime: Some(0),
         free,
         checkpoint: None,
+        limit: None,
     }
 }
 
