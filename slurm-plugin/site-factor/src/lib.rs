@@ -126,8 +126,11 @@ fn start_worker() {
 }
 
 /// `int init(void)`: from multifactor's `init`. A bad `PrioritySiteFactorParameters`
-/// fails it (the error names the parameter); multifactor then runs without a site
-/// factor and Slurm retries the plugin, logging the error again, at each job.
+/// is logged, naming the parameter, and the plugin loads in shadow mode (no site
+/// factor: every priority is multifactor's own; the ledger is still fed). Failing
+/// `init` instead would be survivable on 22.05 (multifactor runs on and retries the
+/// plugin at each job) but stops slurmctld on releases whose `scontrol reconfigure`
+/// re-executes the daemon (24.05 and later): a typo must not take the controller down.
 #[unsafe(no_mangle)]
 pub extern "C" fn init() -> i32 {
     ffi_guard(sys::SLURM_ERROR, || {
@@ -136,8 +139,10 @@ pub extern "C" fn init() -> i32 {
         let scale = match configure() {
             Ok(s) => s,
             Err(e) => {
-                log::error(&format!("{e}; site_factor/budget NOT loaded"));
-                return sys::SLURM_ERROR;
+                log::error(&format!(
+                    "{e}; site_factor/budget runs in mode=shadow (no site factor) until it is fixed"
+                ));
+                Scale::Shadow
             }
         };
         set_scale(scale);

@@ -10,9 +10,10 @@
 //!   Slurm's priority of each pending job, usage still reaches the ledger, and no
 //!   site factor is written: every priority stays what multifactor made it.
 //!
-//! Anything else is an error naming the parameter: `init` fails with it (slurmctld
-//! logs it and multifactor runs without the site factor, retrying the plugin at each
-//! job), `scontrol reconfigure` keeps the mode in force. The budgetd settings
+//! Anything else is an error naming the parameter: at `init` the plugin logs it and
+//! runs in shadow mode (no site factor; slurmctld and multifactor run on), and
+//! `site_factor_p_reconfig` (before 24.05) keeps the mode in force. From 24.05
+//! `scontrol reconfigure` re-executes slurmctld, so a bad value there is an `init`'s. The budgetd settings
 //! (`budget_socket`, `budget_period`, ...) stay in `PriorityParameters`, read by
 //! `slurm_plugin_common::settings` as for the other plugins.
 
