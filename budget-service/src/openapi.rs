@@ -284,7 +284,10 @@ fn collect_body_fields(doc: &serde_json::Value, schema: &serde_json::Value, out:
         .unwrap_or_default();
     if let Some(props) = schema["properties"].as_object() {
         for (name, prop) in props {
-            match (required.contains(&name.as_str()), prop["nullable"] == true) {
+            // A property may be nullable through the schema it references
+            // (`$ref` to a nullable component), as schemathesis reads it.
+            let nullable = prop["nullable"] == true || resolve(doc, prop)["nullable"] == true;
+            match (required.contains(&name.as_str()), nullable) {
                 (false, false) => out.not_null.push(name.clone()),
                 (true, true) => out.present.push(name.clone()),
                 _ => {}

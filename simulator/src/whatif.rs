@@ -39,7 +39,7 @@ pub const UNKNOWN_WORK_SECS: i64 = 3_600;
 /// What the replay models rather than measures, printed with every answer.
 pub const MODELLED: [&str; 8] = [
     "cluster shape: the GPUs of budgetd's last capacity read, as nodes of equal size (GPUs per node: the largest single-node run, or --gpus-per-node); drains, down nodes and GPU types are not replayed (every GPU weight 1)",
-    "scheduling: the simulator's Slurm model (priority passes every 5 min, first-fit placement, backfill as sched/backfill with bf_window 7 days), not slurmctld itself",
+    "scheduling: the simulator's Slurm model (priorities recomputed every 5 min, first-fit placement, the main scheduler at each event, backfill as sched/backfill every bf_interval 30 s with bf_window 7 days, a requeued job eligible again 121 s later), not slurmctld itself",
     "the tree is flattened: each account jobs are charged to is a team with its own allocation (scaled to the cluster when allocations exceed it); parents' limits and explicit per-user allocations are not applied",
     "usage before the replay's start is not carried in: fair share starts from an empty window",
     "runs in progress at the start re-enter at the start with the work they had left in the window",

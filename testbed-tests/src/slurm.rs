@@ -318,6 +318,23 @@ impl Slurm {
         self.succeeds("scontrol", &["ping"])
     }
 
+    /// sprio's SITE and PARTITION factors and the total priority of job `id`
+    /// (multifactor's columns `%S %P %Y`).
+    pub fn site_partition_total(&self, id: JobId) -> Result<(i64, i64, i64)> {
+        let out = self.run("sprio", &["-h", "-j", &id.to_string(), "-o", "%S %P %Y"])?;
+        let nums: Vec<i64> = out
+            .split_whitespace()
+            .filter_map(|w| w.parse::<f64>().ok().map(|v| v as i64))
+            .collect();
+        match nums[..] {
+            [site, part, total] => Ok((site, part, total)),
+            _ => Err(Error::parse(
+                format!("sprio -j {id}"),
+                format!("unexpected output {out:?}"),
+            )),
+        }
+    }
+
     /// The Slurm release of the client commands (`22.05.8`), from `scontrol --version`.
     pub fn version(&self) -> Result<String> {
         let out = self.run("scontrol", &["--version"])?;

@@ -103,6 +103,16 @@ fn null_for_a_field_the_document_does_not_mark_nullable_is_refused() {
         Some(&json!({"name": "teamb", "parent": null, "allocation_gpu_hours": 5})),
     );
     assert_eq!(st, 201, "{b}");
+    // Nullable through the schema a property references (`queue` is a
+    // `QueueOrder`, nullable): null there is "no queue", as schemathesis reads it.
+    let ctl = s.tcp(Some(CONTROLLER_TOKEN));
+    let (st, b) = call(
+        &ctl,
+        "POST",
+        "/v1/sync/jobs",
+        Some(&json!({"collected_at": 0, "live": [], "queue": null, "runs": []})),
+    );
+    assert_eq!(st, 200, "{b}");
 }
 
 /// The served document, as a client reads it.

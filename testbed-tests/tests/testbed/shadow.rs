@@ -76,16 +76,8 @@ fn suite() {
 }
 
 /// sprio's SITE, PARTITION and total of one job.
-fn sprio(s: &Slurm, id: JobId) -> Result<Factors> {
-    let out = s.run("sprio", &["-h", "-j", &id.to_string(), "-o", "%S %P %Y"])?;
-    let nums: Vec<i64> = out
-        .split_whitespace()
-        .filter_map(|w| w.parse::<f64>().ok().map(|v| v as i64))
-        .collect();
-    match nums[..] {
-        [site, part, total] => Ok((site, part, total)),
-        _ => anyhow::bail!("sprio -j {id}: unexpected output {out:?}"),
-    }
+fn sprio(s: &Slurm, id: JobId) -> Result<(i64, i64, i64)> {
+    Ok(s.site_partition_total(id)?)
 }
 
 /// The three jobs, submitted in this order: teamb's running job on all 4 GPUs, then

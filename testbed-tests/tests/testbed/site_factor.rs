@@ -69,17 +69,9 @@ fn suite() {
     });
 }
 
-/// sprio's SITE and PARTITION columns and the total of one job.
+/// sprio's SITE, PARTITION and total of one job.
 fn sprio(s: &Slurm, id: JobId) -> Result<(i64, i64, i64)> {
-    let out = s.run("sprio", &["-h", "-j", &id.to_string(), "-o", "%S %P %Y"])?;
-    let nums: Vec<i64> = out
-        .split_whitespace()
-        .filter_map(|w| w.parse::<f64>().ok().map(|v| v as i64))
-        .collect();
-    match nums[..] {
-        [site, part, total] => Ok((site, part, total)),
-        _ => anyhow::bail!("sprio -j {id}: unexpected output {out:?}"),
-    }
+    Ok(s.site_partition_total(id)?)
 }
 
 fn scenario(c: &mut Checks, tb: &Testbed) -> Result<()> {
@@ -475,22 +467,11 @@ fn section_8(c: &mut Checks, tb: &Testbed, jb: JobId) -> Result<()> {
     testbed_tests::checks::sleep_secs((PERIOD * 2) as f64);
     if reexec {
         // Shadow writes no factor: a new job gets SITE 0, multifactor's sum only.
-        let jn = s.sbatch(&[
-            "-A",
-            "teamb",
-            "-p",
-            "gpu",
-            "--gres=gpu:4",
-            "--wrap",
-            "sleep 10",
-        ])?;
-        let f = sprio(s, jn)?;
-        c.record(
+        new_job_gets_no_site_factor(
+            c,
+            s,
             "8 in shadow mode a new job gets no site factor (SITE 0)",
-            Check::that(f.0 == 0 && f.2 == f.1)
-                .actual(format!("(site, partition, total) {f:?}"))
-                .jobs(&[jn]),
-        );
+        )?;
     } else {
         let f = sprio(s, jb)?;
         c.record(
@@ -524,7 +505,17 @@ fn section_9(c: &mut Checks, tb: &Testbed) -> Result<()> {
         Check::that(logged).log("PrioritySiteFactorParameters"),
     );
     c.record("9 slurmctld answers", Check::that(s.ping()));
-    let jc = s.sbatch(&[
+    new_job_gets_no_site_factor(
+        c,
+        s,
+        "9 a new job gets no site factor (SITE 0), multifactor's own factors only",
+    )
+}
+
+/// Submits a 4-GPU job of teamb and checks (as `check`) that sprio shows it no
+/// site factor: SITE 0 and the total multifactor's partition factor alone.
+fn new_job_gets_no_site_factor(c: &mut Checks, s: &Slurm, check: &str) -> Result<()> {
+    let id = s.sbatch(&[
         "-A",
         "teamb",
         "-p",
@@ -533,12 +524,12 @@ fn section_9(c: &mut Checks, tb: &Testbed) -> Result<()> {
         "--wrap",
         "sleep 10",
     ])?;
-    let f = sprio(s, jc)?;
+    let f = sprio(s, id)?;
     c.record(
-        "9 a new job gets no site factor (SITE 0), multifactor's own factors only",
+        check,
         Check::that(f.0 == 0 && f.2 == f.1)
             .actual(format!("(site, partition, total) {f:?}"))
-            .jobs(&[jc]),
+            .jobs(&[id]),
     );
     Ok(())
 }
