@@ -11,10 +11,10 @@ use budget_protocol::AgentReport;
 use budget_protocol::idle::{IdleReport, ReportOutcome};
 use serde::Deserialize;
 
-use super::{ApiJson, ApiQuery, query_time};
+use super::{ApiJson, ApiQuery, query_range};
 use crate::auth::{Caller, Scope};
 use crate::clock::now;
-use crate::error::{AppError, AppResult};
+use crate::error::AppResult;
 use crate::idle;
 use crate::state::AppState;
 use crate::store::Store;
@@ -53,14 +53,7 @@ pub async fn list(
     ApiQuery(q): ApiQuery<IdleQuery>,
 ) -> AppResult<Json<IdleReport>> {
     let t = now();
-    let at = query_time(q.at.as_deref(), "at", t)?;
-    let since = match q.since.as_deref() {
-        Some(s) => Some(query_time(Some(s), "since", 0)?),
-        None => None,
-    };
-    if since.is_some_and(|s| s > at) {
-        return Err(AppError::BadRequest("since must not be after at".into()));
-    }
+    let (since, at) = query_range(q.since.as_deref(), q.at.as_deref(), "at", t)?;
     let _permit = st.expensive_read(&caller).await?;
     let stale = st.config.agent_stale_secs;
     st.with_store(move |s| report_for(s, &caller, t, since, at, stale).map(Json))

@@ -293,6 +293,28 @@ pub fn query_time(value: Option<&str>, name: &str, default: i64) -> Result<i64, 
     }
 }
 
+/// An interval's query times: its end (`end_name`, default `default_end`) and
+/// an optional start `since`, which may not be after the end (400), each
+/// parsed as [`query_time`] does.
+pub fn query_range(
+    since: Option<&str>,
+    end: Option<&str>,
+    end_name: &str,
+    default_end: i64,
+) -> Result<(Option<i64>, i64), AppError> {
+    let end = query_time(end, end_name, default_end)?;
+    let since = match since {
+        Some(s) => Some(query_time(Some(s), "since", 0)?),
+        None => None,
+    };
+    if since.is_some_and(|s| s > end) {
+        return Err(AppError::BadRequest(format!(
+            "since must not be after {end_name}"
+        )));
+    }
+    Ok((since, end))
+}
+
 pub(crate) async fn count_requests(
     State(state): State<AppState>,
     req: Request,

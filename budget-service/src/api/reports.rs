@@ -5,7 +5,7 @@ use axum::extract::State;
 use budget_protocol::reports::{ShareReport, UsageReport};
 use serde::Deserialize;
 
-use super::{ApiQuery, query_time};
+use super::{ApiQuery, query_range, query_time};
 use crate::auth::{Caller, Scope};
 use crate::clock::now;
 use crate::error::{AppError, AppResult};
@@ -58,14 +58,7 @@ pub async fn usage(
             )));
         }
     };
-    let at = query_time(q.at.as_deref(), "at", now())?;
-    let since = match q.since.as_deref() {
-        Some(s) => Some(query_time(Some(s), "since", 0)?),
-        None => None,
-    };
-    if since.is_some_and(|s| s > at) {
-        return Err(AppError::BadRequest("since must not be after at".into()));
-    }
+    let (since, at) = query_range(q.since.as_deref(), q.at.as_deref(), "at", now())?;
     let _permit = st.expensive_read(&caller).await?;
     st.with_store(move |s| {
         let scope = Scope::of(&caller, s.tree(), s.coordinators());

@@ -10,7 +10,7 @@ use axum::extract::State;
 use budget_protocol::runs::{LedgerRun, RunsReport};
 use serde::Deserialize;
 
-use super::{ApiQuery, query_time};
+use super::{ApiQuery, query_range};
 use crate::auth::{Caller, Scope};
 use crate::clock::now;
 use crate::error::{AppError, AppResult};
@@ -36,14 +36,7 @@ pub async fn list(
     caller: Caller,
     ApiQuery(q): ApiQuery<RunsQuery>,
 ) -> AppResult<Json<RunsReport>> {
-    let until = query_time(q.until.as_deref(), "until", now())?;
-    let since = match q.since.as_deref() {
-        Some(s) => Some(query_time(Some(s), "since", 0)?),
-        None => None,
-    };
-    if since.is_some_and(|s| s > until) {
-        return Err(AppError::BadRequest("since must not be after until".into()));
-    }
+    let (since, until) = query_range(q.since.as_deref(), q.until.as_deref(), "until", now())?;
     if since.is_some_and(|s| until - s > MAX_RANGE_SECS) {
         return Err(AppError::BadRequest(format!(
             "the range may span at most {MAX_RANGE_SECS} s (366 days)"
