@@ -151,11 +151,18 @@ pub struct WhatifArgs {
     #[arg(long = "set", value_name = "ACCOUNT=CHANGE")]
     pub set: Vec<String>,
     /// Weeks of the ledger to replay (1 to 52), ending at --at.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, conflicts_with = "input")]
     pub weeks: u32,
     /// End of the replay (default: now).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "input")]
     pub at: Option<String>,
+    /// Replay this input instead of reading budgetd (FILE, or - for stdin): one
+    /// JSON document with the range and what `GET /v1/accounts`, `/v1/policy`,
+    /// `/v1/runs` and `/v1/usage?by=user` answer for it
+    /// (`budget_protocol::whatif::Input`; budgetd's web view writes it). The
+    /// range is the input's: no --weeks or --at.
+    #[arg(long, value_name = "FILE")]
+    pub input: Option<std::path::PathBuf>,
     /// GPUs per node (default: the most GPUs a run held on one node in the ledger, else 8).
     #[arg(long, value_name = "N")]
     pub gpus_per_node: Option<u32>,

@@ -2,16 +2,20 @@
 //! through the simulator (`budget_sim::whatif`) with today's allocations and
 //! with some changed, side by side per team, with the "as it was" replay
 //! checked against what budgetd reports for the same window. Reads
-//! `GET /v1/accounts`, `/v1/policy`, `/v1/runs` and `/v1/usage`; changes nothing.
-//! Progress goes to stderr while the replays run.
+//! `GET /v1/accounts`, `/v1/policy`, `/v1/runs` and `/v1/usage`, or the same
+//! four documents from `--input` (budgetd's web view runs it so, without a
+//! token: `budget_protocol::whatif::Input`); changes nothing. Progress goes
+//! to stderr while the replays run.
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{Read, Write};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use budget_protocol::reports::UsageReport;
 use budget_protocol::runs::{LedgerRun, RunsReport};
+use budget_protocol::whatif::Input;
 use budget_protocol::{Policy, RunState};
 use budget_sim::whatif::{
     self, Account, Comparison, Figures, Inputs, Progress, RunStatus, Setting,
@@ -67,19 +71,31 @@ pub fn run(api: &Api, out: Out, a: &WhatifArgs) -> anyhow::Result<()> {
         .iter()
         .map(|s| s.parse::<Setting>().map_err(|e| UsageError(e.to_string())))
         .collect::<Result<_, _>>()?;
-    if a.weeks == 0 || a.weeks > 52 {
-        return Err(UsageError("--weeks: between 1 and 52".into()).into());
-    }
-    let until = match &a.at {
-        Some(t) => time_arg("at", t)?,
-        None => now(),
-    };
-    let since = until - i64::from(a.weeks) * whatif::WEEK;
     let t0 = Instant::now();
     let say = |msg: &str| {
         eprintln!("whatif: {:>5.1}s {msg}", t0.elapsed().as_secs_f64());
     };
-    let specs: Vec<AccountSpec> = api.get("/v1/accounts")?;
+    let input = match &a.input {
+        Some(path) => {
+            let input = read_input(path)?;
+            tree(&input.accounts, &settings)?;
+            say(&format!(
+                "{} runs read from the input, {} to {}",
+                input.runs.runs.len(),
+                local(input.since),
+                local(input.until)
+            ));
+            input
+        }
+        None => fetch(api, a, &settings, &say)?,
+    };
+    replay(out, a, &settings, input, &say)
+}
+
+/// The accounts as the simulator's library reads them, with `settings`
+/// checked against them (unknown accounts, twice the same, a negative
+/// result) before any replay.
+fn tree(specs: &[AccountSpec], settings: &[Setting]) -> anyhow::Result<BTreeMap<String, Account>> {
     let accounts: BTreeMap<String, Account> = specs
         .iter()
         .map(|s| {
@@ -90,20 +106,96 @@ pub fn run(api: &Api, out: Out, a: &WhatifArgs) -> anyhow::Result<()> {
             (s.name.clone(), a)
         })
         .collect();
-    // Unknown accounts, twice the same, a negative result: before any replay.
-    whatif::apply_settings(&accounts, &settings).map_err(|e| UsageError(e.to_string()))?;
+    whatif::apply_settings(&accounts, settings).map_err(|e| UsageError(e.to_string()))?;
+    Ok(accounts)
+}
+
+/// `--input FILE` (or `-`, stdin): a [`budget_protocol::whatif::Input`].
+fn read_input(path: &Path) -> anyhow::Result<Input> {
+    let text = if path == Path::new("-") {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(|e| UsageError(format!("--input -: cannot read stdin: {e}")))?;
+        s
+    } else {
+        std::fs::read_to_string(path)
+            .map_err(|e| UsageError(format!("--input {}: {e}", path.display())))?
+    };
+    let input: Input = serde_json::from_str(&text).map_err(|e| {
+        UsageError(format!(
+            "--input {}: not a what-if input: {e}",
+            path.display()
+        ))
+    })?;
+    if input.since >= input.until {
+        return Err(UsageError(format!(
+            "--input {}: the range is empty (since {} is not before until {})",
+            path.display(),
+            input.since,
+            input.until
+        ))
+        .into());
+    }
+    Ok(input)
+}
+
+/// The input read from budgetd over HTTP: the last `--weeks` up to `--at`.
+fn fetch(
+    api: &Api,
+    a: &WhatifArgs,
+    settings: &[Setting],
+    say: &(dyn Fn(&str) + Sync),
+) -> anyhow::Result<Input> {
+    if a.weeks == 0 || a.weeks > 52 {
+        return Err(UsageError("--weeks: between 1 and 52".into()).into());
+    }
+    let until = match &a.at {
+        Some(t) => time_arg("at", t)?,
+        None => now(),
+    };
+    let since = until - i64::from(a.weeks) * whatif::WEEK;
+    let accounts: Vec<AccountSpec> = api.get("/v1/accounts")?;
+    tree(&accounts, settings)?;
     let policy: Policy = api.get("/v1/policy")?;
     say(&format!(
         "reading the ledger from {} to {}",
         local(since),
         local(until)
     ));
-    let report: RunsReport = api.get(&format!(
+    let runs: RunsReport = api.get(&format!(
         "{}?since={since}&until={until}",
         budget_protocol::runs::ROUTE
     ))?;
     let usage: UsageReport = api.get(&format!("/v1/usage?by=user&since={since}&at={until}"))?;
-    say(&format!("{} runs read", report.runs.len()));
+    say(&format!("{} runs read", runs.runs.len()));
+    Ok(Input {
+        since,
+        until,
+        accounts,
+        policy,
+        runs,
+        usage,
+    })
+}
+
+/// Both replays of `input` and the faithfulness check, printed.
+fn replay(
+    out: Out,
+    a: &WhatifArgs,
+    settings: &[Setting],
+    input: Input,
+    say: &(dyn Fn(&str) + Sync),
+) -> anyhow::Result<()> {
+    let Input {
+        since,
+        until,
+        accounts,
+        policy,
+        runs: report,
+        usage,
+    } = input;
+    let accounts = tree(&accounts, settings)?;
     let (cluster_gpus, gpus_source) = match (a.cluster_gpus, report.cluster_gpus) {
         (Some(g), _) => (g, "--cluster-gpus"),
         (None, Some(g)) => (g, "budgetd's last read of Slurm"),
@@ -157,7 +249,7 @@ pub fn run(api: &Api, out: Out, a: &WhatifArgs) -> anyhow::Result<()> {
             Progress::Started(case) => say(&format!("{case}: replaying")),
             Progress::Finished { case, seconds } => say(&format!("{case}: done in {seconds:.1} s")),
         };
-        let r = whatif::compare(&inputs, &settings, &progress);
+        let r = whatif::compare(&inputs, settings, &progress);
         done.store(true, Ordering::Relaxed);
         r
     })

@@ -19,8 +19,9 @@
 //! one module per subject: [`tree`] (accounts, members, coordinators, weights,
 //! policy, audit), [`reports`] (share, usage, import), [`why`] (a job's
 //! explanation), [`drains`], [`preemption`], [`idle`], [`shadow`], [`runs`] (the
-//! ledger's runs over a time range, for `budgetctl whatif`), and [`service`]
-//! (health, the error body). [`time`] (feature `time`) is the TIME argument
+//! ledger's runs over a time range, for `budgetctl whatif`), [`whatif`] (what
+//! budgetd's web view hands `budgetctl whatif --input` and reads back), and
+//! [`service`] (health, the error body). [`time`] (feature `time`) is the TIME argument
 //! format budgetd and budgetctl share.
 //!
 //! This crate holds types and formats only: no I/O, no HTTP, no policy.
@@ -37,6 +38,7 @@ pub mod shadow;
 #[cfg(feature = "time")]
 pub mod time;
 pub mod tree;
+pub mod whatif;
 pub mod why;
 
 pub use decode::SnapshotError;

@@ -3,8 +3,9 @@
 //! `POST /v1/sync/jobs` as the plugin would, then replayed with one allocation
 //! changed. Checks the per-team figures against the ledger's own rows, the "as
 //! it was" column within 2% of budgetd's usage report, the changed allocation,
-//! the text and progress output, and that an unknown account or a malformed
-//! change is refused before anything is read or replayed.
+//! the text and progress output, the same answer from `--input` (the four
+//! documents in one file, no connection), and that an unknown account or a
+//! malformed change is refused before anything is read or replayed.
 
 use budget_sim::whatif::generate::{GenSpec, GenTeam};
 use budget_sim::whatif::{self, RunStatus};
@@ -174,6 +175,51 @@ fn whatif_replays_the_ledger_faithfully() {
         "{a}"
     );
     assert!(!v["modelled"].as_array().expect("modelled").is_empty());
+
+    // The same range handed over as one input (what budgetd's web view
+    // writes to the child's stdin): the same answer, without a connection.
+    let (since, get) = (until - 2 * WEEK, |path: &str| {
+        let (st, b) = call(&d.unix(), "GET", path, None);
+        assert_eq!(st, 200, "{path}: {b}");
+        b
+    });
+    let input = json!({
+        "since": since, "until": until,
+        "accounts": get("/v1/accounts"),
+        "policy": get("/v1/policy"),
+        "runs": get(&format!("/v1/runs?since={since}&until={until}")),
+        "usage": get(&format!("/v1/usage?by=user&since={since}&at={until}")),
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("input.json");
+    std::fs::write(&file, serde_json::to_vec(&input).expect("encode")).expect("write input");
+    let path = file.display().to_string();
+    let nowhere = dir.path().join("no-budgetd.sock");
+    let out = ctl(
+        &nowhere,
+        &["whatif", "--input", &path, "--set", "a=+50%", "--json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = |b: &[u8]| -> budget_protocol::whatif::Report {
+        serde_json::from_slice(b).expect("budget_protocol::whatif::Report")
+    };
+    let over_http = report(&serde_json::to_vec(&v).expect("encode"));
+    assert_eq!(report(&out.stdout), over_http);
+    assert!(!over_http.teams.is_empty() && !over_http.modelled.is_empty());
+    // The input's range is the range: --at or --weeks with it are refused,
+    // and so is a file that is not an input.
+    for args in [
+        vec!["whatif", "--input", path.as_str(), "--at", "now"],
+        vec!["whatif", "--input", path.as_str(), "--weeks", "2"],
+        vec!["whatif", "--input", "/dev/null"],
+    ] {
+        let out = ctl(&nowhere, &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
 
     // The text form: both columns, the check, what is modelled.
     let text = ctl_ok(
