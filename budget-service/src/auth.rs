@@ -216,6 +216,10 @@ impl Scope {
     pub fn can_manage_under(&self, account: &str) -> bool {
         self.admin || self.manage_below.contains(account)
     }
+    /// Coordinates at least one account (admins: see [`Scope::can_manage_under`]).
+    pub fn coordinates_any(&self) -> bool {
+        !self.manage_below.is_empty()
+    }
     /// May change or delete `account` itself.
     pub fn can_modify(&self, account: &str) -> bool {
         self.admin || self.modify.contains(account)

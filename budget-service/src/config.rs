@@ -43,6 +43,12 @@
 //! addresses = ["127.0.0.1"]       # TCP peers trusted to set it (the proxy's hosts); ignored from others
 //! readers = ["pm-alice"]          # these users read every account; the others see what a user token sees
 //!
+//! [whatif]                        # the web view's what-if (`budgetctl whatif` run as a child)
+//! budgetctl = "/usr/bin/budgetctl" # default: beside budgetd's executable, else on PATH
+//! time_limit_secs = 600           # a replay running longer is stopped
+//! keep_results = 20               # finished what-ifs kept in memory, at most
+//! keep_secs = 3600                # and for at most this long
+//!
 //! [policy]                        # used only when the database has no policy yet
 //! window_secs = 604800
 //! preemption = "default"          # gentle | default | aggressive
@@ -106,6 +112,50 @@ pub struct UiProxy {
     /// user sees what a user token of that name sees.
     #[serde(default)]
     pub readers: Vec<String>,
+}
+
+/// The web view's what-if (`[whatif]`, `crate::whatif`): budgetd runs
+/// `budgetctl whatif --input -` as a child process, one at a time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WhatifConfig {
+    /// The `budgetctl` to run; `None`: the one beside budgetd's own
+    /// executable, else the first on `PATH`. Not found: the what-if page
+    /// says so and nothing else changes.
+    #[serde(default)]
+    pub budgetctl: Option<std::path::PathBuf>,
+    /// A replay still running after this many seconds is stopped (killed).
+    #[serde(default = "default_whatif_time_limit")]
+    pub time_limit_secs: u64,
+    /// Finished what-ifs kept in memory for their pages, at most this many,
+    /// each at most `keep_secs`.
+    #[serde(default = "default_whatif_keep_results")]
+    pub keep_results: usize,
+    #[serde(default = "default_whatif_keep_secs")]
+    pub keep_secs: u64,
+}
+
+impl Default for WhatifConfig {
+    fn default() -> Self {
+        WhatifConfig {
+            budgetctl: None,
+            time_limit_secs: default_whatif_time_limit(),
+            keep_results: default_whatif_keep_results(),
+            keep_secs: default_whatif_keep_secs(),
+        }
+    }
+}
+
+fn default_whatif_time_limit() -> u64 {
+    600
+}
+
+fn default_whatif_keep_results() -> usize {
+    20
+}
+
+fn default_whatif_keep_secs() -> u64 {
+    3600
 }
 
 /// Configured admins (in addition to uid 0 and budgetd's own uid).
@@ -206,6 +256,9 @@ pub struct Config {
     /// The web view's sign-in by a reverse proxy (`None`: token login only).
     #[serde(default)]
     pub ui_proxy: Option<UiProxy>,
+    /// The web view's what-if.
+    #[serde(default)]
+    pub whatif: WhatifConfig,
 }
 
 fn default_user_body_limit() -> usize {
@@ -285,6 +338,7 @@ impl Default for Config {
             expensive_reads_per_minute: default_expensive_reads(),
             backup_dir: None,
             ui_proxy: None,
+            whatif: WhatifConfig::default(),
         }
     }
 }
@@ -419,6 +473,10 @@ impl Config {
                 );
             }
         }
+        if cfg.whatif.time_limit_secs < 1 || cfg.whatif.keep_results < 1 || cfg.whatif.keep_secs < 1
+        {
+            return Err("[whatif] time_limit_secs, keep_results and keep_secs must be >= 1".into());
+        }
         let policy = cfg.policy.apply(&budget_protocol::Policy::default());
         crate::policy::validate(&policy).map_err(|e| format!("[policy]: {e}"))?;
         Ok(cfg)
@@ -465,6 +523,13 @@ mod tests {
     }
 
     #[test]
+    fn the_packaged_config_file_parses() {
+        let cfg = Config::parse(include_str!("../../packaging/etc/budgetd.toml"))
+            .expect("packaging/etc/budgetd.toml");
+        assert_eq!(cfg.whatif, WhatifConfig::default());
+    }
+
+    #[test]
     fn parses_the_documented_example_and_refuses_unknown_keys() {
         let cfg = Config::parse(
             "snapshot_refresh_secs = 5\n[admins]\nuids=[990]\nusers=[\"ops\"]\n\
@@ -484,6 +549,15 @@ mod tests {
             "{e}"
         );
         assert!(Config::parse("bogus = 1").unwrap_err().contains("bogus"));
+        let w = Config::parse("[whatif]\nbudgetctl = \"/opt/b\"\ntime_limit_secs = 30\n")
+            .expect("whatif");
+        assert_eq!(w.whatif.time_limit_secs, 30);
+        assert_eq!(w.whatif.keep_results, 20);
+        assert!(
+            Config::parse("[whatif]\nkeep_results = 0")
+                .unwrap_err()
+                .contains("keep_results")
+        );
         assert!(
             Config::parse("[policy]\nwindow_secs = -1")
                 .unwrap_err()

@@ -30,7 +30,9 @@
 //! - [`drains`]: the drain table and its rules; [`drain_worker`]: the 1 s
 //!   worker that requeues jobs on drained nodes (docs/design.md §7);
 //! - [`preemptions`]: the preemption record;
-//! - [`idle`]: node-agent reports, the idle ledger and idle-job flags (docs/design.md §8).
+//! - [`idle`]: node-agent reports, the idle ledger and idle-job flags (docs/design.md §8);
+//! - [`ui`]: the read-only web view; [`whatif`]: its what-if, `budgetctl whatif`
+//!   run as a child process on an input budgetd assembles.
 
 pub mod api;
 pub mod auth;
@@ -60,6 +62,7 @@ pub mod state;
 pub mod store;
 pub mod throttle;
 pub mod ui;
+pub mod whatif;
 pub mod why;
 
 pub use api::app;

@@ -110,6 +110,8 @@ pub struct Inner {
     /// The Unix socket being served (set by `server::run`), which a backup
     /// must never replace.
     pub socket_path: Mutex<Option<std::path::PathBuf>>,
+    /// The web view's what-ifs: the one running and the results kept.
+    pub whatifs: crate::whatif::Whatifs,
 }
 
 /// Cheap-to-clone handle given to every handler.
@@ -155,6 +157,7 @@ impl AppState {
             drain_view: Mutex::new(None),
             capacity: Mutex::new(None),
             socket_path: Mutex::new(None),
+            whatifs: crate::whatif::Whatifs::default(),
         }))
     }
 

@@ -19,12 +19,12 @@ mod import;
 mod metrics;
 pub(crate) mod preemptions;
 mod reports;
-mod runs;
+pub(crate) mod runs;
 pub(crate) mod shadow;
 mod site;
 mod snapshot;
 mod sync;
-mod tree;
+pub(crate) mod tree;
 pub(crate) mod why;
 
 use std::sync::atomic::Ordering;

@@ -16,6 +16,7 @@ use crate::clock::now;
 use crate::error::{AppError, AppResult};
 use crate::ledger::RunRecord;
 use crate::state::AppState;
+use crate::store::Store;
 
 /// The longest range one request may ask for (a year and a day).
 pub const MAX_RANGE_SECS: i64 = 366 * 86_400;
@@ -45,26 +46,45 @@ pub async fn list(
     let _permit = st.expensive_read(&caller).await?;
     let cluster_gpus = st.cluster_gpus();
     st.with_store(move |s| {
-        let window_secs = s.policy().window_secs;
-        let since = since.unwrap_or(until - window_secs);
         let scope = Scope::of(&caller, s.tree(), s.coordinators());
-        let all = s.ledger().overlapping(since, until);
-        let total = all.len();
-        let runs: Vec<LedgerRun> = all
-            .into_iter()
-            .filter(|r| super::why::sees(&caller, &scope, r))
-            .map(wire)
-            .collect();
-        Ok(Json(RunsReport {
+        let since = since.unwrap_or(until - s.policy().window_secs);
+        Ok(Json(report_for(
+            s,
+            &caller,
+            &scope,
             since,
             until,
-            window_secs,
             cluster_gpus,
-            hidden: (total - runs.len()) as u64,
-            runs,
-        }))
+        )))
     })
     .await
+}
+
+/// The runs `caller` may see in `[since, until]`, as `GET /v1/runs` answers
+/// them (the web view's what-if hands the same report to `budgetctl whatif`).
+pub fn report_for(
+    s: &Store,
+    caller: &Caller,
+    scope: &Scope,
+    since: i64,
+    until: i64,
+    cluster_gpus: Option<u32>,
+) -> RunsReport {
+    let all = s.ledger().overlapping(since, until);
+    let total = all.len();
+    let runs: Vec<LedgerRun> = all
+        .into_iter()
+        .filter(|r| super::why::sees(caller, scope, r))
+        .map(wire)
+        .collect();
+    RunsReport {
+        since,
+        until,
+        window_secs: s.policy().window_secs,
+        cluster_gpus,
+        hidden: (total - runs.len()) as u64,
+        runs,
+    }
 }
 
 fn wire(r: RunRecord) -> LedgerRun {

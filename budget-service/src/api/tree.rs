@@ -75,17 +75,17 @@ pub async fn list_accounts(
     State(st): State<AppState>,
     caller: Caller,
 ) -> AppResult<Json<Vec<AccountSpec>>> {
-    scoped(&st, caller, |s, a| {
-        Ok(Json(
-            s.tree()
-                .accounts
-                .iter()
-                .filter(|acc| a.scope.can_read(&acc.name))
-                .cloned()
-                .collect(),
-        ))
-    })
-    .await
+    scoped(&st, caller, |s, a| Ok(Json(readable_accounts(s, &a.scope)))).await
+}
+
+/// The accounts `scope` may read, as `GET /v1/accounts` answers them.
+pub fn readable_accounts(s: &Store, scope: &Scope) -> Vec<AccountSpec> {
+    s.tree()
+        .accounts
+        .iter()
+        .filter(|acc| scope.can_read(&acc.name))
+        .cloned()
+        .collect()
 }
 
 pub async fn get_account(

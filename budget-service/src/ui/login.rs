@@ -17,6 +17,7 @@
 //! or `none`, or an `Origin` whose host differs from the request's
 //! (`X-Forwarded-Host` behind a proxy, else `Host`). A client that sends
 //! neither header (curl, an old browser) is not a cross-site page and passes.
+//! The what-if form (`ui::whatif`) refuses such a post the same way.
 //!
 //! Admin, controller and agent tokens are refused here: the view is for
 //! reading, and a token that can change budgets or post syncs should not
@@ -156,7 +157,7 @@ pub async fn logout(headers: HeaderMap) -> Response {
 }
 
 /// Whether a form post came from another site's page (see the module doc).
-fn cross_site(headers: &HeaderMap) -> bool {
+pub(super) fn cross_site(headers: &HeaderMap) -> bool {
     let value = |name: &str| {
         headers
             .get(name)

@@ -5,7 +5,10 @@
 //!
 //! Pages ([`pages`]): the account tree with 4 windows of usage against
 //! allocation, the waiting queue grouped by team, preemptions, lost work and
-//! idle GPU-hours per team, drains in progress. Every figure comes from the
+//! idle GPU-hours per team, drains in progress; and the what-if ([`whatif`],
+//! for viewers who read every account and for coordinators within their
+//! subtrees): a form, then a page that follows the replay (`budgetctl
+//! whatif` in a child process, `crate::whatif`) and shows both cases. Every figure comes from the
 //! function behind the matching `GET /v1/...` route, called with the
 //! caller's own scope, so a page shows what the API shows that caller at the
 //! same instant, and nothing more.
@@ -20,6 +23,7 @@
 mod login;
 mod pages;
 mod svg;
+mod whatif;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
@@ -45,6 +49,8 @@ pub fn router(state: AppState) -> Router {
         .route("/ui/queue", get(pages::queue))
         .route("/ui/preemptions", get(pages::preemptions))
         .route("/ui/drains", get(pages::drains))
+        .route("/ui/whatif", get(whatif::form).post(whatif::submit))
+        .route("/ui/whatif/{id}", get(whatif::result))
         .layer(DefaultBodyLimit::max(FORM_LIMIT_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), viewer))
         .layer(middleware::from_fn(headers))
@@ -117,6 +123,16 @@ pub fn ratio(x: f64) -> String {
     format!("{:.3}", x + 0.0)
 }
 
+/// A fraction (0..1) as a percentage, as the pages print it.
+pub fn pct(x: f64) -> String {
+    format!("{:.1}%", x * 100.0 + 0.0)
+}
+
+/// Hours, or `-` when there is no figure.
+pub fn hours(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".to_string(), num)
+}
+
 /// Unix seconds as `YYYY-MM-DD HH:MM UTC`.
 pub fn utc(t: i64) -> String {
     jiff::Timestamp::from_second(t)
@@ -138,28 +154,43 @@ pub fn time_el(t: i64) -> String {
 }
 
 /// The pages of the navigation: path and label.
-const NAV: [(&str, &str); 4] = [
+const NAV: [(&str, &str); 5] = [
     ("/ui/tree", "Accounts"),
     ("/ui/queue", "Waiting queue"),
     ("/ui/preemptions", "Preemptions and idle GPUs"),
     ("/ui/drains", "Drains"),
+    ("/ui/whatif", "What if"),
 ];
 
 const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:0;color:#111;background:#fff;line-height:1.4}\
 header,main{padding:0.5rem 1.5rem}header{background:#0b3d62;color:#fff}\
 header a{color:#fff}nav ul{list-style:none;padding:0;margin:0.5rem 0;display:flex;flex-wrap:wrap;gap:1rem}\
 nav a[aria-current=page]{font-weight:bold;text-decoration-thickness:3px}\
-a:focus,button:focus,input:focus{outline:3px solid #f4b400;outline-offset:2px}\
+a:focus,button:focus,input:focus,select:focus{outline:3px solid #f4b400;outline-offset:2px}\
 .skip{position:absolute;left:-9999px}.skip:focus{left:1rem;top:1rem;background:#fff;color:#000;padding:0.5rem}\
 table{border-collapse:collapse;margin:0.5rem 0 1.5rem}th,td{border:1px solid #666;padding:0.25rem 0.5rem;text-align:left;vertical-align:top}\
 td.n{text-align:right;font-variant-numeric:tabular-nums}caption{text-align:left;font-weight:bold;padding:0.25rem 0}\
 .who{float:right}.who form{display:inline}button{font:inherit;padding:0.25rem 0.75rem}\
 .error{color:#8b0000;font-weight:bold}label{display:block;margin:0.5rem 0}\
-svg.c rect{fill:#2e6da4}svg.c rect.o{fill:#b03a2e}svg.c line{stroke:#111;stroke-width:2}";
+svg.c rect{fill:#2e6da4}svg.c rect.o{fill:#b03a2e}svg.c line{stroke:#111;stroke-width:2}\
+input,select{font:inherit;padding:0.2rem}.chart{overflow-x:auto}\
+svg.p rect.w{fill:#4a6285}svg.p rect.n{fill:#b5500f}svg.p line{stroke:#111;stroke-width:1}\
+svg.p text{font-size:11px;fill:#111}svg.p text.v,svg.p text.t{text-anchor:middle}";
 
 /// A whole page: `title`, the navigation (with `current` marked) and who
 /// is logged in when `caller` is given, then `body` (already escaped HTML).
 pub fn page(title: &str, caller: Option<&Caller>, current: &str, body: &str) -> String {
+    page_with(title, caller, current, "", body)
+}
+
+/// [`page`] with `head` (trusted markup, e.g. a refresh) added to `<head>`.
+pub fn page_with(
+    title: &str,
+    caller: Option<&Caller>,
+    current: &str,
+    head: &str,
+    body: &str,
+) -> String {
     let mut nav = String::new();
     let mut who = String::new();
     if let Some(c) = caller {
@@ -188,7 +219,7 @@ pub fn page(title: &str, caller: Option<&Caller>, current: &str, body: &str) -> 
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-<title>{t} - slurm-budget</title><style>{STYLE}</style></head><body>\
+<title>{t} - slurm-budget</title>{head}<style>{STYLE}</style></head><body>\
 <a class=\"skip\" href=\"#main\">Skip to content</a>\
 <header>{who}<p><strong>slurm-budget</strong> (read-only view)</p>{nav}</header>\
 <main id=\"main\"><h1>{t}</h1>{body}</main></body></html>\n",

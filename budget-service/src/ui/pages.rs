@@ -47,7 +47,7 @@ const WINDOWS: i64 = 4;
 
 /// The answer to a page request without a valid cookie: to the login page
 /// (a redirect, not a 401: a browser logs every 4xx as a console error).
-fn sign_in() -> Response {
+pub(super) fn sign_in() -> Response {
     Redirect::to("/ui/login").into_response()
 }
 

@@ -22,3 +22,4 @@ mod sync;
 mod tree;
 mod ui;
 mod ui_browser;
+mod whatif;

@@ -10,14 +10,21 @@ use serde_json::{Value, json};
 
 use crate::common::*;
 
-const PAGES: [&str; 4] = ["/ui/tree", "/ui/queue", "/ui/preemptions", "/ui/drains"];
+const PAGES: [&str; 6] = [
+    "/ui/tree",
+    "/ui/queue",
+    "/ui/preemptions",
+    "/ui/drains",
+    "/ui/whatif",
+    "/ui/whatif/0-1",
+];
 
-fn get(c: &Client, path: &str, cookie: Option<&str>) -> Response {
+pub fn get(c: &Client, path: &str, cookie: Option<&str>) -> Response {
     let h: Vec<(&str, &str)> = cookie.map(|v| ("Cookie", v)).into_iter().collect();
     c.request("GET", path, &h, None).expect("request")
 }
 
-fn text(r: &Response) -> String {
+pub fn text(r: &Response) -> String {
     String::from_utf8(r.body.clone()).expect("utf8 page")
 }
 
@@ -31,7 +38,7 @@ fn login(c: &Client, token: &str, extra: &[(&str, &str)]) -> Response {
 }
 
 /// Logs in with `token` and returns the `Cookie` header value to send.
-fn session(s: &Server, token: &str) -> String {
+pub fn session(s: &Server, token: &str) -> String {
     let r = login(&s.tcp(None), token, &[]);
     assert_eq!(r.status, 303, "{}", text(&r));
     let set = r.header("set-cookie").expect("Set-Cookie").to_string();

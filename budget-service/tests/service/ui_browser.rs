@@ -3,14 +3,18 @@
 //! the W3C WebDriver protocol, spoken with `budget-client`. A reader logs
 //! in through the form, follows every page, sees the figures of
 //! `GET /v1/share`, with no console error; a user's queue shows no other
-//! team's job. Screenshots of each page are kept under
+//! team's job. A reader runs a what-if through the form with the real
+//! `budgetctl` (built by the test, `cargo build -p budgetctl` in this
+//! build's profile and target folder), follows its page until the result
+//! renders, and reads the "as it was" figures `budgetctl whatif --json`
+//! prints for the same range and change. Screenshots of each page are kept under
 //! `$CARGO_TARGET_DIR/ui-screenshots/` (default `target/`).
 //!
 //! Ignored by default (it needs the two packages): run it with
 //! `cargo test -p budget-service --test service ui_browser -- --ignored`.
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -147,6 +151,29 @@ impl Session<'_> {
     fn text(&mut self, element: &str) -> String {
         let v = self.call("GET", &format!("/element/{element}/text"), None);
         v.as_str().unwrap_or_default().to_string()
+    }
+
+    /// An attribute of an element (empty when it has none).
+    fn attr(&mut self, element: &str, name: &str) -> String {
+        let v = self.call("GET", &format!("/element/{element}/attribute/{name}"), None);
+        v.as_str().unwrap_or_default().to_string()
+    }
+
+    fn click(&mut self, element: &str) {
+        self.call(
+            "POST",
+            &format!("/element/{element}/click"),
+            Some(&json!({})),
+        );
+    }
+
+    /// Types `text` into a field.
+    fn type_into(&mut self, element: &str, text: &str) {
+        self.call(
+            "POST",
+            &format!("/element/{element}/value"),
+            Some(&json!({ "text": text })),
+        );
     }
 
     /// Types `token` into the login form and submits it with the keyboard.
@@ -289,5 +316,150 @@ fn a_lead_and_a_user_read_every_page_in_headless_chromium() {
     assert_eq!(b.find("tr[data-job=\"106\"]").len(), 1);
     assert!(b.find("tr[data-job=\"201\"]").is_empty());
     b.screenshot("user-queue");
+    assert_eq!(b.console_errors(), Vec::<String>::new());
+}
+
+/// The real budgetctl of this test's build: `cargo build -p budgetctl` in
+/// the test executable's own profile and target folder (a no-op when it is
+/// fresh), so the test never runs a stale or missing one.
+fn budgetctl() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    // <target>/<profile>/deps/service-HASH
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test executable's profile folder")
+        .to_path_buf();
+    let target = profile_dir.parent().expect("target folder");
+    let profile = profile_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("profile name");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "-p", "budgetctl", "--bin", "budgetctl"])
+        .env("CARGO_TARGET_DIR", target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    match profile {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        other => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    let status = cmd.status().expect("run cargo build -p budgetctl");
+    assert!(status.success(), "cargo build -p budgetctl: {status}");
+    let bin = profile_dir.join("budgetctl");
+    assert!(bin.is_file(), "no {}", bin.display());
+    bin
+}
+
+#[test]
+#[ignore = "needs Debian's chromium and chromium-driver; run with --ignored"]
+fn a_lead_runs_a_whatif_in_headless_chromium() {
+    use budget_service::ui::{hours, num, pct};
+    let bin = budgetctl();
+    let cfg = format!(
+        "{}\n[whatif]\nbudgetctl = \"{}\"\n",
+        config_text(),
+        bin.display()
+    );
+    let s = Server::start_with_cluster(&cfg, 16);
+    crate::ui::setup(&s, budget_service::clock::now());
+    let base = format!("http://{}", s.tcp.expect("tcp"));
+    let mut driver = Driver::start();
+    let mut b = driver.session();
+    b.go(&format!("{base}/ui/login"));
+    b.login(READER_TOKEN);
+    b.go(&format!("{base}/ui/whatif"));
+    assert!(b.title().starts_with("What if"), "{}", b.title());
+    let option = b.find("option[value=\"teama\"]").pop().expect("teama");
+    b.click(&option);
+    let change = b.find("#change").pop().expect("change field");
+    b.type_into(&change, "+20%");
+    b.screenshot("reader-whatif-form");
+    let submit = b
+        .find("form[action=\"/ui/whatif\"] button")
+        .pop()
+        .expect("submit");
+    b.click(&submit);
+    // Its page follows the replay, refreshing itself, until the result.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while b.find("svg.p").is_empty() {
+        let failed = b.find("p.error");
+        if let Some(e) = failed.first() {
+            panic!("the what-if failed: {}", b.text(e));
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no result after 300 s: {}",
+            b.url()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(b.url().contains("/ui/whatif/"), "{}", b.url());
+    b.screenshot("reader-whatif-result");
+
+    // The same range and change through budgetctl over HTTP: the page's
+    // "as it was" figures are its.
+    let range = b.find("p[data-until]").pop().expect("the range");
+    let until = b.attr(&range, "data-until");
+    let since = b.attr(&range, "data-since");
+    let weeks = (until.parse::<i64>().expect("until") - since.parse::<i64>().expect("since"))
+        / (7 * 86_400);
+    assert_eq!(weeks, 4, "the form's default");
+    let out = Command::new(&bin)
+        .args([
+            "--url",
+            &base,
+            "--token",
+            READER_TOKEN,
+            "whatif",
+            "--at",
+            &until,
+        ])
+        .args(["--weeks", "4", "--set", "teama=+20%", "--json"])
+        .env("TZ", "UTC")
+        .env_remove("BUDGET_TOKEN_FILE")
+        .env_remove("BUDGET_SOCKET")
+        .output()
+        .expect("run budgetctl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("budgetctl --json");
+    let teams = v["teams"].as_array().expect("teams");
+    assert!(teams.len() >= 2, "{v}");
+    for t in teams {
+        let name = t["team"].as_str().expect("team");
+        let cells: Vec<String> = b
+            .find(&format!(
+                "tbody[data-team=\"{name}\"] tr[data-case=\"was\"] td"
+            ))
+            .iter()
+            .map(|e| b.text(e))
+            .collect();
+        let f = &t["as_it_was"];
+        let x = |k: &str| f[k].as_f64().unwrap_or_else(|| panic!("{name}: {k}"));
+        let want = vec![
+            num(t["allocation_gpu_hours"].as_f64().expect("allocation")),
+            pct(x("entitlement_shortfall")),
+            hours(f["wait_p50_hours"].as_f64()),
+            hours(f["wait_p95_hours"].as_f64()),
+            f["preemptions"].to_string(),
+            num(x("lost_gpu_hours")),
+            num(x("gpu_hours")),
+        ];
+        assert_eq!(cells, want, "{name}: as it was");
+    }
+    // One chart, both cases side by side for every team (and the legend).
+    assert_eq!(b.find("svg.p").len(), 1);
+    assert_eq!(b.find("svg.p rect.w").len(), teams.len() + 1);
+    assert_eq!(b.find("svg.p rect.n").len(), teams.len() + 1);
+    assert!(b.find("svg.p title").len() == 1);
     assert_eq!(b.console_errors(), Vec::<String>::new());
 }
