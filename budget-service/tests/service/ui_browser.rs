@@ -184,6 +184,20 @@ impl Session<'_> {
             &format!("/element/{field}/value"),
             Some(&json!({ "text": format!("{token}\u{E007}") })),
         );
+        // Enter submits the form, but WebDriver's send-keys does not wait for
+        // the navigation it starts: on a loaded machine the URL read next was
+        // still the login page's.
+        self.wait_for(|url| !url.ends_with("/ui/login"));
+    }
+
+    /// Waits (bounded) until the browser's URL satisfies `done`: a form's
+    /// submission, by key or by click, may still be in flight when WebDriver
+    /// answers, and the next navigation would then overtake it.
+    fn wait_for(&mut self, done: impl Fn(&str) -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !done(&self.url()) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
     }
 
     fn screenshot(&mut self, name: &str) {
@@ -304,6 +318,7 @@ fn a_lead_and_a_user_read_every_page_in_headless_chromium() {
             .pop()
             .expect("logout");
         b.call("POST", &format!("/element/{out}/click"), Some(&json!({})));
+        b.wait_for(|url| url.ends_with("/ui/login"));
         b.go(&format!("{base}/ui/queue"));
         assert!(b.url().ends_with("/ui/login"), "{}", b.url());
     }
