@@ -412,10 +412,12 @@ async fn child(
             .map(|_| out)
     };
     let read_err = async {
-        let mut lines = BufReader::new(stderr).lines();
+        // Split on bytes, not UTF-8 lines: a stray byte must not stop the
+        // reading (the child would then block on a full pipe).
+        let mut lines = BufReader::new(stderr).split(b'\n');
         let mut last = String::new();
-        while let Ok(Some(line)) = lines.next_line().await {
-            let line = shorten(line.trim());
+        while let Ok(Some(bytes)) = lines.next_segment().await {
+            let line = shorten(String::from_utf8_lossy(&bytes).trim());
             if line.is_empty() {
                 continue;
             }
