@@ -456,6 +456,7 @@ fn a_lead_runs_a_whatif_in_headless_chromium() {
         .pop()
         .expect("submit");
     b.click(&submit);
+    b.wait_for(|url| url.contains("/ui/whatif/"));
     // Its page follows the replay, refreshing itself, until the result.
     let deadline = Instant::now() + Duration::from_secs(300);
     while b.find("svg.p").is_empty() {
