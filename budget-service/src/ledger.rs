@@ -207,6 +207,9 @@ impl RunRecord {
             grace: 0,
             requeues: self.run,
             leaf: None,
+            // The ledger keeps partition names, not their PriorityTier:
+            // `why::Rule` sets it from Slurm's partitions when known.
+            partition_tier: None,
         }
     }
 
@@ -221,6 +224,7 @@ impl RunRecord {
             gpus: self.gpus,
             weight: weights.weight(self.gpu_type.as_deref()),
             leaf: None,
+            partition_tier: None,
         }
     }
 

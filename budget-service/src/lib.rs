@@ -50,6 +50,7 @@ pub mod ledger;
 pub mod loglimit;
 pub mod metrics;
 pub mod openapi;
+pub mod partitions;
 pub mod policy;
 pub mod preemptions;
 pub mod report;

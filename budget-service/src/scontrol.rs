@@ -298,6 +298,28 @@ pub async fn show_nodes() -> Result<BTreeMap<String, NodeInfo>, SlurmError> {
     Ok(parse_nodes(&run(&["show", "node", "-o"]).await?))
 }
 
+/// Each partition's `PriorityTier` (`scontrol show partition -o`), by name.
+pub async fn show_partition_tiers() -> Result<BTreeMap<String, u16>, SlurmError> {
+    Ok(parse_partition_tiers(
+        &run(&["show", "partition", "-o"]).await?,
+    ))
+}
+
+/// Parses `scontrol show partition -o`: `PartitionName` and `PriorityTier` of
+/// each line (a line without both, or with a tier that is no number, is left out).
+pub fn parse_partition_tiers(text: &str) -> BTreeMap<String, u16> {
+    text.lines()
+        .filter_map(|line| {
+            let kv = parse_kv_line(line);
+            let get = |k: &str| kv.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str());
+            Some((
+                get("PartitionName")?.to_string(),
+                get("PriorityTier")?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
 /// Every job Slurm knows, from `squeue --json` (structured: a job's name,
 /// comment or other free text cannot pose as another field, as they can in
 /// `scontrol show job -o` text).
@@ -701,6 +723,19 @@ pub(crate) mod tests {
             "/opt/slurm/bin/squeue"
         );
         assert_eq!(squeue_beside("scontrol"), "squeue");
+    }
+
+    #[test]
+    fn reads_partition_tiers() {
+        let text = "PartitionName=gpu AllowGroups=ALL Default=YES GraceTime=0 Nodes=gpu[1-2] PriorityJobFactor=1 PriorityTier=1 PreemptMode=REQUEUE State=UP\n\
+                    PartitionName=high AllowGroups=ALL Default=NO Nodes=gpu[1-2] PriorityJobFactor=1 PriorityTier=2 State=UP\n\
+                    PartitionName=odd PriorityTier=x\n\
+                    garbage\n";
+        let tiers = parse_partition_tiers(text);
+        assert_eq!(
+            tiers.into_iter().collect::<Vec<_>>(),
+            vec![("gpu".to_string(), 1), ("high".to_string(), 2)]
+        );
     }
 
     #[test]

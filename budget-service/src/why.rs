@@ -18,6 +18,7 @@ use policy_core::rebalance::{self, InFlight, PastPreemption, PreemptState};
 use policy_core::{FairShare, GpuWeights, hostlist, preempt};
 
 use crate::ledger::RunRecord;
+use crate::partitions::{PartitionTiers, tier_of};
 use crate::store::{Store, hours};
 
 /// Which jobs the caller may see.
@@ -26,18 +27,22 @@ pub type Visible<'v> = dyn Fn(&RunRecord) -> bool + 'v;
 /// The cost-aware rule with the inputs `preempt/budget` has: the snapshot's
 /// fair share and GPU weights, and the period state computed from every running
 /// run (time limits, requeues, checkpoints as the controller synced them),
-/// every pending one, and the rebalancing preemptions of the window.
+/// every pending one, and the rebalancing preemptions of the window; each
+/// run's partition `PriorityTier` from Slurm's partitions (`crate::partitions`),
+/// as the plugin reads it from the job record.
 /// `crate::shadow` decides its would-be preemptions with it too.
 pub(crate) struct Rule<'a> {
     pub(crate) fs: &'a FairShare,
     pub(crate) weights: &'a GpuWeights,
     pub(crate) state: PreemptState,
+    tiers: &'a PartitionTiers,
 }
 
 impl<'a> Rule<'a> {
     pub(crate) fn new(
         store: &Store,
         snap: &'a PluginSnapshot,
+        tiers: &'a PartitionTiers,
         running: &[RunRecord],
         pending: &[RunRecord],
         now: i64,
@@ -69,6 +74,23 @@ impl<'a> Rule<'a> {
             fs,
             weights: w,
             state,
+            tiers,
+        }
+    }
+
+    /// `r` as the rule sees a running job: GPUs weighted, its partition's tier.
+    pub(crate) fn running<'r>(&self, r: &'r RunRecord) -> rebalance::RunningJob<'r> {
+        rebalance::RunningJob {
+            partition_tier: tier_of(self.tiers, r.partition.as_deref()),
+            ..r.running_job(self.weights)
+        }
+    }
+
+    /// `r` as the rule sees a pending job, as [`Rule::running`].
+    pub(crate) fn pending<'r>(&self, r: &'r RunRecord) -> rebalance::PendingJob<'r> {
+        rebalance::PendingJob {
+            partition_tier: tier_of(self.tiers, r.partition.as_deref()),
+            ..r.pending_job(self.weights)
         }
     }
 
@@ -91,8 +113,8 @@ impl<'a> Rule<'a> {
             &self.state,
             Some(self.fs),
             in_flight,
-            &preemptor.pending_job(self.weights),
-            &victim.running_job(self.weights),
+            &self.pending(preemptor),
+            &self.running(victim),
             at,
         )
         .ok()?;
@@ -107,11 +129,12 @@ impl<'a> Rule<'a> {
 pub fn explain(
     store: &Store,
     snap: &PluginSnapshot,
+    tiers: &PartitionTiers,
     job: &RunRecord,
     now: i64,
     visible: &Visible<'_>,
 ) -> Why {
-    Explainer::new(store, snap, now).explain(job, visible)
+    Explainer::new(store, snap, tiers, now).explain(job, visible)
 }
 
 /// The state every explanation at one instant reads (the running and
@@ -127,11 +150,16 @@ pub struct Explainer<'a> {
 }
 
 impl<'a> Explainer<'a> {
-    /// The state at `now` with the snapshot `snap`.
-    pub fn new(store: &'a Store, snap: &'a PluginSnapshot, now: i64) -> Explainer<'a> {
+    /// The state at `now` with the snapshot `snap` and the partitions' tiers.
+    pub fn new(
+        store: &'a Store,
+        snap: &'a PluginSnapshot,
+        tiers: &'a PartitionTiers,
+        now: i64,
+    ) -> Explainer<'a> {
         let running = store.ledger().in_state(RunState::Running);
         let pending = store.ledger().in_state(RunState::Pending);
-        let rule = Rule::new(store, snap, &running, &pending, now);
+        let rule = Rule::new(store, snap, tiers, &running, &pending, now);
         Explainer {
             store,
             running,
@@ -156,7 +184,6 @@ fn explain_in(ex: &Explainer<'_>, job: &RunRecord, visible: &Visible<'_>) -> Why
     let (store, running, pending, rule, now) =
         (ex.store, &ex.running, &ex.pending, &ex.rule, ex.now);
     let fs = rule.fs;
-    let w = rule.weights;
     let v = job.view();
     let place = fs.place(&job.account, &job.user);
     // Tier and rank as priority/budget computes them: entitlement first
@@ -212,8 +239,8 @@ fn explain_in(ex: &Explainer<'_>, job: &RunRecord, visible: &Visible<'_>) -> Why
                     could_preempt.push(peer(r, reason));
                 }
             }
-            let p = job.pending_job(w);
-            let views: Vec<_> = running.iter().map(|r| r.running_job(w)).collect();
+            let p = rule.pending(job);
+            let views: Vec<_> = running.iter().map(|r| rule.running(r)).collect();
             let none = InFlight::default();
             let wt = rebalance::explain_wait(&rule.state, Some(fs), &none, &p, &views, now);
             // The words name only jobs the reader may see, as the lists do.

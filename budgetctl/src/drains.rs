@@ -122,14 +122,15 @@ fn outlooks(list: &[Outlook], verb: &str, now: i64) -> String {
         .iter()
         .map(|x| {
             format!(
-                "job {} ({}/{}, {} GPUs) {verb} {} ({}): {}",
+                "job {} ({}/{}, {} GPUs) {verb} {} ({}): {} ({})",
                 x.job_id,
                 x.account,
                 x.user,
                 x.gpus,
                 local(x.at),
                 eta(x.at, now),
-                x.reason.name()
+                x.reason.name(),
+                x.reason.words()
             )
         })
         .collect();
@@ -162,7 +163,7 @@ pub fn why_text(w: &Why) -> String {
     }
     if let Some(x) = &p.preempted {
         o.push_str(&format!(
-            "run {} preempted at {} by {} ({}); the lost run had {} GPU-hours\n",
+            "run {} preempted at {} by {} ({}: {}); the lost run had {} GPU-hours\n",
             x.run,
             local(x.at),
             match x.preemptor {
@@ -173,6 +174,7 @@ pub fn why_text(w: &Why) -> String {
                 None => "a maintenance drain".into(),
             },
             x.reason.as_str(),
+            x.reason.words(),
             num(x.gpu_hours, 3)
         ));
     }

@@ -200,12 +200,13 @@ fn peers(list: &[PreemptPeer]) -> String {
         .iter()
         .map(|p| {
             format!(
-                "job {} ({}/{}, {} GPUs): {}",
+                "job {} ({}/{}, {} GPUs): {} ({})",
                 p.job_id,
                 p.account,
                 p.user,
                 p.gpus,
-                p.reason.name()
+                p.reason.name(),
+                p.reason.words()
             )
         })
         .collect();

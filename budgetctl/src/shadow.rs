@@ -23,6 +23,10 @@ fn reason(r: &PeerReason) -> String {
             victim_side,
             ..
         } => format!("rebalance {preemptor_side} < {victim_side}"),
+        PeerReason::PartitionTier {
+            preemptor_tier,
+            victim_tier,
+        } => format!("partition tier {preemptor_tier} > {victim_tier}"),
     }
 }
 

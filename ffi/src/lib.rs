@@ -104,13 +104,15 @@ pub unsafe trait EmptyRecord: Sized {
     }
 }
 
-// SAFETY: bindgen's plain C structs of slurmctld's job record, its details, and
-// slurmdbd's QOS record: integers, floats, raw pointers and optional fn pointers.
+// SAFETY: bindgen's plain C structs of slurmctld's job record, its details,
+// slurmdbd's QOS record and slurmctld's partition record: integers, floats, raw pointers and optional fn pointers.
 unsafe impl EmptyRecord for sys::job_record_t {}
 // SAFETY: as above.
 unsafe impl EmptyRecord for JobDetails {}
 // SAFETY: as above.
 unsafe impl EmptyRecord for sys::slurmdb_qos_rec_t {}
+// SAFETY: as above (slurmctld's partition record).
+unsafe impl EmptyRecord for sys::part_record_t {}
 
 #[cfg(test)]
 mod tests {

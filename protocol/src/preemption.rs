@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub const ROUTE: &str = "/v1/preemptions";
 
 /// Why a run was preempted. Serialised in snake case (`free_tier`, `over_budget`,
-/// `rebalance`, `drain`), the spelling budgetd stores and reports.
+/// `rebalance`, `drain`, `partition_tier`), the spelling budgetd stores and reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PreemptionReason {
@@ -28,15 +28,20 @@ pub enum PreemptionReason {
     Rebalance,
     /// A maintenance drain took the node.
     Drain,
+    /// The site's partition order: the preemptor's partition has a higher
+    /// `PriorityTier` (as `preempt/partition_prio` preempts), the victim was
+    /// past its protected window; the budgets were not asked.
+    PartitionTier,
 }
 
 impl PreemptionReason {
     /// Every reason, in declaration order.
-    pub const ALL: [PreemptionReason; 4] = [
+    pub const ALL: [PreemptionReason; 5] = [
         PreemptionReason::FreeTier,
         PreemptionReason::OverBudget,
         PreemptionReason::Rebalance,
         PreemptionReason::Drain,
+        PreemptionReason::PartitionTier,
     ];
 
     /// The wire (and database) spelling.
@@ -46,6 +51,7 @@ impl PreemptionReason {
             PreemptionReason::OverBudget => "over_budget",
             PreemptionReason::Rebalance => "rebalance",
             PreemptionReason::Drain => "drain",
+            PreemptionReason::PartitionTier => "partition_tier",
         }
     }
 
@@ -57,6 +63,21 @@ impl PreemptionReason {
             self,
             PreemptionReason::Rebalance | PreemptionReason::OverBudget
         )
+    }
+
+    /// Which rule took the run, in plain words (`budgetctl why`).
+    pub fn words(self) -> &'static str {
+        match self {
+            PreemptionReason::FreeTier => "the victim ran in the free tier",
+            PreemptionReason::OverBudget => "the budgets: the victim's team was over budget",
+            PreemptionReason::Rebalance => {
+                "the budgets: the victim's side held more than its share"
+            }
+            PreemptionReason::Drain => "a maintenance drain took the node",
+            PreemptionReason::PartitionTier => {
+                "the partition order: the preemptor's partition has the higher PriorityTier, which wins over the budgets once the victim's window is over"
+            }
+        }
     }
 
     /// The reason spelled `s`, if any.

@@ -28,8 +28,9 @@ pub struct PathStep {
 
 /// Why the rule allows a preemption, as `why` reports it (`reason` of
 /// [`PreemptPeer`] and [`Outlook`]). Serialised with a `reason` tag in snake
-/// case: `victim_free_tier`, `victim_over_budget`, or `rebalance` with the
-/// figures where the two jobs' paths split.
+/// case: `victim_free_tier`, `victim_over_budget`, `rebalance` with the
+/// figures where the two jobs' paths split, or `partition_tier` with the two
+/// partitions' `PriorityTier`s.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "reason")]
 pub enum PeerReason {
@@ -50,6 +51,13 @@ pub enum PeerReason {
         /// Its entitled GPUs (weighted).
         victim_side_entitled_gpus: f64,
     },
+    /// The site's partition order won: the preemptor's partition has the
+    /// higher `PriorityTier` and the victim is past its protected window, so
+    /// the budgets were not asked.
+    PartitionTier {
+        preemptor_tier: u16,
+        victim_tier: u16,
+    },
 }
 
 impl PeerReason {
@@ -60,6 +68,13 @@ impl PeerReason {
     pub fn of(fs: &FairShare, a: &rebalance::Allowed, victim_over_budget: bool) -> PeerReason {
         match a {
             rebalance::Allowed::VictimFreeTier => PeerReason::VictimFreeTier,
+            rebalance::Allowed::HigherPartitionTier {
+                preemptor_tier,
+                victim_tier,
+            } => PeerReason::PartitionTier {
+                preemptor_tier: *preemptor_tier,
+                victim_tier: *victim_tier,
+            },
             rebalance::Allowed::Rebalance(_) if victim_over_budget => PeerReason::VictimOverBudget,
             rebalance::Allowed::Rebalance(r) => match r.clause {
                 rebalance::Clause::OverBudget => PeerReason::VictimOverBudget,
@@ -77,13 +92,35 @@ impl PeerReason {
     }
 
     /// Its short name, the `reason` tag of the JSON (`victim_free_tier`,
-    /// `victim_over_budget`, `rebalance`): what `budgetctl why` prints, so the
-    /// text and the JSON say the same.
+    /// `victim_over_budget`, `rebalance`, `partition_tier`): what `budgetctl
+    /// why` prints, so the text and the JSON say the same.
     pub fn name(&self) -> &'static str {
         match self {
             PeerReason::VictimFreeTier => "victim_free_tier",
             PeerReason::VictimOverBudget => "victim_over_budget",
             PeerReason::Rebalance { .. } => "rebalance",
+            PeerReason::PartitionTier { .. } => "partition_tier",
+        }
+    }
+
+    /// Which rule won, in plain words for `budgetctl why`.
+    pub fn words(&self) -> String {
+        match self {
+            PeerReason::VictimFreeTier => "the victim runs in the free tier".into(),
+            PeerReason::VictimOverBudget => "the budgets: the victim's team is over budget".into(),
+            PeerReason::Rebalance {
+                preemptor_side,
+                victim_side,
+                ..
+            } => format!(
+                "the budgets: {victim_side} holds more than its share, {preemptor_side} less"
+            ),
+            PeerReason::PartitionTier {
+                preemptor_tier,
+                victim_tier,
+            } => format!(
+                "the partition order: PriorityTier {preemptor_tier} above {victim_tier} wins over the budgets once the victim's window is over"
+            ),
         }
     }
 }
@@ -205,6 +242,7 @@ impl From<&PeerReason> for PreemptionReason {
             PeerReason::VictimFreeTier => PreemptionReason::FreeTier,
             PeerReason::VictimOverBudget => PreemptionReason::OverBudget,
             PeerReason::Rebalance { .. } => PreemptionReason::Rebalance,
+            PeerReason::PartitionTier { .. } => PreemptionReason::PartitionTier,
         }
     }
 }
@@ -249,6 +287,13 @@ mod tests {
                     "victim_side": "teamb", "victim_ratio": 1.5,
                     "victim_side_gpus": 12, "victim_side_entitled_gpus": 8.0,
                 }),
+            ),
+            (
+                PeerReason::PartitionTier {
+                    preemptor_tier: 2,
+                    victim_tier: 1,
+                },
+                json!({"reason": "partition_tier", "preemptor_tier": 2, "victim_tier": 1}),
             ),
         ];
         for (reason, wire) in cases {
@@ -332,6 +377,29 @@ mod tests {
         assert_eq!(
             PeerReason::of(&fs, &rebalance::Allowed::VictimFreeTier, true),
             PeerReason::VictimFreeTier
+        );
+        // The partition order is named as such, over budget or not.
+        let tier = rebalance::Allowed::HigherPartitionTier {
+            preemptor_tier: 2,
+            victim_tier: 1,
+        };
+        let reason = PeerReason::of(&fs, &tier, true);
+        assert_eq!(
+            reason,
+            PeerReason::PartitionTier {
+                preemptor_tier: 2,
+                victim_tier: 1
+            }
+        );
+        assert_eq!(
+            PreemptionReason::of(Some(&reason)),
+            PreemptionReason::PartitionTier
+        );
+        assert!(!PreemptionReason::PartitionTier.is_rebalancing());
+        assert!(
+            reason
+                .words()
+                .starts_with("the partition order: PriorityTier 2 above 1")
         );
     }
 }

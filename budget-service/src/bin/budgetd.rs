@@ -112,9 +112,15 @@ fn main() -> anyhow::Result<()> {
             let state = state.clone();
             budget_service::capacity::spawn(move |gpus| state.set_capacity(gpus))
         };
+        // The partitions' PriorityTiers, for why and shadow mode (read once a minute).
+        let tiers = {
+            let state = state.clone();
+            budget_service::partitions::spawn(move |t| state.set_partition_tiers(t))
+        };
         run(state, Listeners { unix: Some(unix), tcp }, shutdown_signal()).await?;
         drainer.abort();
         capacity.abort();
+        tiers.abort();
         let _ = std::fs::remove_file(&args.socket);
         tracing::info!("budgetd stopped");
         anyhow::Ok(())

@@ -31,6 +31,11 @@ pub struct RunningJob<'a> {
     /// the caller already knows it from the same snapshot (a per-pass memo);
     /// `None`: placed by name here.
     pub leaf: Option<usize>,
+    /// `PriorityTier` of the partition it runs in (slurm.conf), the order
+    /// `preempt/partition_prio` preempts by; `None`: not known (the simulator,
+    /// a reader without Slurm's partitions), and the tier clause of
+    /// [`decide`](super::decide) stays out of it.
+    pub partition_tier: Option<u16>,
 }
 
 impl RunningJob<'_> {
@@ -61,6 +66,10 @@ pub struct PendingJob<'a> {
     pub weight: f64,
     /// As [`RunningJob::leaf`].
     pub leaf: Option<usize>,
+    /// `PriorityTier` of the partition Slurm is placing it in (a job
+    /// submitted to several is tried in each in turn), as
+    /// [`RunningJob::partition_tier`].
+    pub partition_tier: Option<u16>,
 }
 
 impl PendingJob<'_> {

@@ -52,6 +52,14 @@ pub struct Rebalance {
 pub enum Allowed {
     VictimFreeTier,
     Rebalance(Rebalance),
+    /// The site's partition order: the preemptor's partition has a higher
+    /// `PriorityTier` than the victim's, and the victim is past its protected
+    /// window, so it is taken as `preempt/partition_prio` would take it,
+    /// whatever the budgets say.
+    HigherPartitionTier {
+        preemptor_tier: u16,
+        victim_tier: u16,
+    },
 }
 
 /// Why a preemption is refused.
@@ -62,6 +70,14 @@ pub enum Denied {
     Protected { until: i64 },
     /// Free-tier jobs never preempt.
     PreemptorFree,
+    /// The victim's partition has a higher `PriorityTier` than the
+    /// preemptor's: the site's partition order forbids it, whatever the
+    /// budgets say (`preempt/partition_prio` never lets a lower tier take a
+    /// higher one).
+    LowerPartitionTier {
+        preemptor_tier: u16,
+        victim_tier: u16,
+    },
     /// Safe mode: no fresh fair-share snapshot, only free-tier jobs yield.
     SafeMode,
     /// The state was computed from another snapshot than the one given.
@@ -396,6 +412,22 @@ pub fn judge_victim(
 }
 
 /// Whether pending `p` may preempt running `v` now, and why: the callback.
+///
+/// The clauses in the order they are tried, the first that answers wins:
+/// 1. the contract: a victim inside its protected window is never taken
+///    (free-tier jobs have none);
+/// 2. free-tier jobs never preempt (whatever their partition: a user could
+///    otherwise opt into the free tier in a high-tier partition and take
+///    budgeted work without being charged);
+/// 3. the site's partition order, when both jobs' partition `PriorityTier`s
+///    are known: a preemptor in a lower tier never takes a victim in a
+///    higher one ([`Denied::LowerPartitionTier`]); a free-tier victim is
+///    taken as before; a preemptor in a higher tier takes the (unprotected)
+///    victim whatever the budgets say ([`Allowed::HigherPartitionTier`]),
+///    as `preempt/partition_prio` would, in safe mode too (it needs no
+///    snapshot);
+/// 4. within one tier (or tiers unknown): the free tier, then the
+///    cost-aware rebalancing rule ([`judge_sides`], [`judge_victim`]).
 pub fn decide(
     state: &PreemptState,
     fs: Option<&FairShare>,
@@ -412,8 +444,25 @@ pub fn decide(
     if p.free_tier {
         return Err(Denied::PreemptorFree);
     }
+    let tiers = p.partition_tier.zip(v.partition_tier);
+    if let Some((preemptor_tier, victim_tier)) = tiers
+        && preemptor_tier < victim_tier
+    {
+        return Err(Denied::LowerPartitionTier {
+            preemptor_tier,
+            victim_tier,
+        });
+    }
     if v.free_tier {
         return Ok(Allowed::VictimFreeTier);
+    }
+    if let Some((preemptor_tier, victim_tier)) = tiers
+        && preemptor_tier > victim_tier
+    {
+        return Ok(Allowed::HigherPartitionTier {
+            preemptor_tier,
+            victim_tier,
+        });
     }
     let sides = judge_sides(state, fs, in_flight, p, v)?;
     judge_victim(state, &sides, v, now)
@@ -1092,13 +1141,144 @@ mod tests {
         assert!(decide(&st, Some(&fs), &InFlight::default(), &p, &raw[0], now).is_err());
     }
 
+    #[test]
+    fn the_partition_order_beside_the_contract() {
+        // a is far under budget, b far over: the budget rule alone lets a take
+        // b's jobs and never the reverse.
+        let (fs, running) = starved(48 * H);
+        let now = 2 * H;
+        let none = InFlight::default();
+        let tiered = |v: &RunningJob<'static>, t| RunningJob {
+            partition_tier: Some(t),
+            ..*v
+        };
+        let pend_in = |id, team: &'static str, user: &'static str, t| PendingJob {
+            partition_tier: Some(t),
+            ..pend(id, team, user, 4)
+        };
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [pend(9, "a", "ua", 4), pend(10, "b", "ub", 4)],
+            [],
+            Some(16.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        let at = |p: &PendingJob<'_>, v: &RunningJob<'_>, t| decide(&st, Some(&fs), &none, p, v, t);
+        // (1) A higher tier takes a lower one past its window even though the
+        // victim's team is under budget (the budget rule refuses it).
+        let (a_low, b_high) = (pend_in(9, "a", "ua", 1), pend_in(10, "b", "ub", 2));
+        let a_run_low = tiered(&running[0], 1);
+        assert!(at(&pend(10, "b", "ub", 4), &running[0], now).is_err());
+        assert_eq!(
+            at(&b_high, &a_run_low, now),
+            Ok(Allowed::HigherPartitionTier {
+                preemptor_tier: 2,
+                victim_tier: 1
+            })
+        );
+        // ... in safe mode too: the partition order needs no snapshot.
+        let safe = PreemptState::compute(None, [], [], [], None, RebalancePolicy::default(), now);
+        assert!(matches!(
+            decide(&safe, None, &none, &b_high, &a_run_low, now),
+            Ok(Allowed::HigherPartitionTier { .. })
+        ));
+        // (2) Not inside the victim's window: the contract wins.
+        assert_eq!(
+            at(&b_high, &a_run_low, 1800),
+            Err(Denied::Protected { until: 3600 })
+        );
+        // (3) A lower tier never takes a higher one, even from an
+        // under-budget team against an over-budget one the budget rule
+        // would take.
+        let b_run_high = tiered(&running[1], 2);
+        assert!(matches!(
+            at(&pend(9, "a", "ua", 4), &running[1], now),
+            Ok(Allowed::Rebalance(_))
+        ));
+        let d = at(&a_low, &b_run_high, now);
+        assert_eq!(
+            d,
+            Err(Denied::LowerPartitionTier {
+                preemptor_tier: 1,
+                victim_tier: 2
+            })
+        );
+        assert!(
+            denied_words(Some(&fs), d.as_ref().unwrap_err(), now).contains(
+                "the partition order wins, its partition's PriorityTier 2 is above this job's 1"
+            )
+        );
+        // (4) The same tier: the budget rule, as without tiers.
+        for (p, v) in [
+            (pend(9, "a", "ua", 4), running[1]),
+            (pend(10, "b", "ub", 4), running[0]),
+        ] {
+            let same = at(
+                &PendingJob {
+                    partition_tier: Some(3),
+                    ..p
+                },
+                &tiered(&v, 3),
+                now,
+            );
+            assert_eq!(same, at(&p, &v, now));
+        }
+        // One tier unknown: the budget rule.
+        assert_eq!(
+            at(&b_high, &running[0], now),
+            at(&pend(10, "b", "ub", 4), &running[0], now)
+        );
+        // (5) The free tier: a free-tier victim has no window and is taken by
+        // a higher or equal tier at once, never by a lower one; a free-tier
+        // preemptor never preempts, whatever its partition.
+        let free_low = RunningJob {
+            free_tier: true,
+            ..tiered(&running[0], 1)
+        };
+        assert_eq!(at(&b_high, &free_low, 60), Ok(Allowed::VictimFreeTier));
+        assert_eq!(
+            at(&pend_in(10, "b", "ub", 1), &free_low, 60),
+            Ok(Allowed::VictimFreeTier)
+        );
+        assert!(matches!(
+            at(&pend_in(10, "b", "ub", 0), &free_low, 60),
+            Err(Denied::LowerPartitionTier { .. })
+        ));
+        let free_high = PendingJob {
+            free_tier: true,
+            ..b_high
+        };
+        assert_eq!(at(&free_high, &a_run_low, now), Err(Denied::PreemptorFree));
+        // The words say which rule won.
+        let w = explain_wait(&st, Some(&fs), &none, &b_high, &[a_run_low], now);
+        let text = describe_wait(Some(&fs), &w, now);
+        assert!(
+            text.starts_with("preempting job 1: its window ended 1h ago; the partition order wins: PriorityTier 2 above the victim's 1"),
+            "{text}"
+        );
+    }
+
     // --- Properties -------------------------------------------------------
 
     /// (allocation GPU-h, usage GPU-h) per account.
     type AccountGen = (u32, u32);
     /// (account, user, free, run start, min runtime, GPUs, limit, requeues,
-    /// running, index into [`WEIGHTS`])
-    type JobGen = (usize, usize, bool, i64, i64, u32, i64, u32, bool, usize);
+    /// running, index into [`WEIGHTS`], partition PriorityTier)
+    type JobGen = (
+        usize,
+        usize,
+        bool,
+        i64,
+        i64,
+        u32,
+        i64,
+        u32,
+        bool,
+        usize,
+        Option<u16>,
+    );
 
     /// Billing weights the jobs' GPUs are drawn from (a uniform site's 1 among them).
     const WEIGHTS: [f64; 5] = [1.0, 2.0, 2.2, 1.6, 0.5];
@@ -1118,6 +1298,7 @@ mod tests {
                     0u32..3,
                     any::<bool>(),
                     0usize..WEIGHTS.len(),
+                    proptest::option::of(0u16..3),
                 ),
                 2..14,
             ),
@@ -1149,11 +1330,12 @@ mod tests {
                 RunningJob { job_id: i as u32, account: &names[i].0, user: &names[i].1, free_tier: j.2, gpus: j.5,
                     weight: WEIGHTS[j.9], run_start: j.3, time_limit: Some(j.6), min_runtime: j.4, checkpoint: None, grace: 0, requeues: j.7,
                     // Half the jobs come placed by the caller: the same state either way.
-                    leaf: i.is_multiple_of(2).then(|| fs.place(&names[i].0, &names[i].1).map(|p| p.node)).flatten() }
+                    leaf: i.is_multiple_of(2).then(|| fs.place(&names[i].0, &names[i].1).map(|p| p.node)).flatten(),
+                    partition_tier: j.10 }
             };
             let as_pending = |i: usize| {
                 let j = jobs[i];
-                PendingJob { job_id: i as u32, account: &names[i].0, user: &names[i].1, free_tier: j.2, gpus: j.5, weight: WEIGHTS[j.9], leaf: None }
+                PendingJob { job_id: i as u32, account: &names[i].0, user: &names[i].1, free_tier: j.2, gpus: j.5, weight: WEIGHTS[j.9], leaf: None, partition_tier: j.10 }
             };
             // No projection: the band's promotions are checked against the snapshot's
             // tiers below (the rule itself never reads the projected tier).
@@ -1244,9 +1426,24 @@ mod tests {
                     if is_protected(vb.run_start, vb.min_runtime, vb.free_tier, now) {
                         prop_assert!(ab.is_err());
                     }
+                    // The partition order, when both tiers are known: a lower
+                    // tier never takes a higher one; a higher one takes an
+                    // unprotected non-free victim whatever the budgets say.
+                    let (pt, vt) = (jobs[a].10, jobs[b].10);
+                    let tiers = pt.zip(vt);
+                    if tiers.is_some_and(|(p, v)| p < v) {
+                        prop_assert!(ab.is_err(), "{:?}", ab);
+                    }
+                    if tiers.is_some_and(|(p, v)| p > v) && !jobs[a].2 && !vb.free_tier
+                        && !is_protected(vb.run_start, vb.min_runtime, false, now) {
+                        prop_assert!(matches!(ab, Ok(Allowed::HigherPartitionTier { .. })), "{:?}", ab);
+                    }
+                    // Safe mode: only free-tier jobs yield, and lower partition
+                    // tiers (the site's order needs no snapshot).
                     for d in [decide(&safe, None, &none, &as_pending(a), &vb, now), decide(&st, None, &none, &as_pending(a), &vb, now)] {
                         if d.is_ok() {
-                            prop_assert!(vb.free_tier && !jobs[a].2);
+                            let lower = tiers.is_some_and(|(p, v)| p > v);
+                            prop_assert!((vb.free_tier || lower) && !jobs[a].2);
                         }
                     }
                 }

@@ -116,6 +116,15 @@
 //!    (`lost_budget x entitled GPU-seconds per window`); the site caps on
 //!    preemptions and lost GPU-hours per window are not reached.
 //!
+//! Beside these clauses stands the site's partition order, tried before them
+//! when both jobs' partition `PriorityTier`s are known
+//! ([`RunningJob::partition_tier`]): a preemptor in a lower tier never takes a
+//! victim in a higher one ([`Denied::LowerPartitionTier`]); one in a higher
+//! tier takes a victim past its window whatever the budgets say
+//! ([`Allowed::HigherPartitionTier`], as `preempt/partition_prio` would, in
+//! safe mode too). The contract is tried first and always wins; a free-tier
+//! preemptor never preempts, whatever its partition.
+//!
 //! Victims are ordered ([`victim_priority`]) free tier first, then least work
 //! lost (checkpoint-aware), then most over share. A maintenance drain is not
 //! this module's business ([`crate::preempt::drain_may_take`]).
@@ -162,5 +171,6 @@ pub use judge::{
 pub use policy::{PolicyError, PreemptionPreset, RebalancePolicy};
 pub use state::{PreemptState, Release, SideState, entitled_with_balance, node_name};
 pub use wait::{
-    Wait, denied_words, describe, describe_wait, describe_wait_shown, explain_wait, gpus_text, utc,
+    Wait, allowed_words, denied_words, describe, describe_wait, describe_wait_shown, explain_wait,
+    gpus_text, utc,
 };

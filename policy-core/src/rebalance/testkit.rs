@@ -59,6 +59,7 @@ pub(super) fn run<'a>(
         grace: 0,
         requeues: 0,
         leaf: None,
+        partition_tier: None,
     }
 }
 
@@ -71,6 +72,7 @@ pub(super) fn pend<'a>(id: u32, team: &'a str, user: &'a str, gpus: u32) -> Pend
         gpus,
         weight: 1.0,
         leaf: None,
+        partition_tier: None,
     }
 }
 

@@ -233,6 +233,11 @@ pub fn describe_wait_shown(
                 (Allowed::VictimFreeTier, _) => {
                     format!("preempting {}: it runs in the free tier", job(*victim))
                 }
+                (a @ Allowed::HigherPartitionTier { .. }, _) => format!(
+                    "preempting {}: its window ended {ago} ago; {}",
+                    job(*victim),
+                    allowed_words(a)
+                ),
                 (Allowed::Rebalance(r), Some(fs)) => format!(
                     "preempting {}: its window ended {ago} ago, least work lost ({:.2} GPU-h); {}",
                     job(*victim),
@@ -294,6 +299,22 @@ pub fn describe_wait_shown(
     }
 }
 
+/// Why a preemption is allowed, in words, for the clauses that need no
+/// tree to name (the partition order and the free tier); a rebalancing is
+/// [`describe`]d.
+pub fn allowed_words(a: &Allowed) -> String {
+    match a {
+        Allowed::VictimFreeTier => "it runs in the free tier".into(),
+        Allowed::HigherPartitionTier {
+            preemptor_tier,
+            victim_tier,
+        } => format!(
+            "the partition order wins: PriorityTier {preemptor_tier} above the victim's {victim_tier}, and its window is over, so the budgets are not asked"
+        ),
+        Allowed::Rebalance(_) => "the budgets rebalance it".into(),
+    }
+}
+
 /// A refusal in words.
 pub fn denied_words(_fs: Option<&FairShare>, d: &Denied, now: i64) -> String {
     let h = |s: f64| s / crate::HOUR as f64;
@@ -304,6 +325,12 @@ pub fn denied_words(_fs: Option<&FairShare>, d: &Denied, now: i64) -> String {
             crate::format_duration((until - now).max(0))
         ),
         Denied::PreemptorFree => "cannot be taken: free-tier jobs never preempt".into(),
+        Denied::LowerPartitionTier {
+            preemptor_tier,
+            victim_tier,
+        } => format!(
+            "cannot be taken: the partition order wins, its partition's PriorityTier {victim_tier} is above this job's {preemptor_tier} (a lower tier never preempts a higher one, whatever the budgets say)"
+        ),
         Denied::SafeMode => {
             "cannot be taken: no fresh fair-share snapshot (safe mode), only free-tier jobs yield"
                 .into()

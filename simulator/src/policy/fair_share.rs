@@ -194,6 +194,8 @@ impl FairSharePolicy {
             grace: 0,
             requeues: job.run,
             leaf: self_leaf,
+            // Traces name no partitions: the budget rule alone.
+            partition_tier: None,
         }
     }
 
@@ -253,6 +255,7 @@ impl FairSharePolicy {
                 gpus: u32::try_from(g).unwrap_or(u32::MAX),
                 weight: 1.0,
                 leaf: self.leaf_place.get(leaf).copied().flatten().map(|p| p.node),
+                partition_tier: None,
             });
         let history = self
             .history
@@ -313,6 +316,7 @@ impl FairSharePolicy {
                 .copied()
                 .flatten()
                 .map(|p| p.node),
+            partition_tier: None,
         };
         let mut out = Vec::new();
         let mut granted = false;

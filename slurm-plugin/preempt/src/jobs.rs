@@ -42,6 +42,10 @@ pub struct JobFacts {
     pub checkpoint: Option<i64>,
     /// Its partition's GraceTime in seconds.
     pub grace: i64,
+    /// Its partition's `PriorityTier` (`part_ptr->priority_tier`: the
+    /// partition it runs in, or, for a pending job, the one Slurm is placing
+    /// it in); `None` without a partition record.
+    pub partition_tier: Option<u16>,
 }
 
 impl JobFacts {
@@ -81,6 +85,7 @@ impl JobFacts {
             grace: self.grace,
             requeues: self.requeues,
             leaf: None,
+            partition_tier: self.partition_tier,
         }
     }
 
@@ -95,6 +100,7 @@ impl JobFacts {
             gpus: self.gpus,
             weight: self.weight(weights),
             leaf: None,
+            partition_tier: self.partition_tier,
         }
     }
 }
@@ -161,6 +167,8 @@ pub unsafe fn facts_with_gpus(
             .unwrap_or_default(),
     };
     let running = is_running(job);
+    // SAFETY: part_ptr is NULL or a valid partition record under the job lock.
+    let part = unsafe { job.part_ptr.as_ref() };
     JobFacts {
         job_id: job.job_id,
         // SAFETY: as above.
@@ -178,15 +186,18 @@ pub unsafe fn facts_with_gpus(
         time_limit: limit_secs(job.time_limit),
         requeues: u32::from(job.restart_cnt),
         checkpoint,
-        // SAFETY: part_ptr is NULL or a valid partition record under the job lock.
-        grace: unsafe { job.part_ptr.as_ref() }.map_or(0, |p| i64::from(p.grace_time)),
+        grace: part.map_or(0, |p| i64::from(p.grace_time)),
+        partition_tier: part.map(|p| p.priority_tier),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use slurm_ffi::{EmptyRecord, sys::slurmdb_qos_rec_t};
+    use slurm_ffi::{
+        EmptyRecord,
+        sys::{part_record_t, slurmdb_qos_rec_t},
+    };
     use slurm_plugin_common::gpus::requested_gpus;
     use slurm_plugin_common::test_records::running_job;
 
@@ -242,6 +253,17 @@ mod tests {
         job.admin_comment = c"budget:min_runtime=60".as_ptr().cast_mut();
         assert_eq!(read(&job).contract.min_runtime, 60);
         assert!(!read(&job).contract.free_tier);
+        // The partition's PriorityTier and GraceTime reach the rule's views.
+        assert_eq!(f.partition_tier, None);
+        let mut part = part_record_t::empty();
+        part.priority_tier = 3;
+        part.grace_time = 30;
+        job.part_ptr = &mut part;
+        let f = read(&job);
+        assert_eq!((f.partition_tier, f.grace), (Some(3), 30));
+        assert_eq!(f.running_job(None).partition_tier, Some(3));
+        assert_eq!(f.pending_job(None).partition_tier, Some(3));
+        job.part_ptr = std::ptr::null_mut();
         // A pending job holds no run.
         job.job_state = slurm_ffi::sys::JOB_PENDING;
         assert_eq!((read(&job).run_start, read(&job).running), (0, false));

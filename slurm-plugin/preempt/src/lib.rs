@@ -6,7 +6,11 @@
 //! of `policy_core::rebalance` (the simulator's and `budgetd`'s too) evaluated on the
 //! job records, the period state and the in-memory snapshot:
 //! - `preempt_p_preemptable(preemptee, preemptor)`: [`policy_core::rebalance::decide`]
-//!   (protected window of the current run, free tier, and the cost-aware rule: a
+//!   (protected window of the current run, free tier, the site's partition order:
+//!   the two partitions' `PriorityTier`, read from `part_ptr->priority_tier`, as
+//!   `preempt/partition_prio` compares them, a lower tier never taking a higher one
+//!   and a higher one taking a lower one past its window whatever the budgets say;
+//!   within one tier the cost-aware rule: a
 //!   budgeted job takes another team's job only when turnover at the running jobs'
 //!   time limits will not deliver its side's entitlement in time, within requeue,
 //!   lost-work, reverse-lock and site caps; [`rule`]), with the victims and
@@ -466,6 +470,7 @@ fn reason_of(a: Option<&Allowed>, h: Option<&Period>, v: &JobFacts) -> Preemptio
     match a {
         None => PreemptionReason::Drain,
         Some(Allowed::VictimFreeTier) => PreemptionReason::FreeTier,
+        Some(Allowed::HigherPartitionTier { .. }) => PreemptionReason::PartitionTier,
         Some(Allowed::Rebalance(r)) => {
             let tier = policy_core::preempt::job_tier(h.and_then(Period::fair_share), &v.view());
             if r.clause == Clause::OverBudget || tier == Tier::OverBudget {

@@ -457,6 +457,7 @@ mod tests {
             requeues: 0,
             checkpoint: None,
             grace: 0,
+            partition_tier: None,
         }
     }
 
@@ -515,6 +516,57 @@ mod tests {
             .is_err()
         );
         assert!(h.matches(7, Some(&s)) && !h.matches(8, Some(&s)) && !h.matches(7, None));
+    }
+
+    #[test]
+    fn the_partition_order_wins_over_the_budgets_but_not_over_the_contract() {
+        // teama is under budget, teamb far over: the budgets let teama take
+        // teamb's jobs and never the reverse.
+        let s = snapshot(10.0, 500.0, vec![], Policy::default());
+        let mut jobs = starved();
+        let mut a_run = job(3, "teama", "alice", 1000, true);
+        let mut b_wait = job(4, "teamb", "bob", 0, false);
+        a_run.partition_tier = Some(1);
+        b_wait.partition_tier = Some(2);
+        jobs.extend([a_run.clone(), b_wait.clone()]);
+        let h = Period::compute(7, Some(Arc::clone(&s)), &jobs, &[], 2000);
+        let mut g = Grants::default();
+        // Inside the victim's window: the contract wins.
+        assert!(matches!(
+            decide(Some(&h), &mut g, &b_wait, &a_run, 1010),
+            Err(Denied::Protected { .. })
+        ));
+        // Past it: the higher tier takes it, though teamb is over budget;
+        // the grants (rebalancing's) are untouched.
+        assert_eq!(
+            decide(Some(&h), &mut g, &b_wait, &a_run, 2000),
+            Ok(Some(Allowed::HigherPartitionTier {
+                preemptor_tier: 2,
+                victim_tier: 1
+            }))
+        );
+        assert!(g.idle());
+        // In safe mode too.
+        assert!(matches!(
+            decide(None, &mut g, &b_wait, &a_run, 2000),
+            Ok(Some(Allowed::HigherPartitionTier { .. }))
+        ));
+        // A lower tier never takes a higher one, whatever the budgets say
+        // (teama holding nothing: the budgets alone would take teamb's job).
+        let jobs = starved();
+        let h = Period::compute(7, Some(s), &jobs, &[], 2000);
+        let mut a_wait = jobs[2].clone();
+        let mut b_run = jobs[0].clone();
+        assert!(decide(Some(&h), &mut Grants::default(), &a_wait, &b_run, 2000).is_ok());
+        a_wait.partition_tier = Some(1);
+        b_run.partition_tier = Some(2);
+        assert_eq!(
+            decide(Some(&h), &mut g, &a_wait, &b_run, 2000),
+            Err(Denied::LowerPartitionTier {
+                preemptor_tier: 1,
+                victim_tier: 2
+            })
+        );
     }
 
     #[test]

@@ -94,6 +94,7 @@ fn entitled_order_under<'a>(
             grace: 0,
             requeues: 0,
             leaf: None,
+            partition_tier: None,
         },
     );
     // The snapshot's (weighted) cluster capacity, as preempt/budget computes
