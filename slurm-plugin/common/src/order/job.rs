@@ -434,6 +434,18 @@ pub unsafe fn apply_site_factor(job: &mut job_record_t, site_factor: u32) -> boo
 mod tests {
     use super::*;
     use crate::gpus::requested_gpus;
+
+    /// `list_count` is libslurmfull's, which slurmctld has loaded before it loads
+    /// a plugin; a test executable links no Slurm library, and an unoptimised one
+    /// keeps `apply_site_factor`'s call to it. No test here gives a record a
+    /// partition list, so the call is never taken: if one ever is, this aborts
+    /// the test rather than answer a made-up count.
+    #[unsafe(no_mangle)]
+    extern "C" fn list_count(_list: slurm_ffi::SlurmList) -> std::ffi::c_int {
+        unreachable!(
+            "list_count called from a unit test: build the record without a partition list"
+        )
+    }
     use crate::test_records::running_job;
     use slurm_ffi::{EmptyRecord, sys::slurmdb_qos_rec_t};
 
