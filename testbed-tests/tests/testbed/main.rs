@@ -16,12 +16,14 @@
 //! Each suite's folder and port base: `TEST_SLURM_DIR`/`TEST_SLURM_PORT_BASE`
 //! (priority_usage), `CONTRACT_DIR`/`CONTRACT_PORT_BASE` (contract),
 //! `DRAIN_DIR`/`DRAIN_PORT_BASE` (drain), `FAULTS_DIR`/`FAULTS_PORT_BASE`
-//! (ledger_faults), `SITE_FACTOR_DIR`/`SITE_FACTOR_PORT_BASE` (site_factor), `SHADOW_DIR`/`SHADOW_PORT_BASE` (shadow). Every other `TESTBED_*` variable (e.g.
+//! (ledger_faults), `SITE_FACTOR_DIR`/`SITE_FACTOR_PORT_BASE` (site_factor), `SHADOW_DIR`/`SHADOW_PORT_BASE` (shadow),
+//! `PARTITION_TIER_DIR`/`PARTITION_TIER_PORT_BASE` (partition_tier). Every other `TESTBED_*` variable (e.g.
 //! `TESTBED_SLURM`) reaches `scripts/testbed` unchanged.
 
 mod contract;
 mod drain;
 mod ledger_faults;
+mod partition_tier;
 mod priority_usage;
 mod shadow;
 mod site_factor;

@@ -1,0 +1,334 @@
+//! Suite `testbed-tiers`: `preempt/budget` keeps the site's partition order
+//! (`PriorityTier`, what `preempt/partition_prio` preempts by) beside the contract and
+//! the budgets, on a real slurmctld + 2 slurmd x 2 fake GPUs with job_submit/budget,
+//! priority/budget and budgetd. Partition `gpu` (the default, `PriorityTier=1`) and
+//! `high` (`PriorityTier=2`) span the same nodes; teama is well within budget, teamb
+//! has no allocation (always over budget), so the budgets alone would let teama take
+//! teamb's jobs and never the reverse.
+//!
+//! 1. and 2. a higher tier takes a lower tier's job, but not inside its window:
+//!    teama fills the cluster in `gpu` with 20 s windows; teamb's job in `high` waits
+//!    while they are protected (the contract wins: nothing is requeued before the
+//!    window ends), then starts within a cycle of the window's end by preempting one
+//!    of them, though teama is under budget and teamb over it; budgetd records the
+//!    preemption as `partition_tier`, and `budgetctl why` on the requeued job says the
+//!    partition order took its run;
+//! 3. a lower tier never takes a higher one: teamb fills the cluster in `high` with
+//!    5 s windows; teama's job in `gpu` (under budget, which the budgets alone would let
+//!    take an over-budget job once its window is over) stays pending for three
+//!    cycles past the windows, and nothing is requeued;
+//! 4. the same tier: as 3, but teamb's jobs in `gpu`: the budget rule, teama's job
+//!    starts by preemption within a cycle of the window's end, recorded `over_budget`.
+//!
+//! QOS `Preempt=` lists and `PreemptExemptTime` need slurmdbd, which the testbed does
+//! not run: not covered here.
+
+use anyhow::Result;
+use testbed_tests::api::{Budgetd, PolicyPatch};
+use testbed_tests::checks::{Check, Checks, run_suite, say, sleep_secs, wait_secs};
+use testbed_tests::slurm::{JobId, Slurm};
+use testbed_tests::testbed::{Testbed, TestbedConfig, with_testbed};
+use testbed_tests::time::now;
+
+/// min_runtime of the protected victims of section 1 (s).
+const WINDOW: i64 = 20;
+/// min_runtime of the victims of sections 3 and 4 (s).
+const SHORT: i64 = 5;
+/// sched_interval.
+const CYCLE: i64 = 5;
+/// Polling + RPC latency allowed on top of one cycle.
+const SLACK: i64 = 3;
+
+#[test]
+#[ignore = "starts a Slurm testbed; run with --ignored (see main.rs)"]
+fn suite() {
+    run_suite("testbed-tiers", |checks| -> Result<()> {
+        let mut config = TestbedConfig::from_env(
+            "PARTITION_TIER_DIR",
+            "/tmp/slurm-budget-partition-tier",
+            "PARTITION_TIER_PORT_BASE",
+            20417,
+        )?;
+        config.nodes = 2;
+        config.gpus = 2;
+        config.priority = Some("budget".into());
+        config.budget_period = 2;
+        // The contract's plugins, fast preemption (SLURM-NOTES "Fast, repeatable
+        // preemption tests") and a second partition over the same nodes, one tier up.
+        config.extra_conf = Some(format!(
+            "JobSubmitPlugins=budget\nPreemptType=preempt/budget\nPreemptMode=REQUEUE\n\
+             PartitionName=high Nodes=gpu[1-{}] PriorityTier=2 MaxTime=INFINITE State=UP",
+            config.nodes
+        ));
+        config.unset = vec!["TESTBED_PRIORITY_EXTRA"];
+        with_testbed(checks, config, scenario)
+    });
+}
+
+fn scenario(c: &mut Checks, tb: &Testbed) -> Result<()> {
+    let api = tb.budgetd();
+    let user = tb.user();
+    api.set_policy(&PolicyPatch {
+        default_min_runtime_secs: Some(WINDOW),
+        max_min_runtime_secs: Some(120),
+        snapshot_max_age_secs: Some(30),
+        max_requeues: Some(3),
+        ..PolicyPatch::default()
+    })?;
+    api.create_account("teama", None, 1000.0)?;
+    api.create_account("teamb", None, 0.0)?;
+    api.add_member(user, "teama")?;
+    api.add_member(user, "teamb")?;
+    // The plugins' next snapshot holds the tree.
+    sleep_secs(3.0);
+    section_1_2(c, tb)?;
+    section_3(c, tb)?;
+    section_4(c, tb)?;
+    Ok(())
+}
+
+/// A 2-GPU job of `account` in `partition` with a window of `window` s, sleeping
+/// `sleep_for` s.
+fn sbatch_2gpu(
+    s: &Slurm,
+    account: &str,
+    partition: &str,
+    window: i64,
+    sleep_for: u32,
+) -> Result<JobId> {
+    let comment = format!("min_runtime={window}s");
+    let wrap = format!("sleep {sleep_for}");
+    Ok(s.sbatch(&[
+        "-A",
+        account,
+        "-p",
+        partition,
+        "--gres=gpu:2",
+        "--comment",
+        &comment,
+        "--wrap",
+        &wrap,
+    ])?)
+}
+
+/// Fills the cluster (2 x 2 GPUs) with two jobs of `account` in `partition`; waits
+/// up to 15 s for both to run; their ids and starts.
+fn fill(
+    c: &mut Checks,
+    s: &Slurm,
+    label: &str,
+    account: &str,
+    partition: &str,
+    window: i64,
+) -> Result<[(JobId, i64); 2]> {
+    let jobs = [
+        sbatch_2gpu(s, account, partition, window, 600)?,
+        sbatch_2gpu(s, account, partition, window, 600)?,
+    ];
+    let w = wait_secs(15, || s.all_in_state("RUNNING", &jobs));
+    c.record(
+        format!("{label} {account} fills the cluster in {partition}"),
+        Check::that(w.ok).actual(w.describe()).jobs(&jobs),
+    );
+    Ok([
+        (jobs[0], s.known_job(jobs[0])?.start.unwrap_or(0)),
+        (jobs[1], s.known_job(jobs[1])?.start.unwrap_or(0)),
+    ])
+}
+
+/// Polls until `preemptor` runs or `deadline` passes: its start (0 if it did not
+/// start), and whether a victim stopped running before `window_end` (a second of
+/// polling slack).
+fn wait_preemption(
+    s: &Slurm,
+    preemptor: JobId,
+    victims: [JobId; 2],
+    window_end: i64,
+    deadline: i64,
+) -> Result<(i64, bool)> {
+    let mut early = false;
+    while now() < deadline {
+        if s.state(preemptor)? == "RUNNING" {
+            return Ok((s.known_job(preemptor)?.start.unwrap_or(0), early));
+        }
+        if now() < window_end - 1 && !s.all_in_state("RUNNING", &victims)? {
+            early = true;
+        }
+        sleep_secs(0.5);
+    }
+    Ok((0, early))
+}
+
+/// The victims Slurm requeued (restart count above 0).
+fn requeued(s: &Slurm, victims: &[JobId]) -> Result<Vec<JobId>> {
+    let mut out = Vec::new();
+    for &v in victims {
+        if s.known_job(v)?.restarts >= 1 {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// Waits up to 20 s for budgetd to hold the preemption of `victim` by `preemptor`
+/// for `reason`, reported by the plugin.
+fn check_recorded(
+    c: &mut Checks,
+    api: &Budgetd,
+    name: &str,
+    victim: JobId,
+    preemptor: JobId,
+    reason: &str,
+) {
+    let w = wait_secs(20, || -> Result<bool> {
+        Ok(api.preemptions()?.iter().any(|r| {
+            r.job_id == victim
+                && r.preemptor == Some(preemptor)
+                && r.reason == reason
+                && r.source == "plugin"
+        }))
+    });
+    c.record(
+        name,
+        Check::that(w.ok)
+            .expected(format!(
+                "a row: victim {victim}, preemptor {preemptor}, reason {reason}, source plugin"
+            ))
+            .actual(w.describe())
+            .jobs(&[victim, preemptor])
+            .log("preempt/budget"),
+    );
+}
+
+fn section_1_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
+    say("== 1-2. a higher tier takes a lower tier's job, never inside its window");
+    let s = tb.slurm();
+    let [(v1, s1), (v2, s2)] = fill(c, s, "1", "teama", "gpu", WINDOW)?;
+    let p = sbatch_2gpu(s, "teamb", "high", WINDOW, 600)?;
+    let window_end = s1.min(s2) + WINDOW;
+    let deadline = window_end + 3 * CYCLE + 10;
+    let (pstart, early) = wait_preemption(s, p, [v1, v2], window_end, deadline)?;
+    c.record(
+        "2 the contract wins: no lower-tier job requeued inside its window",
+        Check::that(!early && (pstart == 0 || pstart >= window_end))
+            .actual(format!(
+                "early stop {early}, preemptor start {pstart}, window end {window_end}"
+            ))
+            .jobs(&[v1, v2, p]),
+    );
+    let taken = requeued(s, &[v1, v2])?;
+    c.record(
+        "1 the high-tier job of over-budget teamb started by preempting one job of under-budget teama",
+        Check::that(pstart > 0 && taken.len() == 1)
+            .actual(format!("preemptor {p} start {pstart}, requeued {taken:?}"))
+            .jobs(&[p, v1, v2]),
+    );
+    let Some(&victim) = taken.first().filter(|_| pstart > 0) else {
+        return Ok(tb.clear_jobs()?);
+    };
+    let vstart = if victim == v1 { s1 } else { s2 };
+    c.record(
+        "1 it starts within a cycle of the victim's window end",
+        Check::within(pstart - (vstart + WINDOW), 0, CYCLE + SLACK).jobs(&[victim, p]),
+    );
+    check_recorded(
+        c,
+        tb.budgetd(),
+        "1 budgetd records it as partition_tier",
+        victim,
+        p,
+        "partition_tier",
+    );
+    // The words of `budgetctl why` on the requeued job: which rule took its run
+    // (once the plugin's sync told budgetd of the requeue, a period or two later).
+    let mut out = String::new();
+    let w = wait_secs(20, || -> Result<bool> {
+        let (ok, text) = tb.run_budgetctl(&[], &["why", &victim.to_string()])?;
+        out = text;
+        Ok(ok
+            && out.lines().any(|l| {
+                l.contains("preempted at ")
+                    && l.contains(&format!("by job {p}"))
+                    && l.contains("partition_tier: the partition order")
+            }))
+    });
+    let line = out
+        .lines()
+        .find(|l| l.contains("preempted at "))
+        .unwrap_or("");
+    c.record(
+        "1 budgetctl why on the victim: the partition order took its run",
+        Check::that(w.ok)
+            .expected("'run 0 preempted at ... by job P (teamb) (partition_tier: the partition order: ...)'")
+            .actual(if line.is_empty() { out.as_str() } else { line }),
+    );
+    Ok(tb.clear_jobs()?)
+}
+
+fn section_3(c: &mut Checks, tb: &Testbed) -> Result<()> {
+    say("== 3. a lower tier never takes a higher one, whatever the budgets say");
+    let s = tb.slurm();
+    let [(v1, s1), (v2, s2)] = fill(c, s, "3", "teamb", "high", SHORT)?;
+    let p = sbatch_2gpu(s, "teama", "gpu", WINDOW, 600)?;
+    // Three cycles past both windows: the budgets alone would have taken one.
+    let until = s1.max(s2) + SHORT + 3 * CYCLE + SLACK;
+    let mut started = false;
+    while now() < until {
+        started |= s.state(p)? == "RUNNING";
+        sleep_secs(0.5);
+    }
+    let taken = requeued(s, &[v1, v2])?;
+    c.record(
+        "3 under-budget teama's job in gpu stays pending; no job of over-budget teamb in high is requeued",
+        Check::that(!started && taken.is_empty() && s.all_in_state("RUNNING", &[v1, v2])?)
+            .actual(format!("preemptor started {started}, requeued {taken:?}"))
+            .jobs(&[p, v1, v2]),
+    );
+    // budgetd's why judges it as the plugin does: from Slurm's partitions.
+    let w = tb.budgetd().why(p)?;
+    let names: Vec<JobId> = w.preemption.may_preempt.iter().map(|o| o.job_id).collect();
+    c.record(
+        "3 why on teama's job: it may preempt none of teamb's higher-tier jobs",
+        Check::that(names.is_empty())
+            .actual(format!("may preempt {names:?}"))
+            .jobs(&[p, v1, v2]),
+    );
+    let (ok, out) = tb.run_budgetctl(&[], &["why", &p.to_string()])?;
+    c.record(
+        "3 budgetctl why on teama's job names the partition order",
+        Check::that(ok && out.contains("the partition order wins"))
+            .expected("'... cannot be taken: the partition order wins, its partition's PriorityTier 2 is above this job's 1 ...'")
+            .actual(out.as_str()),
+    );
+    Ok(tb.clear_jobs()?)
+}
+
+fn section_4(c: &mut Checks, tb: &Testbed) -> Result<()> {
+    say("== 4. the same tier: the budget rule as before");
+    let s = tb.slurm();
+    let [(v1, s1), (v2, s2)] = fill(c, s, "4", "teamb", "gpu", SHORT)?;
+    let p = sbatch_2gpu(s, "teama", "gpu", WINDOW, 600)?;
+    let window_end = s1.min(s2) + SHORT;
+    let deadline = window_end.max(now()) + 3 * CYCLE + 10;
+    let (pstart, early) = wait_preemption(s, p, [v1, v2], window_end, deadline)?;
+    let taken = requeued(s, &[v1, v2])?;
+    c.record(
+        "4 under-budget teama's job started by preempting one job of over-budget teamb",
+        Check::that(pstart > 0 && !early && taken.len() == 1)
+            .actual(format!(
+                "preemptor {p} start {pstart}, early {early}, requeued {taken:?}"
+            ))
+            .jobs(&[p, v1, v2]),
+    );
+    if let Some(&victim) = taken.first().filter(|_| pstart > 0) {
+        check_recorded(
+            c,
+            tb.budgetd(),
+            "4 budgetd records it as over_budget",
+            victim,
+            p,
+            "over_budget",
+        );
+    }
+    Ok(tb.clear_jobs()?)
+}
