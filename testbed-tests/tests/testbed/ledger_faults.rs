@@ -416,6 +416,7 @@ fn section_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
         Check::that(ran && synced).actual(describe(&got)).jobs(&[k]),
     );
     let start = row_of(&got, k, k_submit).and_then(|r| r.start);
+    let k_node = s.job(k)?.map(|j| j.nodes).unwrap_or_default();
     let t_kill = now();
     tb.stop_ctld(true)?;
     tb.restore_ctld_state(&copy)?;
@@ -453,7 +454,16 @@ fn section_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
         Check::that(w.ok).actual(w.describe()).jobs(&[k]),
     );
     // The forgotten id is free again: the next job gets it, and a row of its own.
-    let n = s.sbatch(&["-A", "filler", "--gres=gpu:1", "--wrap", "sleep 600"])?;
+    // It goes to another node: the one that killed the orphan has revoked the id's
+    // credential, and on 24.11 slurmctld kills a new job with that id placed there
+    // until the revocation expires ("Killing non-startable batch JobId=...: Job
+    // credential revoked", measured on 24.11.5; 22.05.8 starts it).
+    let mut args = vec!["-A", "filler", "--gres=gpu:1"];
+    if !k_node.is_empty() {
+        args.extend(["--exclude", k_node.as_str()]);
+    }
+    args.extend(["--wrap", "sleep 600"]);
+    let n = s.sbatch(&args)?;
     c.record("2 the next job reuses the forgotten id", Check::eq(k, n));
     s.wait_state(n, "RUNNING", 20);
     let job = s.known_job(n)?;
