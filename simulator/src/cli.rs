@@ -106,6 +106,21 @@ fn parse_shares(s: &str) -> Result<Shares, String> {
 }
 
 /// A duration (`90m`, `2h30m`, `HH:MM:SS`...) or `0` / `none`.
+/// `all` or `FROM-UNTIL` (durations, FROM before UNTIL): a span of simulated time.
+fn parse_span(s: &str) -> Result<(i64, i64), String> {
+    if s.trim() == "all" {
+        return Ok((0, i64::MAX));
+    }
+    let (from, until) = s
+        .split_once('-')
+        .ok_or_else(|| format!("{s:?}: want all or FROM-UNTIL, e.g. 7d-14d"))?;
+    let (from, until) = (parse_secs(from)?, parse_secs(until)?);
+    if from >= until {
+        return Err(format!("{s:?}: FROM must come before UNTIL"));
+    }
+    Ok((from, until))
+}
+
 fn parse_secs(s: &str) -> Result<i64, String> {
     match s.trim() {
         "0" | "none" => Ok(0),
@@ -249,6 +264,13 @@ pub struct SimulateArgs {
     /// recalculation (slow; for small traces).
     #[arg(long)]
     pub verify_window: bool,
+    /// Report, for the cost-aware rule, why it refused the (pending, running)
+    /// pairs it was asked about and how each preemption attempt ended
+    /// (`refusals` in the JSON report): what binds. Optionally only within a
+    /// span of simulated time since the first submission, `FROM-UNTIL` (e.g.
+    /// `7d-14d`: a late team's first week); alone, the whole replay.
+    #[arg(long, num_args = 0..=1, default_missing_value = "all", value_parser = parse_span)]
+    pub count_refusals: Option<(i64, i64)>,
 }
 
 /// Inputs resolved from the arguments, ready to replay.
@@ -453,6 +475,7 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
         seed: args.seed,
         free_fraction: args.free_fraction,
         verify_window: args.verify_window,
+        count_refusals: args.count_refusals,
         ..SimConfig::default()
     };
     Ok(Prepared {

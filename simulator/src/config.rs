@@ -131,6 +131,10 @@ pub struct SimConfig {
     /// Check the incremental window usage against `policy_core::window_usage`
     /// at every recalculation (slow: tests and small traces).
     pub verify_window: bool,
+    /// Count why the rule refused each (pending, running) pair it was asked
+    /// about and how each preemption attempt ended ([`crate::metrics::Refusals`]),
+    /// within `[from, until)` of simulated time; `None`: count nothing.
+    pub count_refusals: Option<(i64, i64)>,
     /// Simulated time at which the replay gives up (seconds since the first
     /// submission). Without checkpoints, rebalancing can requeue a long job
     /// forever (each run is preempted right after its window and loses all its
@@ -183,6 +187,7 @@ impl Default for SimConfig {
             sample_every: 3600,
             decay_half_life: 7 * 86_400,
             seed: 1,
+            count_refusals: None,
             free_fraction: 0.0,
             verify_window: false,
             horizon: i64::MAX,

@@ -169,6 +169,8 @@ pub struct Outcome {
     pub unfinished_jobs: u64,
     /// Scheduling passes run (for speed figures).
     pub passes: u64,
+    /// What bound the rule (`SimConfig::count_refusals`).
+    pub refusals: Option<crate::metrics::Refusals>,
 }
 
 /// `(time, kind, sequence, job, run)`: ordered by time, then kind, then insertion.
@@ -269,6 +271,10 @@ pub(crate) struct Core<'a> {
     /// The backfill timer fired at this instant.
     bf_due: bool,
     passes: u64,
+    /// Preemption attempts by outcome and size, when `count_refusals`.
+    attempts: Option<BTreeMap<String, u64>>,
+    /// The span `attempts` counts in.
+    count_span: (i64, i64),
 }
 
 /// Replays `jobs` (sorted by submit time, submit of the first = 0) under `policy`.
@@ -413,6 +419,8 @@ impl<'a> Core<'a> {
             bf_stale: false,
             bf_due: false,
             passes: 0,
+            attempts: cfg.count_refusals.map(|_| BTreeMap::new()),
+            count_span: cfg.count_refusals.unwrap_or((0, 0)),
         };
         (core, policy)
     }
@@ -1104,6 +1112,27 @@ impl<'a> Core<'a> {
     }
 
     fn try_preempt(&mut self, pol: &mut dyn SchedPolicy, p: u32) -> Attempt {
+        let attempt = self.try_preempt_once(pol, p);
+        let (from, until) = self.count_span;
+        if let Some(counts) = self
+            .attempts
+            .as_mut()
+            .filter(|_| (from..until).contains(&self.now))
+        {
+            let outcome = match attempt {
+                Attempt::Started => "started",
+                Attempt::NoVictims => "no_victims",
+                Attempt::NotEnough => "not_enough",
+            };
+            let job = &self.jobs[p as usize];
+            let team = &self.teams[job.team as usize].name;
+            let key = format!("{team} {outcome} {} GPUs", job.gpus);
+            *counts.entry(key).or_default() += 1;
+        }
+        attempt
+    }
+
+    fn try_preempt_once(&mut self, pol: &mut dyn SchedPolicy, p: u32) -> Attempt {
         let mut cands = pol.candidates(&self.view(), p);
         if cands.is_empty() {
             return Attempt::NoVictims;
@@ -1210,6 +1239,13 @@ impl<'a> Core<'a> {
             check,
             unfinished_jobs: unfinished,
             passes: self.passes,
+            // Only a policy that asks the cost-aware rule has refusals to report.
+            refusals: self.attempts.take().and_then(|attempts| {
+                pol.refusals().map(|by_reason| crate::metrics::Refusals {
+                    by_reason,
+                    attempts,
+                })
+            }),
         }
     }
 }

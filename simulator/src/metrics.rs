@@ -123,6 +123,26 @@ pub struct PolicyReport {
     pub teams: Vec<TeamReport>,
     pub wait: BTreeMap<String, WaitStats>,
     pub notes: Vec<String>,
+    /// What bound the cost-aware rule (`--count-refusals`; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusals: Option<Refusals>,
+}
+
+/// What bound the cost-aware rule over one replay (`--count-refusals`): the
+/// diagnosis of a policy that leaves a team short, counted rather than guessed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Refusals {
+    /// The rule's refusals by the preemptor's team and reason (the name of
+    /// `policy_core::rebalance::Denied`'s variant: `"l LostBudget"`), one per (pending job,
+    /// running job) pair the engine asked about, as often as the plugin's
+    /// callback would be asked. A side-level refusal (`judge_sides`) counts
+    /// once for each running job of the refused leaf.
+    pub by_reason: BTreeMap<String, u64>,
+    /// Preemption attempts of blocked jobs, by the job's team, outcome and
+    /// GPUs (`"l started 16 GPUs"`): `started`; `no_victims`, the rule allowed
+    /// no running job; `not_enough`, the victims it allowed free no placement
+    /// for the job (the rest of each node is held by jobs it may not take).
+    pub attempts: BTreeMap<String, u64>,
 }
 
 fn percentile(sorted: &[i64], q: f64) -> i64 {
@@ -373,6 +393,7 @@ pub fn report(o: &Outcome, window: i64, notes: &[String]) -> PolicyReport {
         teams,
         wait,
         notes: notes.to_vec(),
+        refusals: o.refusals.clone(),
     }
 }
 

@@ -30,7 +30,7 @@ use policy_core::fairshare::{FairShare, LeafKey, Tier, UsageByLeaf};
 use policy_core::preempt::JobView;
 use policy_core::priority::job_priority;
 use policy_core::rebalance::{
-    self, Allowed, Clause, InFlight, PastPreemption, PendingJob, PreemptState, RunningJob,
+    self, Allowed, Clause, Denied, InFlight, PastPreemption, PendingJob, PreemptState, RunningJob,
 };
 use policy_core::tree::{AccountSpec, MemberSpec, TreeSpec};
 
@@ -61,6 +61,22 @@ pub(crate) struct FairSharePolicy {
     /// Rebalancing preemptions in the last window: (time, preemptor leaf,
     /// victim leaf, lost GPU-seconds as estimated when decided).
     history: VecDeque<(i64, u32, u32, f64)>,
+    /// The rule's refusals by reason, when `SimConfig::count_refusals`.
+    refusals: Option<BTreeMap<String, u64>>,
+    /// The span of simulated time `refusals` counts in.
+    count_span: (i64, i64),
+}
+
+/// Adds `n` refusals for `denied` of a preemptor of `team` to `counts`, keyed
+/// `"team Variant"`.
+fn tally(counts: &mut Option<BTreeMap<String, u64>>, team: &str, denied: &Denied, n: u64) {
+    let Some(counts) = counts.as_mut() else {
+        return;
+    };
+    // The variant's name is the Debug text up to its fields.
+    let text = format!("{denied:?}");
+    let name = text.split([' ', '{', '(']).next().unwrap_or_default();
+    *counts.entry(format!("{team} {name}")).or_default() += n;
 }
 
 impl FairSharePolicy {
@@ -108,6 +124,8 @@ impl FairSharePolicy {
             state: None,
             in_flight: InFlight::default(),
             history: VecDeque::new(),
+            refusals: cfg.count_refusals.map(|_| BTreeMap::new()),
+            count_span: cfg.count_refusals.unwrap_or((0, 0)),
         }
     }
 
@@ -284,6 +302,25 @@ impl FairSharePolicy {
     /// The cost-aware rule, exactly as the plugin's callback would answer.
     fn candidates_v2(&mut self, sim: &EngineView<'_>, p: u32) -> Vec<Candidate> {
         let now = sim.now;
+        // Refusals outside the span asked for are not counted.
+        let (from, until) = self.count_span;
+        let counting = (from..until).contains(&now);
+        let mut refusals = if counting { self.refusals.take() } else { None };
+        let out = self.candidates_v2_counted(sim, p, &mut refusals);
+        if counting {
+            self.refusals = refusals;
+        }
+        out
+    }
+
+    /// [`Self::candidates_v2`], tallying refusals into `refusals` when counting.
+    fn candidates_v2_counted(
+        &mut self,
+        sim: &EngineView<'_>,
+        p: u32,
+        refusals: &mut Option<BTreeMap<String, u64>>,
+    ) -> Vec<Candidate> {
+        let now = sim.now;
         // The preemption record keeps one window.
         while self
             .history
@@ -324,9 +361,12 @@ impl FairSharePolicy {
             if free {
                 for &v in set {
                     let rv = self.running(sim, v);
-                    if let Ok(Allowed::VictimFreeTier) =
-                        rebalance::decide(state, Some(fs), &self.in_flight, &pview, &rv, now)
-                    {
+                    let decision =
+                        rebalance::decide(state, Some(fs), &self.in_flight, &pview, &rv, now);
+                    if let Err(denied) = &decision {
+                        tally(refusals, pa, denied, 1);
+                    }
+                    if let Ok(Allowed::VictimFreeTier) = decision {
                         out.push(Candidate {
                             job: v,
                             order: rebalance::victim_priority(Some(fs), &rv, now),
@@ -338,19 +378,26 @@ impl FairSharePolicy {
             }
             // Every member shares what the side-level checks read (leaf, not free).
             let Some(&first) = set.first() else { continue };
-            let Ok(sides) = rebalance::judge_sides(
+            let sides = match rebalance::judge_sides(
                 state,
                 Some(fs),
                 &self.in_flight,
                 &pview,
                 &self.running(sim, first),
-            ) else {
-                continue;
+            ) {
+                Ok(sides) => sides,
+                Err(denied) => {
+                    tally(refusals, pa, &denied, set.len() as u64);
+                    continue;
+                }
             };
             for &v in set {
                 let rv = self.running(sim, v);
-                if let Ok(Allowed::Rebalance(r)) = rebalance::judge_victim(state, &sides, &rv, now)
-                {
+                let decision = rebalance::judge_victim(state, &sides, &rv, now);
+                if let Err(denied) = &decision {
+                    tally(refusals, pa, denied, 1);
+                }
+                if let Ok(Allowed::Rebalance(r)) = decision {
                     granted = true;
                     out.push(Candidate {
                         job: v,
@@ -509,6 +556,14 @@ impl SchedPolicy for FairSharePolicy {
             self.history
                 .push_back((sim.now, pl, sim.jobs[c.job as usize].leaf, lost));
         }
+    }
+
+    fn refusals(&self) -> Option<BTreeMap<String, u64>> {
+        // The old rule (`budget-v1`) is not the one counted.
+        if self.kind == PolicyKind::BudgetV1 {
+            return None;
+        }
+        self.refusals.clone()
     }
 
     fn window_mismatches(&self) -> u64 {

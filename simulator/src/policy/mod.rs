@@ -150,6 +150,11 @@ pub(crate) trait SchedPolicy {
     fn window_mismatches(&self) -> u64 {
         0
     }
+    /// The rule's refusals by reason, when the policy counts them
+    /// (`SimConfig::count_refusals`; [`crate::metrics::Refusals::by_reason`]).
+    fn refusals(&self) -> Option<std::collections::BTreeMap<String, u64>> {
+        None
+    }
 }
 
 /// The policy of `kind` for these teams and fair-share leaves.

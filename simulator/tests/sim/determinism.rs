@@ -110,6 +110,40 @@ fn same_inputs_same_bytes() {
         v["budget"]["preemptions"].as_u64().unwrap_or(0) > 0,
         "the synthetic trace should contend"
     );
+    // Counting what bound the rule decides nothing: the same replay, plus the
+    // counts, which name the scenario's teams and add up with its preemptions.
+    let mut c = base.to_vec();
+    c.extend(["--seed", "7", "--json", "--count-refusals"]);
+    let mut counted: serde_json::Value =
+        serde_json::from_str(&json(&args(&c))).expect("valid json");
+    let refusals = counted["budget"]
+        .as_object_mut()
+        .and_then(|r| r.remove("refusals"))
+        .expect("budget reports its refusals");
+    assert_eq!(counted, v, "counting refusals changed the replay");
+    let by_reason = refusals["by_reason"].as_object().expect("by_reason");
+    assert!(
+        !by_reason.is_empty(),
+        "a contended replay refuses some pairs"
+    );
+    for key in by_reason.keys() {
+        let team = key.split(' ').next().unwrap_or_default();
+        assert!(["ta", "tb", "tc"].contains(&team), "{key}: not a team's");
+    }
+    let attempts = refusals["attempts"].as_object().expect("attempts");
+    let started: u64 = attempts
+        .iter()
+        .filter(|(k, _)| k.contains(" started "))
+        .map(|(_, n)| n.as_u64().unwrap_or(0))
+        .sum();
+    let preemptions = v["budget"]["preemptions"].as_u64().unwrap_or(0);
+    assert!(
+        started > 0 && started <= preemptions,
+        "{started} started attempts for {preemptions} preemptions"
+    );
+    for p in ["static", "decay"] {
+        assert!(v[p].get("refusals").is_none(), "{p} has no rule to count");
+    }
     let mut b = base.to_vec();
     b.extend(["--seed", "8", "--json"]);
     assert_ne!(
