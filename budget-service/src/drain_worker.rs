@@ -6,7 +6,10 @@
 //! sync, which can be seconds old), so a requeue lands within one tick of the
 //! window end; it re-applies DRAIN when Slurm lost it (a `slurmctld` restarted
 //! with clean state, a manual resume). Each requeue it issues is recorded as a
-//! `drain` preemption.
+//! `drain` preemption. A job of a partition with `PreemptMode=OFF` is never
+//! requeued: the site said its jobs are never preempted, maintenance included,
+//! so the drain waits for it to end (as `preempt/budget` never lets a drain's
+//! preemptor take it).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -101,6 +104,9 @@ async fn pass(state: &AppState, requeued: &mut HashSet<(u32, u32)>) -> AppResult
     let default_min = state
         .with_store(|s| Ok(s.policy().default_min_runtime_secs))
         .await?;
+    // Read fresh with the jobs (not the 60 s reader's copy, empty until its
+    // first read): a requeue cannot be taken back.
+    let partitions = scontrol::show_partitions().await?;
     let drained: Vec<&str> = drains.iter().map(|d| d.node.as_str()).collect();
     let now = crate::clock::now();
     // One job that cannot be requeued (gone, already completing, refused)
@@ -108,6 +114,10 @@ async fn pass(state: &AppState, requeued: &mut HashSet<(u32, u32)>) -> AppResult
     let mut failures: Vec<String> = Vec::new();
     for j in jobs {
         if !on_drained_node(j, &drained) || requeued.contains(&(j.job_id, j.run)) {
+            continue;
+        }
+        if partitions.get(&j.partition).is_some_and(|p| p.preempt_off) {
+            tracing::debug!(job = j.job_id, partition = %j.partition, "drain worker: PreemptMode=OFF, waiting for the job to end");
             continue;
         }
         let (free, min) = contract(j, default_min);

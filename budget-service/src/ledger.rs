@@ -207,9 +207,10 @@ impl RunRecord {
             grace: 0,
             requeues: self.run,
             leaf: None,
-            // The ledger keeps partition names, not their PriorityTier:
-            // `why::Rule` sets it from Slurm's partitions when known.
+            // The ledger keeps partition names, not their PriorityTier or
+            // PreemptMode: `why::Rule` sets them from Slurm's partitions when known.
             partition_tier: None,
+            partition_preempt_off: None,
         }
     }
 

@@ -298,23 +298,39 @@ pub async fn show_nodes() -> Result<BTreeMap<String, NodeInfo>, SlurmError> {
     Ok(parse_nodes(&run(&["show", "node", "-o"]).await?))
 }
 
-/// Each partition's `PriorityTier` (`scontrol show partition -o`), by name.
-pub async fn show_partition_tiers() -> Result<BTreeMap<String, u16>, SlurmError> {
-    Ok(parse_partition_tiers(
-        &run(&["show", "partition", "-o"]).await?,
-    ))
+/// What `preempt/budget`'s rule reads of one partition (`crate::partitions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionInfo {
+    /// `PriorityTier`.
+    pub tier: u16,
+    /// `PreemptMode=OFF`: its jobs are never preempted (`scontrol` shows the
+    /// global mode for a partition without one of its own, so a cluster whose
+    /// global mode is OFF reads OFF everywhere: it preempts nothing at all).
+    pub preempt_off: bool,
 }
 
-/// Parses `scontrol show partition -o`: `PartitionName` and `PriorityTier` of
-/// each line (a line without both, or with a tier that is no number, is left out).
-pub fn parse_partition_tiers(text: &str) -> BTreeMap<String, u16> {
+/// Each partition's `PriorityTier` and `PreemptMode=OFF` (`scontrol show
+/// partition -o`), by name.
+pub async fn show_partitions() -> Result<BTreeMap<String, PartitionInfo>, SlurmError> {
+    Ok(parse_partitions(&run(&["show", "partition", "-o"]).await?))
+}
+
+/// Parses `scontrol show partition -o`: `PartitionName`, `PriorityTier` and
+/// `PreemptMode` of each line (a line without a name or tier, or with a tier
+/// that is no number, is left out). `PreemptMode` is `OFF` exactly when the
+/// mode is 0 (Slurm's `preempt_mode_string`; `scontrol` prints the global mode
+/// for a partition without its own); a line without it is not `OFF`.
+pub fn parse_partitions(text: &str) -> BTreeMap<String, PartitionInfo> {
     text.lines()
         .filter_map(|line| {
             let kv = parse_kv_line(line);
             let get = |k: &str| kv.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str());
             Some((
                 get("PartitionName")?.to_string(),
-                get("PriorityTier")?.parse().ok()?,
+                PartitionInfo {
+                    tier: get("PriorityTier")?.parse().ok()?,
+                    preempt_off: get("PreemptMode").is_some_and(|m| m.eq_ignore_ascii_case("OFF")),
+                },
             ))
         })
         .collect()
@@ -726,15 +742,22 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn reads_partition_tiers() {
+    fn reads_partitions() {
         let text = "PartitionName=gpu AllowGroups=ALL Default=YES GraceTime=0 Nodes=gpu[1-2] PriorityJobFactor=1 PriorityTier=1 PreemptMode=REQUEUE State=UP\n\
                     PartitionName=high AllowGroups=ALL Default=NO Nodes=gpu[1-2] PriorityJobFactor=1 PriorityTier=2 State=UP\n\
-                    PartitionName=odd PriorityTier=x\n\
+                    PartitionName=frozen AllowGroups=ALL Nodes=gpu[1-2] PriorityTier=1 OverTimeLimit=NONE PreemptMode=OFF State=UP\n\
+                    PartitionName=gang PriorityTier=1 PreemptMode=GANG,SUSPEND\n\
+                    PartitionName=odd PriorityTier=x PreemptMode=OFF\n\
                     garbage\n";
-        let tiers = parse_partition_tiers(text);
+        let part = |tier, preempt_off| PartitionInfo { tier, preempt_off };
         assert_eq!(
-            tiers.into_iter().collect::<Vec<_>>(),
-            vec![("gpu".to_string(), 1), ("high".to_string(), 2)]
+            parse_partitions(text).into_iter().collect::<Vec<_>>(),
+            vec![
+                ("frozen".to_string(), part(1, true)),
+                ("gang".to_string(), part(1, false)),
+                ("gpu".to_string(), part(1, false)),
+                ("high".to_string(), part(2, false)),
+            ]
         );
     }
 

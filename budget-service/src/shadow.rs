@@ -43,7 +43,7 @@ use rusqlite::params;
 
 use crate::error::AppResult;
 use crate::ledger::RunRecord;
-use crate::partitions::PartitionTiers;
+use crate::partitions::Partitions;
 use crate::store::Store;
 use crate::why::Rule;
 
@@ -140,7 +140,7 @@ pub struct Recorded {
 pub fn record(
     store: &mut Store,
     snap: &PluginSnapshot,
-    tiers: &PartitionTiers,
+    partitions: &Partitions,
     queue: &QueueOrder,
     now: i64,
 ) -> AppResult<Recorded> {
@@ -149,7 +149,7 @@ pub fn record(
     let pending = store.ledger().in_state(RunState::Pending);
     let open = open_decisions(store, &running, &pending, now)?;
     let (preemptions, teams) = {
-        let rule = Rule::new(store, snap, tiers, &running, &pending, now);
+        let rule = Rule::new(store, snap, partitions, &running, &pending, now);
         // Preemptors: the pending jobs Slurm would schedule (the queue: not held).
         let queued: HashSet<u32> = queue.jobs.iter().map(|j| j.job_id).collect();
         let eligible: Vec<RunRecord> = pending

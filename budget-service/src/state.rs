@@ -19,7 +19,7 @@ use crate::caller::Caller;
 use crate::capacity::ClusterGpus;
 use crate::config::Config;
 use crate::error::{AppError, AppResult};
-use crate::partitions::PartitionTiers;
+use crate::partitions::Partitions;
 use crate::snapshot::{self, CachedSnapshot, SnapshotCache};
 use crate::store::Store;
 use crate::throttle::{ReadPermit, ReadThrottle};
@@ -108,9 +108,9 @@ pub struct Inner {
     /// Slurm (`None`: unknown), published as the snapshot's `cluster_gpus` and,
     /// weighted with the store's weights, `cluster_weighted_gpus`.
     capacity: Mutex<Option<ClusterGpus>>,
-    /// Slurm's partitions' `PriorityTier`s as [`crate::partitions`] last read
+    /// Slurm's partitions' `PriorityTier`s and `PreemptMode=OFF` as [`crate::partitions`] last read
     /// them (empty: unknown), for `why` and shadow mode.
-    partition_tiers: Mutex<Arc<PartitionTiers>>,
+    partitions: Mutex<Arc<Partitions>>,
     /// The Unix socket being served (set by `server::run`), which a backup
     /// must never replace.
     pub socket_path: Mutex<Option<std::path::PathBuf>>,
@@ -160,7 +160,7 @@ impl AppState {
             imports: tokio::sync::Mutex::new(()),
             drain_view: Mutex::new(None),
             capacity: Mutex::new(None),
-            partition_tiers: Mutex::new(Arc::default()),
+            partitions: Mutex::new(Arc::default()),
             socket_path: Mutex::new(None),
             whatifs: crate::whatif::Whatifs::default(),
         }))
@@ -185,22 +185,14 @@ impl AppState {
         *self.capacity.lock().unwrap_or_else(|p| p.into_inner()) = gpus;
     }
 
-    /// Slurm's partitions' `PriorityTier`s as last read (empty: unknown).
-    pub fn partition_tiers(&self) -> Arc<PartitionTiers> {
-        Arc::clone(
-            &self
-                .partition_tiers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        )
+    /// Slurm's partitions' `PriorityTier`s and `PreemptMode=OFF` as last read (empty: unknown).
+    pub fn partitions(&self) -> Arc<Partitions> {
+        Arc::clone(&self.partitions.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Sets the partitions' `PriorityTier`s `why` and shadow mode read.
-    pub fn set_partition_tiers(&self, tiers: PartitionTiers) {
-        *self
-            .partition_tiers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Arc::new(tiers);
+    /// Sets the partitions `why`, shadow mode and the drain worker read.
+    pub fn set_partitions(&self, partitions: Partitions) {
+        *self.partitions.lock().unwrap_or_else(|p| p.into_inner()) = Arc::new(partitions);
     }
 
     /// Runs `f` with the store on the blocking pool, after any controller

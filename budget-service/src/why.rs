@@ -18,7 +18,7 @@ use policy_core::rebalance::{self, InFlight, PastPreemption, PreemptState};
 use policy_core::{FairShare, GpuWeights, hostlist, preempt};
 
 use crate::ledger::RunRecord;
-use crate::partitions::{PartitionTiers, tier_of};
+use crate::partitions::{Partitions, preempt_off_of, tier_of};
 use crate::store::{Store, hours};
 
 /// Which jobs the caller may see.
@@ -28,21 +28,21 @@ pub type Visible<'v> = dyn Fn(&RunRecord) -> bool + 'v;
 /// fair share and GPU weights, and the period state computed from every running
 /// run (time limits, requeues, checkpoints as the controller synced them),
 /// every pending one, and the rebalancing preemptions of the window; each
-/// run's partition `PriorityTier` from Slurm's partitions (`crate::partitions`),
-/// as the plugin reads it from the job record.
+/// run's partition `PriorityTier` and `PreemptMode=OFF` from Slurm's partitions
+/// (`crate::partitions`), as the plugin reads them from the job record.
 /// `crate::shadow` decides its would-be preemptions with it too.
 pub(crate) struct Rule<'a> {
     pub(crate) fs: &'a FairShare,
     pub(crate) weights: &'a GpuWeights,
     pub(crate) state: PreemptState,
-    tiers: &'a PartitionTiers,
+    partitions: &'a Partitions,
 }
 
 impl<'a> Rule<'a> {
     pub(crate) fn new(
         store: &Store,
         snap: &'a PluginSnapshot,
-        tiers: &'a PartitionTiers,
+        partitions: &'a Partitions,
         running: &[RunRecord],
         pending: &[RunRecord],
         now: i64,
@@ -74,14 +74,16 @@ impl<'a> Rule<'a> {
             fs,
             weights: w,
             state,
-            tiers,
+            partitions,
         }
     }
 
-    /// `r` as the rule sees a running job: GPUs weighted, its partition's tier.
+    /// `r` as the rule sees a running job: GPUs weighted, its partition's tier
+    /// and whether that partition has `PreemptMode=OFF`.
     pub(crate) fn running<'r>(&self, r: &'r RunRecord) -> rebalance::RunningJob<'r> {
         rebalance::RunningJob {
-            partition_tier: tier_of(self.tiers, r.partition.as_deref()),
+            partition_tier: tier_of(self.partitions, r.partition.as_deref()),
+            partition_preempt_off: preempt_off_of(self.partitions, r.partition.as_deref()),
             ..r.running_job(self.weights)
         }
     }
@@ -89,7 +91,7 @@ impl<'a> Rule<'a> {
     /// `r` as the rule sees a pending job, as [`Rule::running`].
     pub(crate) fn pending<'r>(&self, r: &'r RunRecord) -> rebalance::PendingJob<'r> {
         rebalance::PendingJob {
-            partition_tier: tier_of(self.tiers, r.partition.as_deref()),
+            partition_tier: tier_of(self.partitions, r.partition.as_deref()),
             ..r.pending_job(self.weights)
         }
     }
@@ -129,12 +131,12 @@ impl<'a> Rule<'a> {
 pub fn explain(
     store: &Store,
     snap: &PluginSnapshot,
-    tiers: &PartitionTiers,
+    partitions: &Partitions,
     job: &RunRecord,
     now: i64,
     visible: &Visible<'_>,
 ) -> Why {
-    Explainer::new(store, snap, tiers, now).explain(job, visible)
+    Explainer::new(store, snap, partitions, now).explain(job, visible)
 }
 
 /// The state every explanation at one instant reads (the running and
@@ -150,16 +152,16 @@ pub struct Explainer<'a> {
 }
 
 impl<'a> Explainer<'a> {
-    /// The state at `now` with the snapshot `snap` and the partitions' tiers.
+    /// The state at `now` with the snapshot `snap` and Slurm's partitions.
     pub fn new(
         store: &'a Store,
         snap: &'a PluginSnapshot,
-        tiers: &'a PartitionTiers,
+        partitions: &'a Partitions,
         now: i64,
     ) -> Explainer<'a> {
         let running = store.ledger().in_state(RunState::Running);
         let pending = store.ledger().in_state(RunState::Pending);
-        let rule = Rule::new(store, snap, tiers, &running, &pending, now);
+        let rule = Rule::new(store, snap, partitions, &running, &pending, now);
         Explainer {
             store,
             running,
@@ -345,7 +347,10 @@ fn timing(
                 }
             }
             let drained = crate::drains::list(store).unwrap_or_default();
-            if let Some(nodes) = &job.nodes {
+            // A job of a PreemptMode=OFF partition is never requeued by a
+            // drain (the drain worker waits for it to end).
+            let off = rule.running(job).partition_preempt_off.is_some();
+            if let (Some(nodes), false) = (&job.nodes, off) {
                 let mine = hostlist::expand(nodes).unwrap_or_default();
                 if drained.iter().any(|d| mine.contains(&d.node)) {
                     out.drain_requeue_at = Some(at);

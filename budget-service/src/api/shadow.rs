@@ -27,9 +27,9 @@ pub async fn sample(st: &AppState, queue: QueueOrder, t: i64) -> AppResult<()> {
     c.shadow_last_sample_at
         .store(u64::try_from(t).unwrap_or(0), Ordering::Relaxed);
     let snap = st.snapshot(t).await?;
-    let tiers = st.partition_tiers();
+    let partitions = st.partitions();
     let rec = st
-        .with_store_controller(move |s| shadow::record(s, &snap.snapshot, &tiers, &queue, t))
+        .with_store_controller(move |s| shadow::record(s, &snap.snapshot, &partitions, &queue, t))
         .await?;
     c.shadow_samples.fetch_add(1, Ordering::Relaxed);
     c.shadow_preemptions

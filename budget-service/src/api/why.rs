@@ -24,7 +24,7 @@ pub async fn why(
     let t = now();
     let _permit = st.expensive_read(&caller).await?;
     let snap = st.snapshot(t).await?;
-    let tiers = st.partition_tiers();
+    let partitions = st.partitions();
     let st2 = st.clone();
     st.with_store(move |s| {
         let runs = s.ledger().job_runs(job_id);
@@ -37,7 +37,7 @@ pub async fn why(
         if !sees(&caller, &scope, job) {
             return Err(caller.refuse(&st2, &format!("explain job {job_id}")));
         }
-        let explainer = Explainer::new(s, &snap.snapshot, &tiers, t);
+        let explainer = Explainer::new(s, &snap.snapshot, &partitions, t);
         let flagged = flagged_now(s, t, st2.config.agent_stale_secs);
         Ok(Json(explain_for(
             &explainer, &caller, &scope, job, &flagged,

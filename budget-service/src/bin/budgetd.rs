@@ -112,15 +112,16 @@ fn main() -> anyhow::Result<()> {
             let state = state.clone();
             budget_service::capacity::spawn(move |gpus| state.set_capacity(gpus))
         };
-        // The partitions' PriorityTiers, for why and shadow mode (read once a minute).
-        let tiers = {
+        // The partitions' PriorityTiers and PreemptMode=OFF, for why, shadow mode
+        // and the drain worker (read once a minute).
+        let partitions = {
             let state = state.clone();
-            budget_service::partitions::spawn(move |t| state.set_partition_tiers(t))
+            budget_service::partitions::spawn(move |p| state.set_partitions(p))
         };
         run(state, Listeners { unix: Some(unix), tcp }, shutdown_signal()).await?;
         drainer.abort();
         capacity.abort();
-        tiers.abort();
+        partitions.abort();
         let _ = std::fs::remove_file(&args.socket);
         tracing::info!("budgetd stopped");
         anyhow::Ok(())

@@ -221,13 +221,13 @@ pub async fn queue(
     let result = async {
         let _permit = st.expensive_read(&caller).await?;
         let snap = st.snapshot(t).await?;
-        let tiers = st.partition_tiers();
+        let partitions = st.partitions();
         let stale = st.config.agent_stale_secs;
         st.with_store(move |s| {
             let scope = Scope::of(&c2, s.tree(), s.coordinators());
             // One explainer (one read of the ledger's live runs and one
             // period state) for every job, as `why` computes it for one.
-            let explainer = Explainer::new(s, &snap.snapshot, &tiers, t);
+            let explainer = Explainer::new(s, &snap.snapshot, &partitions, t);
             let flagged = api::why::flagged_now(s, t, stale);
             let ids: BTreeSet<u32> = explainer
                 .pending()

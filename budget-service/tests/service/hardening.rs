@@ -594,6 +594,51 @@ fn one_job_that_cannot_be_requeued_does_not_stop_the_drain_pass() {
     );
 }
 
+#[test]
+fn a_drain_waits_for_a_job_of_a_preempt_mode_off_partition() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (d, slurm) = fake_slurm_budgetd(dir.path());
+    // Two free-tier jobs on n1 (a drain takes them at once), one in partition
+    // frozen, whose PreemptMode=OFF says its jobs are never preempted.
+    let job = |id: u32, partition: &str| {
+        json!({"job_id": id, "job_state": "RUNNING", "restart_cnt": 0, "start_time": 1000,
+               "nodes": "n1", "account": "teama", "user_name": "alice", "partition": partition,
+               "qos": "normal", "node_count": 1, "tres_per_node": "gres:gpu:1",
+               "admin_comment": "budget:min_runtime=0 budget:free", "comment": ""})
+    };
+    std::fs::write(
+        slurm.join("jobs.json"),
+        json!({"jobs": [job(201, "gpu"), job(202, "frozen")]}).to_string(),
+    )
+    .expect("jobs");
+    std::fs::write(slurm.join("partitions"), "gpu 1\nfrozen 1 OFF\n").expect("partitions");
+    let c = d.client();
+    let (s, b) = call(
+        &c,
+        "POST",
+        "/v1/drains",
+        Some(&json!({"nodes": "n1", "reason": "maintenance"})),
+    );
+    assert_eq!(s, 201, "{b}");
+    let calls = || std::fs::read_to_string(slurm.join("calls")).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Until 201 was requeued and three more passes read the partitions.
+    while !(calls().contains("requeue 201")
+        && calls()
+            .split("requeue 201")
+            .nth(1)
+            .is_some_and(|after| after.matches("show partition").count() >= 3))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the drain pass did not requeue 201 and go on; scontrol calls:\n{}",
+            calls()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(!calls().contains("requeue 202"), "{}", calls());
+}
+
 /// budgetd over the fake Slurm whose `scontrol show node` lists `nodes`, and its
 /// first snapshot that carries a cluster count (budgetd reads Slurm at start, then
 /// once a minute: the first snapshots may come before the first read).

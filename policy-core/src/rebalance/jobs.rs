@@ -36,6 +36,11 @@ pub struct RunningJob<'a> {
     /// a reader without Slurm's partitions), and the tier clause of
     /// [`decide`](super::decide) stays out of it.
     pub partition_tier: Option<u16>,
+    /// `Some(name)`: it runs in partition `name`, whose `PreemptMode` is `OFF`
+    /// in slurm.conf (the site said "never preempt these"), so no preemptor
+    /// takes it, as `preempt/partition_prio` never does; `None`: its
+    /// partition allows preemption, or is not known.
+    pub partition_preempt_off: Option<&'a str>,
 }
 
 impl RunningJob<'_> {

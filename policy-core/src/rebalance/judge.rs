@@ -66,6 +66,11 @@ pub enum Allowed {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "reason")]
 pub enum Denied {
+    /// The victim's partition has `PreemptMode=OFF`: the site said its jobs
+    /// are never preempted, so nothing takes them, whoever asks (the budgets,
+    /// a higher partition tier, a free-tier victim's preemptor), as
+    /// `preempt/partition_prio` refuses them.
+    PartitionPreemptOff { partition: String },
     /// The victim is inside its protected window.
     Protected { until: i64 },
     /// Free-tier jobs never preempt.
@@ -323,6 +328,17 @@ fn benefit(state: &PreemptState, sides: &SideVerdict, gpus: f64, now: i64) -> f6
     (short(from) - short(to)).max(0.0)
 }
 
+/// [`Denied::PartitionPreemptOff`] when `v` runs in a partition with
+/// `PreemptMode=OFF`.
+fn never_preempted(v: &RunningJob<'_>) -> Result<(), Denied> {
+    match v.partition_preempt_off {
+        Some(partition) => Err(Denied::PartitionPreemptOff {
+            partition: partition.to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Victim-level checks, after [`judge_sides`] allowed the pair of sides.
 pub fn judge_victim(
     state: &PreemptState,
@@ -330,6 +346,9 @@ pub fn judge_victim(
     v: &RunningJob<'_>,
     now: i64,
 ) -> Decision {
+    // Also here, not only in `decide`: callers that judge a victim directly
+    // (the simulator's band) never take a job of a `PreemptMode=OFF` partition.
+    never_preempted(v)?;
     if is_protected(v.run_start, v.min_runtime, v.free_tier, now) {
         return Err(Denied::Protected {
             until: protected_until(v.run_start, v.min_runtime),
@@ -414,6 +433,10 @@ pub fn judge_victim(
 /// Whether pending `p` may preempt running `v` now, and why: the callback.
 ///
 /// The clauses in the order they are tried, the first that answers wins:
+/// 0. the site's "never": a victim whose partition has `PreemptMode=OFF` is
+///    never taken ([`Denied::PartitionPreemptOff`]), whatever the rest would
+///    say (tried first because it is the one refusal that never ends: the
+///    words then say "never", not "not until");
 /// 1. the contract: a victim inside its protected window is never taken
 ///    (free-tier jobs have none);
 /// 2. free-tier jobs never preempt (whatever their partition: a user could
@@ -436,6 +459,7 @@ pub fn decide(
     v: &RunningJob<'_>,
     now: i64,
 ) -> Decision {
+    never_preempted(v)?;
     if is_protected(v.run_start, v.min_runtime, v.free_tier, now) {
         return Err(Denied::Protected {
             until: protected_until(v.run_start, v.min_runtime),
@@ -1260,12 +1284,105 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_preempt_mode_off_partition_is_never_taken() {
+        // a is far under budget, b far over: the budget rule alone lets a take
+        // b's jobs (job 2 here).
+        let (fs, running) = starved(48 * H);
+        let now = 2 * H;
+        let none = InFlight::default();
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [pend(9, "a", "ua", 4)],
+            [],
+            Some(16.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        let off = |v: &RunningJob<'static>| RunningJob {
+            partition_preempt_off: Some("frozen"),
+            ..*v
+        };
+        let refused = Err(Denied::PartitionPreemptOff {
+            partition: "frozen".into(),
+        });
+        let a = pend(9, "a", "ua", 4);
+        let at = |p: &PendingJob<'_>, v: &RunningJob<'_>, t| decide(&st, Some(&fs), &none, p, v, t);
+        // (1) The budgets would take it; the site's OFF wins.
+        assert!(matches!(
+            at(&a, &running[1], now),
+            Ok(Allowed::Rebalance(_))
+        ));
+        assert_eq!(at(&a, &off(&running[1]), now), refused);
+        // (2) A higher partition tier would take it whatever the budgets say.
+        let high = PendingJob {
+            partition_tier: Some(2),
+            ..pend(10, "b", "ub", 4)
+        };
+        let low = RunningJob {
+            partition_tier: Some(1),
+            ..running[0]
+        };
+        assert!(matches!(
+            at(&high, &low, now),
+            Ok(Allowed::HigherPartitionTier { .. })
+        ));
+        assert_eq!(at(&high, &off(&low), now), refused);
+        // (3) A free-tier job yields to anyone, but not from an OFF partition.
+        let free = RunningJob {
+            free_tier: true,
+            ..running[1]
+        };
+        assert_eq!(at(&a, &free, 60), Ok(Allowed::VictimFreeTier));
+        assert_eq!(at(&a, &off(&free), 60), refused);
+        // (4) Safe mode, and the simulator's direct victim judgement.
+        let safe = PreemptState::compute(None, [], [], [], None, RebalancePolicy::default(), now);
+        assert_eq!(decide(&safe, None, &none, &a, &off(&free), 60), refused);
+        let sides = judge_sides(&st, Some(&fs), &none, &a, &running[1]).unwrap();
+        assert_eq!(judge_victim(&st, &sides, &off(&running[1]), now), refused);
+        // (5) Inside its window the refusal says "never", not "until".
+        assert_eq!(at(&a, &off(&running[1]), 60), refused);
+        // The words name the partition and the setting.
+        let words = denied_words(Some(&fs), &refused.clone().unwrap_err(), now);
+        assert!(
+            words.starts_with("cannot be taken: partition frozen has PreemptMode=OFF"),
+            "{words}"
+        );
+        // `why` on a's job: with only OFF jobs of b to take, the refusal names
+        // the partition; a protected job beside them is the one reported (it
+        // may be taken at its window's end, the OFF ones never).
+        let frozen: Vec<_> = running[1..].iter().map(off).collect();
+        let w = explain_wait(&st, Some(&fs), &none, &a, &frozen, now);
+        let text = describe_wait(Some(&fs), &w, now);
+        assert!(
+            text.starts_with("no preemption: job 2 (first in Slurm's order) cannot be taken: partition frozen has PreemptMode=OFF"),
+            "{text}"
+        );
+        let young = RunningJob {
+            run_start: now - 60,
+            ..running[2]
+        };
+        let w = explain_wait(&st, Some(&fs), &none, &a, &[frozen[0], young], now);
+        assert!(
+            matches!(
+                w,
+                Wait::Refused {
+                    victim: Some(3),
+                    denied: Some(Denied::Protected { .. })
+                }
+            ),
+            "{w:?}"
+        );
+    }
+
     // --- Properties -------------------------------------------------------
 
     /// (allocation GPU-h, usage GPU-h) per account.
     type AccountGen = (u32, u32);
     /// (account, user, free, run start, min runtime, GPUs, limit, requeues,
-    /// running, index into [`WEIGHTS`], partition PriorityTier)
+    /// running, index into [`WEIGHTS`], partition PriorityTier, partition
+    /// PreemptMode=OFF)
     type JobGen = (
         usize,
         usize,
@@ -1278,6 +1395,7 @@ mod tests {
         bool,
         usize,
         Option<u16>,
+        bool,
     );
 
     /// Billing weights the jobs' GPUs are drawn from (a uniform site's 1 among them).
@@ -1299,6 +1417,7 @@ mod tests {
                     any::<bool>(),
                     0usize..WEIGHTS.len(),
                     proptest::option::of(0u16..3),
+                    proptest::bool::weighted(0.15),
                 ),
                 2..14,
             ),
@@ -1331,7 +1450,7 @@ mod tests {
                     weight: WEIGHTS[j.9], run_start: j.3, time_limit: Some(j.6), min_runtime: j.4, checkpoint: None, grace: 0, requeues: j.7,
                     // Half the jobs come placed by the caller: the same state either way.
                     leaf: i.is_multiple_of(2).then(|| fs.place(&names[i].0, &names[i].1).map(|p| p.node)).flatten(),
-                    partition_tier: j.10 }
+                    partition_tier: j.10, partition_preempt_off: j.11.then_some("frozen") }
             };
             let as_pending = |i: usize| {
                 let j = jobs[i];
@@ -1426,6 +1545,11 @@ mod tests {
                     if is_protected(vb.run_start, vb.min_runtime, vb.free_tier, now) {
                         prop_assert!(ab.is_err());
                     }
+                    // A victim of a PreemptMode=OFF partition is never taken,
+                    // whoever asks, and the refusal names the partition.
+                    if jobs[b].11 {
+                        prop_assert_eq!(&ab, &Err(Denied::PartitionPreemptOff { partition: "frozen".into() }));
+                    }
                     // The partition order, when both tiers are known: a lower
                     // tier never takes a higher one; a higher one takes an
                     // unprotected non-free victim whatever the budgets say.
@@ -1434,7 +1558,7 @@ mod tests {
                     if tiers.is_some_and(|(p, v)| p < v) {
                         prop_assert!(ab.is_err(), "{:?}", ab);
                     }
-                    if tiers.is_some_and(|(p, v)| p > v) && !jobs[a].2 && !vb.free_tier
+                    if tiers.is_some_and(|(p, v)| p > v) && !jobs[a].2 && !vb.free_tier && !jobs[b].11
                         && !is_protected(vb.run_start, vb.min_runtime, false, now) {
                         prop_assert!(matches!(ab, Ok(Allowed::HigherPartitionTier { .. })), "{:?}", ab);
                     }
@@ -1443,7 +1567,7 @@ mod tests {
                     for d in [decide(&safe, None, &none, &as_pending(a), &vb, now), decide(&st, None, &none, &as_pending(a), &vb, now)] {
                         if d.is_ok() {
                             let lower = tiers.is_some_and(|(p, v)| p > v);
-                            prop_assert!((vb.free_tier || lower) && !jobs[a].2);
+                            prop_assert!((vb.free_tier || lower) && !jobs[a].2 && !jobs[b].11);
                         }
                     }
                 }

@@ -123,7 +123,10 @@
 //! tier takes a victim past its window whatever the budgets say
 //! ([`Allowed::HigherPartitionTier`], as `preempt/partition_prio` would, in
 //! safe mode too). The contract is tried first and always wins; a free-tier
-//! preemptor never preempts, whatever its partition.
+//! preemptor never preempts, whatever its partition. Before all of them, a
+//! victim whose partition has `PreemptMode=OFF`
+//! ([`RunningJob::partition_preempt_off`]) is never taken
+//! ([`Denied::PartitionPreemptOff`]), as `preempt/partition_prio` refuses it.
 //!
 //! Victims are ordered ([`victim_priority`]) free tier first, then least work
 //! lost (checkpoint-aware), then most over share. A maintenance drain is not

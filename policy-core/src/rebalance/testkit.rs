@@ -60,6 +60,7 @@ pub(super) fn run<'a>(
         requeues: 0,
         leaf: None,
         partition_tier: None,
+        partition_preempt_off: None,
     }
 }
 

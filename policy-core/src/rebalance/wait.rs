@@ -114,11 +114,14 @@ pub fn explain_wait(
                     Denied::TurnoverSuffices { .. } | Denied::NotWorthIt { .. }
                 );
                 // The most informative refusal: a job past its window before a
-                // protected one, then Slurm's order.
-                let key = (matches!(d, Denied::Protected { .. }), order, v.job_id);
-                if refused.as_ref().is_none_or(|r| {
-                    key < (matches!(r.2, Denied::Protected { .. }), r.0, r.1.job_id)
-                }) {
+                // protected one, a protected one (taken perhaps at its window's
+                // end) before one of a `PreemptMode=OFF` partition (never
+                // taken), then Slurm's order.
+                let key = (refusal_rank(&d), order, v.job_id);
+                if refused
+                    .as_ref()
+                    .is_none_or(|r| key < (refusal_rank(&r.2), r.0, r.1.job_id))
+                {
                     refused = Some((order, v, d));
                 }
             }
@@ -158,6 +161,16 @@ pub fn explain_wait(
             victim: None,
             denied: None,
         },
+    }
+}
+
+/// How little a refusal tells about a wait (lower: more), for choosing the
+/// refusal [`explain_wait`] reports.
+fn refusal_rank(d: &Denied) -> u8 {
+    match d {
+        Denied::PartitionPreemptOff { .. } => 2,
+        Denied::Protected { .. } => 1,
+        _ => 0,
     }
 }
 
@@ -319,6 +332,9 @@ pub fn allowed_words(a: &Allowed) -> String {
 pub fn denied_words(_fs: Option<&FairShare>, d: &Denied, now: i64) -> String {
     let h = |s: f64| s / crate::HOUR as f64;
     match d {
+        Denied::PartitionPreemptOff { partition } => format!(
+            "cannot be taken: partition {partition} has PreemptMode=OFF (the site's setting: its jobs are never preempted, whatever the budgets or partition tiers say)"
+        ),
         Denied::Protected { until } => format!(
             "is protected until {} (in {})",
             utc(*until),

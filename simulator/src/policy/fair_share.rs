@@ -214,6 +214,7 @@ impl FairSharePolicy {
             leaf: self_leaf,
             // Traces name no partitions: the budget rule alone.
             partition_tier: None,
+            partition_preempt_off: None,
         }
     }
 

@@ -13,7 +13,7 @@ use policy_core::comment::parse_comment;
 use policy_core::contract::{Contract, effective_contract, is_free_name};
 use policy_core::rebalance::{PendingJob, RunningJob};
 use slurm_ffi::job_state;
-use slurm_ffi::sys::job_record_t;
+use slurm_ffi::sys::{self, job_record_t};
 use slurm_plugin_common::cstr::opt_string;
 use slurm_plugin_common::gpus::{Gpus, job_gpus};
 use slurm_plugin_common::users::UserCache;
@@ -46,6 +46,10 @@ pub struct JobFacts {
     /// partition it runs in, or, for a pending job, the one Slurm is placing
     /// it in); `None` without a partition record.
     pub partition_tier: Option<u16>,
+    /// `Some(name)` when its partition has `PreemptMode=OFF`
+    /// (`part_ptr->preempt_mode`): the site's "never preempt these"
+    /// ([`RunningJob::partition_preempt_off`]).
+    pub partition_preempt_off: Option<String>,
 }
 
 impl JobFacts {
@@ -86,6 +90,7 @@ impl JobFacts {
             requeues: self.requeues,
             leaf: None,
             partition_tier: self.partition_tier,
+            partition_preempt_off: self.partition_preempt_off.as_deref(),
         }
     }
 
@@ -188,6 +193,16 @@ pub unsafe fn facts_with_gpus(
         checkpoint,
         grace: part.map_or(0, |p| i64::from(p.grace_time)),
         partition_tier: part.map(|p| p.priority_tier),
+        // The name is read only for such a partition (rare), so the common
+        // path allocates nothing more; NO_VAL16 (unset) is not OFF.
+        partition_preempt_off: part
+            .filter(|p| u32::from(p.preempt_mode) == sys::PREEMPT_MODE_OFF)
+            // SAFETY: as above (the partition's name).
+            .map(|p| {
+                unsafe { opt_string(p.name) }
+                    .or(partition)
+                    .unwrap_or_default()
+            }),
     }
 }
 
@@ -258,12 +273,36 @@ mod tests {
         let mut part = part_record_t::empty();
         part.priority_tier = 3;
         part.grace_time = 30;
+        // Slurm's value for a partition without PreemptMode= (a zeroed record
+        // would read as OFF).
+        part.preempt_mode = slurm_ffi::NO_VAL16;
         job.part_ptr = &mut part;
         let f = read(&job);
         assert_eq!((f.partition_tier, f.grace), (Some(3), 30));
         assert_eq!(f.running_job(None).partition_tier, Some(3));
         assert_eq!(f.pending_job(None).partition_tier, Some(3));
+        assert_eq!(f.running_job(None).partition_preempt_off, None);
+        // A partition of its own mode other than OFF: preemptable.
+        let mut cancel = part_record_t::empty();
+        cancel.preempt_mode = sys::PREEMPT_MODE_CANCEL as u16;
+        job.part_ptr = &mut cancel;
+        assert_eq!(read(&job).partition_preempt_off, None);
+        // PreemptMode=OFF: named by the partition record, else the job's.
+        let mut off = part_record_t::empty();
+        off.preempt_mode = sys::PREEMPT_MODE_OFF as u16;
+        job.part_ptr = &mut off;
+        job.partition = c"frozen".as_ptr().cast_mut();
+        assert_eq!(
+            read(&job).running_job(None).partition_preempt_off,
+            Some("frozen")
+        );
+        let mut named = part_record_t::empty();
+        named.preempt_mode = sys::PREEMPT_MODE_OFF as u16;
+        named.name = c"cold".as_ptr().cast_mut();
+        job.part_ptr = &mut named;
+        assert_eq!(read(&job).partition_preempt_off.as_deref(), Some("cold"));
         job.part_ptr = std::ptr::null_mut();
+        job.partition = std::ptr::null_mut();
         // A pending job holds no run.
         job.job_state = slurm_ffi::sys::JOB_PENDING;
         assert_eq!((read(&job).run_start, read(&job).running), (0, false));

@@ -17,9 +17,12 @@
 //!   preemptors already allowed since the state was computed counted ([`rule::Grants`]),
 //!   plus drains: a job on a node listed in the snapshot's drains may be taken by any
 //!   non-free job once its window is over. In safe mode (no fresh snapshot) only
-//!   free-tier jobs yield.
+//!   free-tier jobs yield. A job whose partition has `PreemptMode=OFF` is never a
+//!   victim, whoever asks (drains included), as `preempt/partition_prio` refuses it.
 //! - `PREEMPT_DATA_PRIO`: [`policy_core::rebalance::victim_priority`] (free first, least
-//!   work lost: checkpoint-aware, then most over share); `MODE`: always REQUEUE;
+//!   work lost: checkpoint-aware, then most over share); `MODE` (`get_mode` 25.05+):
+//!   the job's partition's `PreemptMode` where it sets one, else the global one, as
+//!   `preempt/partition_prio` answers ([`preempt_mode`]);
 //!   `GRACE_TIME`: the victim partition's `GraceTime` (slurm.conf), so sites set it
 //!   where jobs checkpoint on SIGTERM.
 //! - `preempt_p_job_preempt_check` (also the pending-queue comparator): true only for a
@@ -156,10 +159,12 @@ pub extern "C" fn init() -> i32 {
         }
         // SAFETY: slurm_conf is filled before plugins load; read-only here.
         let mode = unsafe { sys::slurm_conf.preempt_mode };
-        if u32::from(mode) & sys::PREEMPT_MODE_REQUEUE == 0 {
+        if mode & STOP_BITS != sys::PREEMPT_MODE_REQUEUE as u16 {
             log::error(&format!(
-                "PreemptMode=0x{mode:x} does not include REQUEUE: preempt/budget always answers \
-                 REQUEUE; set PreemptMode=REQUEUE so slurm.conf says what happens"
+                "PreemptMode=0x{mode:x} is not REQUEUE: jobs of partitions without a \
+                 PreemptMode of their own are stopped that way when preempted (as \
+                 preempt/partition_prio does); preempt/budget is made for REQUEUE (a \
+                 cancelled victim is not in the preemption record), set PreemptMode=REQUEUE"
             ));
         }
         log::loaded();
@@ -503,14 +508,44 @@ unsafe fn queued_free_tier(job: &job_record_t) -> bool {
     f.contract.free_tier
 }
 
+/// The bits of a `PreemptMode` that say how Slurm stops a victim (OFF is none of
+/// them). GANG, WITHIN and PRIORITY are scheduling flags, not ways to stop a job:
+/// Slurm's callers compare the answer with REQUEUE, CANCEL and SUSPEND as whole
+/// values, so they are masked out (`preempt/partition_prio` strips GANG, and from
+/// 25.05 PRIORITY, the same way).
+const STOP_BITS: u16 =
+    (sys::PREEMPT_MODE_SUSPEND | sys::PREEMPT_MODE_REQUEUE | sys::PREEMPT_MODE_CANCEL) as u16;
+
+/// How Slurm is to stop `job` when it is preempted, as `preempt/partition_prio`
+/// answers: its partition's `PreemptMode` when the partition sets one
+/// (`part_ptr->preempt_mode`; `NO_VAL16` when it does not), else slurm.conf's
+/// global one; `None` (no job) is the global one. OFF for a partition with
+/// `PreemptMode=OFF` (whose jobs the rule never offers as victims: backfill then
+/// also plans with them as never preempted); CANCEL ends the victim instead of
+/// requeueing it, the site's choice for that partition (INSTALL.md).
+fn preempt_mode(job: Option<&job_record_t>) -> u16 {
+    // SAFETY: part_ptr is NULL or a valid partition record under the job lock.
+    let part = job.and_then(|j| unsafe { j.part_ptr.as_ref() });
+    // SAFETY: slurm_conf is read-only while the job lock is held.
+    let global = unsafe { sys::slurm_conf.preempt_mode };
+    stop_mode(part.map(|p| p.preempt_mode), global)
+}
+
+/// [`preempt_mode`] from a partition's `preempt_mode` (`None`: no partition
+/// record) and the global one.
+fn stop_mode(partition: Option<u16>, global: u16) -> u16 {
+    match partition {
+        Some(m) if m != slurm_ffi::NO_VAL16 => m & STOP_BITS,
+        _ => global & STOP_BITS,
+    }
+}
+
 fn grace_time(job: &job_record_t) -> u32 {
     // SAFETY: part_ptr is NULL or a valid partition record under the job lock.
     unsafe { job.part_ptr.as_ref() }
         .map(|p| p.grace_time)
         .unwrap_or(0)
 }
-
-const MODE: u16 = sys::PREEMPT_MODE_REQUEUE as u16;
 
 /// `bool preempt_p_preemptable(job_record_t *preemptee, job_record_t *preemptor)`.
 ///
@@ -580,7 +615,7 @@ pub unsafe extern "C" fn preempt_p_get_data(
                 let on = unsafe { sys::slurm_conf.preempt_mode } != sys::PREEMPT_MODE_OFF as u16;
                 unsafe { *data.cast::<bool>() = on };
             }
-            sys::PREEMPT_DATA_MODE => unsafe { *data.cast::<u16>() = MODE },
+            sys::PREEMPT_DATA_MODE => unsafe { *data.cast::<u16>() = preempt_mode(job) },
             sys::PREEMPT_DATA_PRIO => {
                 // SAFETY: a valid record under the job lock.
                 let prio = job.map(|j| unsafe { victim_prio(j) }).unwrap_or(u32::MAX);
@@ -616,11 +651,18 @@ pub unsafe extern "C" fn preempt_p_get_grace_time(job_ptr: *mut job_record_t) ->
 #[cfg(slurm_25_05)]
 const _: api::GetGraceTimeFn = preempt_p_get_grace_time;
 
-/// `uint16_t preempt_p_get_mode(job_record_t *job)` (25.05+).
+/// `uint16_t preempt_p_get_mode(job_record_t *job)` (25.05+): [`preempt_mode`].
+///
+/// # Safety
+/// `job_ptr` NULL or a valid job record, with the job lock held.
 #[cfg(slurm_25_05)]
 #[unsafe(no_mangle)]
-pub extern "C" fn preempt_p_get_mode(_job_ptr: *mut job_record_t) -> u16 {
-    MODE
+pub unsafe extern "C" fn preempt_p_get_mode(job_ptr: *mut job_record_t) -> u16 {
+    // On a panic: the global mode (what a job gets without a partition of its own).
+    // SAFETY: slurm_conf is read-only while the job lock is held.
+    let global = stop_mode(None, unsafe { sys::slurm_conf.preempt_mode });
+    // SAFETY: valid job record under the job lock.
+    ffi_guard(global, || preempt_mode(unsafe { job_ptr.as_ref() }))
 }
 #[cfg(slurm_25_05)]
 const _: api::GetModeFn = preempt_p_get_mode;
@@ -642,3 +684,31 @@ pub unsafe extern "C" fn preempt_p_get_prio(job_ptr: *mut job_record_t) -> u32 {
 }
 #[cfg(slurm_25_05)]
 const _: api::GetPrioFn = preempt_p_get_prio;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_partitions_preempt_mode_where_set_else_the_global_one() {
+        let (off, suspend, requeue, cancel, gang, within) = (
+            sys::PREEMPT_MODE_OFF as u16,
+            sys::PREEMPT_MODE_SUSPEND as u16,
+            sys::PREEMPT_MODE_REQUEUE as u16,
+            sys::PREEMPT_MODE_CANCEL as u16,
+            sys::PREEMPT_MODE_GANG as u16,
+            sys::PREEMPT_MODE_WITHIN as u16,
+        );
+        // No partition record, or one without PreemptMode=: the global mode.
+        assert_eq!(stop_mode(None, requeue), requeue);
+        assert_eq!(stop_mode(Some(slurm_ffi::NO_VAL16), requeue), requeue);
+        assert_eq!(stop_mode(Some(slurm_ffi::NO_VAL16), cancel), cancel);
+        // The partition's own mode wins, whatever the global one says.
+        assert_eq!(stop_mode(Some(cancel), requeue), cancel);
+        assert_eq!(stop_mode(Some(off), requeue), off);
+        assert_eq!(stop_mode(Some(requeue), cancel), requeue);
+        // Scheduling flags are not ways to stop a job: stripped.
+        assert_eq!(stop_mode(Some(suspend | gang), requeue), suspend);
+        assert_eq!(stop_mode(None, requeue | gang | within), requeue);
+    }
+}

@@ -348,10 +348,15 @@ pub fn decide(
             Ok(Some(a))
         }
         // A maintenance drain may take any job past its window (free preemptors never
-        // take anything).
+        // take anything), except one of a PreemptMode=OFF partition: the site said
+        // never, so the drain waits for it to end, as budgetd's drain worker does.
         Err(e)
-            if !matches!(e, Denied::Protected { .. } | Denied::PreemptorFree)
-                && period.is_some_and(|p| p.on_drained_node(victim.nodes.as_deref()))
+            if !matches!(
+                e,
+                Denied::Protected { .. }
+                    | Denied::PreemptorFree
+                    | Denied::PartitionPreemptOff { .. }
+            ) && period.is_some_and(|p| p.on_drained_node(victim.nodes.as_deref()))
                 && drain_may_take(&victim.view(), now) =>
         {
             Ok(None)
@@ -458,6 +463,7 @@ mod tests {
             checkpoint: None,
             grace: 0,
             partition_tier: None,
+            partition_preempt_off: None,
         }
     }
 
@@ -841,6 +847,16 @@ mod tests {
         let mut unparsable = victim.clone();
         unparsable.nodes = Some("gpu[2".into());
         assert!(decide(Some(&h), &mut g, &p, &unparsable, 1020).is_err());
+        // A job of a PreemptMode=OFF partition: the drain waits for it to end
+        // (the site's "never preempt" wins over maintenance too).
+        let mut frozen = victim.clone();
+        frozen.partition_preempt_off = Some("frozen".into());
+        assert_eq!(
+            decide(Some(&h), &mut g, &p, &frozen, 5000),
+            Err(Denied::PartitionPreemptOff {
+                partition: "frozen".into()
+            })
+        );
     }
 
     #[test]

@@ -18,7 +18,14 @@
 //!    take an over-budget job once its window is over) stays pending for three
 //!    cycles past the windows, and nothing is requeued;
 //! 4. the same tier: as 3, but teamb's jobs in `gpu`: the budget rule, teama's job
-//!    starts by preemption within a cycle of the window's end, recorded `over_budget`.
+//!    starts by preemption within a cycle of the window's end, recorded `over_budget`;
+//! 5. the site's "never": partition `frozen` (`PriorityTier=1`, `PreemptMode=OFF`)
+//!    over the same nodes; teamb fills the cluster in it with 5 s windows; teama's job
+//!    in `high` (a higher tier and an under-budget team: both the partition order and
+//!    the budgets would take them) stays pending three cycles past the windows, nothing
+//!    is requeued; `scontrol show job` gives `frozen`'s jobs no `PreemptEligibleTime`
+//!    (the plugin answers their mode OFF, as `preempt/partition_prio` does) and `gpu`'s
+//!    one; `why` lists no victim and `budgetctl why` names the partition's PreemptMode.
 //!
 //! QOS `Preempt=` lists and `PreemptExemptTime` need slurmdbd, which the testbed does
 //! not run: not covered here.
@@ -57,8 +64,9 @@ fn suite() {
         // preemption tests") and a second partition over the same nodes, one tier up.
         config.extra_conf = Some(format!(
             "JobSubmitPlugins=budget\nPreemptType=preempt/budget\nPreemptMode=REQUEUE\n\
-             PartitionName=high Nodes=gpu[1-{}] PriorityTier=2 MaxTime=INFINITE State=UP",
-            config.nodes
+             PartitionName=high Nodes=gpu[1-{n}] PriorityTier=2 MaxTime=INFINITE State=UP\n\
+             PartitionName=frozen Nodes=gpu[1-{n}] PriorityTier=1 PreemptMode=OFF MaxTime=INFINITE State=UP",
+            n = config.nodes
         ));
         config.unset = vec!["TESTBED_PRIORITY_EXTRA"];
         with_testbed(checks, config, scenario)
@@ -84,6 +92,7 @@ fn scenario(c: &mut Checks, tb: &Testbed) -> Result<()> {
     section_1_2(c, tb)?;
     section_3(c, tb)?;
     section_4(c, tb)?;
+    section_5(c, tb)?;
     Ok(())
 }
 
@@ -330,5 +339,68 @@ fn section_4(c: &mut Checks, tb: &Testbed) -> Result<()> {
             "over_budget",
         );
     }
+    Ok(tb.clear_jobs()?)
+}
+
+fn section_5(c: &mut Checks, tb: &Testbed) -> Result<()> {
+    say("== 5. PreemptMode=OFF: never taken, whoever asks");
+    let s = tb.slurm();
+    let [(v1, s1), (v2, s2)] = fill(c, s, "5", "teamb", "frozen", SHORT)?;
+    // A higher tier and an under-budget team: both rules would take one.
+    let p = sbatch_2gpu(s, "teama", "high", WINDOW, 600)?;
+    let until = s1.max(s2) + SHORT + 3 * CYCLE + SLACK;
+    let mut started = false;
+    while now() < until {
+        started |= s.state(p)? == "RUNNING";
+        sleep_secs(0.5);
+    }
+    let taken = requeued(s, &[v1, v2])?;
+    c.record(
+        "5 teama's job in high stays pending; no job of over-budget teamb in frozen (PreemptMode=OFF) is requeued",
+        Check::that(!started && taken.is_empty() && s.all_in_state("RUNNING", &[v1, v2])?)
+            .actual(format!("preemptor started {started}, requeued {taken:?}"))
+            .jobs(&[p, v1, v2]),
+    );
+    // budgetd's why judges it as the plugin does: from Slurm's partitions.
+    let why = tb.budgetd().why(p)?;
+    let names: Vec<JobId> = why
+        .preemption
+        .may_preempt
+        .iter()
+        .map(|o| o.job_id)
+        .collect();
+    c.record(
+        "5 why on teama's job: it may preempt none of frozen's jobs",
+        Check::that(names.is_empty())
+            .actual(format!("may preempt {names:?}"))
+            .jobs(&[p, v1, v2]),
+    );
+    let (ok, out) = tb.run_budgetctl(&[], &["why", &p.to_string()])?;
+    c.record(
+        "5 budgetctl why on teama's job names the partition's PreemptMode=OFF",
+        Check::that(ok && out.contains("partition frozen has PreemptMode=OFF"))
+            .expected("'... cannot be taken: partition frozen has PreemptMode=OFF (the site's setting: ...)'")
+            .actual(out.as_str()),
+    );
+    // The mode the plugin answers for a job reaches `scontrol show job`: Slurm
+    // prints PreemptEligibleTime only for a started job whose mode is not OFF.
+    // teama's pending job goes first, so the probe in gpu gets v2's GPUs.
+    s.cancel(&[p, v2])?;
+    let probe = sbatch_2gpu(s, "teama", "gpu", SHORT, 600)?;
+    let w = wait_secs(15, || s.all_in_state("RUNNING", &[probe]));
+    let eligible = |id: JobId| -> Result<bool> {
+        Ok(s.run("scontrol", &["show", "job", "-o", &id.to_string()])?
+            .contains("PreemptEligibleTime="))
+    };
+    let (frozen_shown, gpu_shown) = (eligible(v1)?, w.ok && eligible(probe)?);
+    c.record(
+        "5 the plugin's mode: OFF for frozen's job (no PreemptEligibleTime), REQUEUE for gpu's (shown)",
+        Check::that(!frozen_shown && gpu_shown)
+            .actual(format!(
+                "frozen job {v1}: {frozen_shown}; gpu job {probe} ({}): {gpu_shown}",
+                w.describe()
+            ))
+            .jobs(&[v1, probe]),
+    );
     Ok(tb.clear_jobs()?)
 }

@@ -95,6 +95,7 @@ fn entitled_order_under<'a>(
             requeues: 0,
             leaf: None,
             partition_tier: None,
+            partition_preempt_off: None,
         },
     );
     // The snapshot's (weighted) cluster capacity, as preempt/budget computes
