@@ -26,8 +26,7 @@ impl Out {
         if self.json {
             print_json(v)
         } else {
-            print!("{}", human(v));
-            Ok(())
+            emit(&human(v))
         }
     }
 }
@@ -35,8 +34,19 @@ impl Out {
 /// Prints `v` as pretty JSON with sorted keys.
 pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
     let value = serde_json::to_value(v)?;
-    println!("{}", serde_json::to_string_pretty(&value)?);
-    Ok(())
+    emit(&format!("{}\n", serde_json::to_string_pretty(&value)?))
+}
+
+/// Writes `text` to standard output. A reader that stopped reading
+/// (`budgetctl share | head`) is not an error: the output it wanted is out,
+/// and `println!` would panic with a backtrace instead.
+pub fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(|e| anyhow::anyhow!("writing to standard output: {e}")),
+    }
 }
 
 /// A TIME argument (`--at`, `--since`) as Unix seconds, read in this

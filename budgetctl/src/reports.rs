@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::api::{Api, enc};
 use crate::args::UsageArgs;
-use crate::output::{Out, local, num, opt, print_json, render, time_arg};
+use crate::output::{Out, emit, local, num, opt, print_json, render, time_arg};
 
 pub fn share(api: &Api, out: Out, at: Option<&str>) -> anyhow::Result<()> {
     let path = match at {
@@ -45,29 +45,25 @@ pub fn share(api: &Api, out: Out, at: Option<&str>) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    println!(
-        "fair share at {} (window {})",
+    emit(&format!(
+        "fair share at {} (window {})\n",
         local(v.at),
         policy_core::format_duration(v.window_secs)
-    );
-    print!(
-        "{}",
-        render(
-            &[
-                "ACCOUNT/USER",
-                "OF",
-                "ALLOC_GPUH",
-                "USAGE_GPUH",
-                "RATIO",
-                "RANK",
-                "LEAF",
-                "FS_FACTOR",
-                "TIER"
-            ],
-            &rows
-        )
-    );
-    Ok(())
+    ))?;
+    emit(&render(
+        &[
+            "ACCOUNT/USER",
+            "OF",
+            "ALLOC_GPUH",
+            "USAGE_GPUH",
+            "RATIO",
+            "RANK",
+            "LEAF",
+            "FS_FACTOR",
+            "TIER",
+        ],
+        &rows,
+    ))
 }
 
 pub fn usage(api: &Api, out: Out, u: &UsageArgs) -> anyhow::Result<()> {

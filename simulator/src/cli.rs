@@ -665,10 +665,20 @@ pub fn run_cli(args: &SimulateArgs) -> anyhow::Result<()> {
         }
     }
     let reports: Vec<PolicyReport> = results.into_iter().map(|(_, r)| r).collect();
-    if args.json {
-        println!("{}", to_json(&reports)?);
+    let text = if args.json {
+        format!("{}\n", to_json(&reports)?)
     } else {
-        print!("{}", to_table(&reports));
+        to_table(&reports)
+    };
+    // A reader that stopped reading (`| head`) is not an error; `println!`
+    // would panic with a backtrace.
+    {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            r => r.context("writing to standard output")?,
+        }
     }
     let bad: Vec<&str> = reports
         .iter()

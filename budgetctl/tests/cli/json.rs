@@ -145,3 +145,50 @@ fn json_output_is_the_service_answer() {
         );
     }
 }
+
+/// A reader that stops reading (`budgetctl share | head -1`) ends budgetctl
+/// quietly with exit 0, in JSON and in text: no panic, nothing on stderr.
+#[test]
+fn a_closed_pipe_is_not_an_error() {
+    use std::process::{Command, Stdio};
+    let d = budgetd();
+    let sock = d.socket.as_path();
+    // Enough accounts that the answer is larger than one write.
+    ctl_ok(sock, &["account", "add", "org", "--allocation", "1000000"]);
+    for i in 0..200 {
+        ctl_ok(
+            sock,
+            &[
+                "account",
+                "add",
+                &format!("team{i:03}"),
+                "--parent",
+                "org",
+                "--allocation",
+                "10",
+            ],
+        );
+    }
+    for args in [
+        &["share", "--at", T, "--json"][..],
+        &["share", "--at", T][..],
+    ] {
+        let mut child = Command::new(BUDGETCTL)
+            .args(args)
+            .env("BUDGET_SOCKET", sock)
+            .env("TZ", "UTC")
+            .env_remove("BUDGET_URL")
+            .env_remove("BUDGET_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run budgetctl");
+        // Close the read end before budgetctl has its answer to print.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait for budgetctl");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}

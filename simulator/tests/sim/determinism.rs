@@ -176,3 +176,23 @@ fn helios_slice_is_deterministic_when_present() {
     ]);
     assert_eq!(json(&a), json(&a));
 }
+
+/// A reader that stops reading (`budget-sim ... | head`) ends the replay
+/// quietly with exit 0: no panic, nothing on stderr.
+#[test]
+fn a_closed_pipe_is_not_an_error() {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_budget-sim"))
+        .args(["--scenario", "overload", "--policy", "static", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run budget-sim");
+    // Closed long before the replay has its report to print.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait for budget-sim");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?} {stderr}", out.status);
+    assert!(stderr.is_empty(), "{stderr}");
+}
