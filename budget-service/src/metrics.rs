@@ -285,7 +285,55 @@ pub fn render(store: &Store, state: &AppState, snap: &CachedSnapshot, now: i64) 
     site_cap(&mut x, store, now);
     idle(&mut x, store, now, state.config.agent_stale_secs);
     shadow(&mut x, store, state, now);
+    whatif(&mut x, state);
     x.0
+}
+
+/// The web view's what-ifs (`crate::whatif`): counters since budgetd started,
+/// whether one runs now, and how long the last one took.
+fn whatif(x: &mut Exposition, state: &AppState) {
+    let w = state.whatifs.counts();
+    x.by_label(
+        (
+            "budget_whatif_runs_total",
+            "counter",
+            "What-ifs of the web view ended, by outcome (failed includes those stopped at [whatif] time_limit_secs).",
+        ),
+        "outcome",
+        [("done", w.done), ("failed", w.failed)],
+    );
+    x.single(
+        (
+            "budget_whatif_time_limit_stops_total",
+            "counter",
+            "What-ifs stopped at [whatif] time_limit_secs (counted in budget_whatif_runs_total{outcome=\"failed\"} too).",
+        ),
+        w.time_limit,
+    );
+    x.single(
+        (
+            "budget_whatif_busy_refusals_total",
+            "counter",
+            "What-if requests refused (429) because another one was running.",
+        ),
+        w.busy,
+    );
+    x.single(
+        (
+            "budget_whatif_running",
+            "gauge",
+            "1 while a what-if replay runs (one at a time), else 0.",
+        ),
+        u8::from(w.running),
+    );
+    x.single(
+        (
+            "budget_whatif_last_duration_seconds",
+            "gauge",
+            "Wall-clock seconds the last what-if to end ran (0: none since budgetd started).",
+        ),
+        w.last_secs,
+    );
 }
 
 /// Shadow mode (`crate::shadow`): the latest queue sample's order figures, the

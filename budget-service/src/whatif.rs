@@ -23,6 +23,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use budget_protocol::whatif::{Input, Report};
@@ -215,6 +216,32 @@ impl Job {
 #[derive(Debug, Default)]
 pub struct Whatifs {
     inner: Mutex<Jobs>,
+    /// Since budgetd started, for `/metrics` ([`Whatifs::counts`]).
+    counts: Counts,
+}
+
+/// What-ifs ended by outcome, requests refused while one ran, and how long
+/// the last one took: what an operator watches (`/metrics`).
+#[derive(Debug, Default)]
+struct Counts {
+    done: AtomicU64,
+    failed: AtomicU64,
+    /// Among `failed`: stopped at `[whatif] time_limit_secs`.
+    time_limit: AtomicU64,
+    busy: AtomicU64,
+    /// Milliseconds the last what-if to end ran (0: none yet).
+    last_ms: AtomicU64,
+}
+
+/// [`Whatifs::counts`]: the figures `/metrics` exports.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WhatifCounts {
+    pub done: u64,
+    pub failed: u64,
+    pub time_limit: u64,
+    pub busy: u64,
+    pub running: bool,
+    pub last_secs: f64,
 }
 
 #[derive(Debug, Default)]
@@ -254,6 +281,7 @@ impl Whatifs {
     ) -> Option<Slot> {
         let mut j = self.jobs();
         if j.list.iter().any(|x| matches!(x.state, State::Running(_))) {
+            self.counts.busy.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         let keep = Duration::from_secs(cfg.keep_secs);
@@ -320,7 +348,50 @@ impl Whatifs {
 
     /// Ends `slot`'s what-if with `state` (done or failed): frees the slot.
     pub fn finish(&self, slot: Slot, state: State) {
+        let c = &self.counts;
+        match &state {
+            State::Running(_) => {}
+            State::Done(_) => {
+                c.done.fetch_add(1, Ordering::Relaxed);
+            }
+            State::Failed(_) => {
+                c.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let ran = {
+            let j = self.jobs();
+            j.list
+                .iter()
+                .find(|x| x.id == slot.id)
+                .map(|x| x.started.elapsed().as_millis())
+        };
+        if let Some(ms) = ran {
+            // At least 1 ms, so that 0 keeps meaning "none yet".
+            let ms = u64::try_from(ms).unwrap_or(u64::MAX).max(1);
+            c.last_ms.store(ms, Ordering::Relaxed);
+        }
         self.set(&slot, state);
+    }
+
+    /// Ends `slot`'s what-if stopped at its time limit, with `why`.
+    fn stop_at_limit(&self, slot: Slot, why: String) {
+        self.counts.time_limit.fetch_add(1, Ordering::Relaxed);
+        self.finish(slot, State::Failed(why));
+    }
+
+    /// Since budgetd started: what-ifs done, failed (the time limit's among
+    /// them), requests refused while one ran; whether one runs now and how
+    /// long the last one to end took.
+    pub fn counts(&self) -> WhatifCounts {
+        let c = &self.counts;
+        WhatifCounts {
+            done: c.done.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            time_limit: c.time_limit.load(Ordering::Relaxed),
+            busy: c.busy.load(Ordering::Relaxed),
+            running: self.busy(),
+            last_secs: c.last_ms.load(Ordering::Relaxed) as f64 / 1000.0,
+        }
     }
 }
 
@@ -337,14 +408,14 @@ pub async fn run(
     let limit = Duration::from_secs(cfg.time_limit_secs);
     let outcome =
         tokio::time::timeout(limit, child(whatifs, &slot, &budgetctl, &request, &input)).await;
-    let state = match outcome {
+    match outcome {
         Ok(Ok(report)) => {
             tracing::info!(id = slot.id(), account = %request.account, "what-if done");
-            State::Done(Box::new(report))
+            whatifs.finish(slot, State::Done(Box::new(report)));
         }
         Ok(Err(why)) => {
             tracing::warn!(id = slot.id(), %why, "what-if failed");
-            State::Failed(why)
+            whatifs.finish(slot, State::Failed(why));
         }
         Err(_) => {
             tracing::warn!(
@@ -352,13 +423,15 @@ pub async fn run(
                 secs = limit.as_secs(),
                 "what-if stopped: time limit"
             );
-            State::Failed(format!(
-                "the replay ran longer than {} s ([whatif] time_limit_secs) and was stopped",
-                limit.as_secs()
-            ))
+            whatifs.stop_at_limit(
+                slot,
+                format!(
+                    "the replay ran longer than {} s ([whatif] time_limit_secs) and was stopped",
+                    limit.as_secs()
+                ),
+            );
         }
-    };
-    whatifs.finish(slot, state);
+    }
 }
 
 /// The child from spawn to its parsed answer. Dropping this future (the

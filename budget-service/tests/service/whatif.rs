@@ -190,6 +190,17 @@ fn a_coordinator_replays_within_their_subtree_and_a_user_is_refused() {
     ] {
         assert!(page.contains(want), "{want:?} missing from {page}");
     }
+    // /metrics counted it done (the refusals above started nothing).
+    let m = s.unix();
+    assert_eq!(
+        metric(&m, "budget_whatif_runs_total{outcome=\"done\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&m, "budget_whatif_runs_total{outcome=\"failed\"}"),
+        Some(0.0)
+    );
+    assert!(metric(&m, "budget_whatif_last_duration_seconds").unwrap_or(0.0) > 0.0);
     // What the child was given: the change, the input on stdin, no token
     // and none of budgetd's environment.
     let args = std::fs::read_to_string(dir.path().join("args")).expect("args");
@@ -365,7 +376,27 @@ fn one_replay_at_a_time_within_its_time_limit() {
         page.contains("the replay ran longer than 3 s ([whatif] time_limit_secs) and was stopped"),
         "{page}"
     );
+    // /metrics counted it: one stopped at its limit (a failure), one refusal,
+    // how long it ran; none running until the next one starts.
+    let m = s.unix();
+    assert_eq!(
+        metric(&m, "budget_whatif_runs_total{outcome=\"failed\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&m, "budget_whatif_runs_total{outcome=\"done\"}"),
+        Some(0.0)
+    );
+    assert_eq!(
+        metric(&m, "budget_whatif_time_limit_stops_total"),
+        Some(1.0)
+    );
+    assert_eq!(metric(&m, "budget_whatif_busy_refusals_total"), Some(1.0));
+    assert_eq!(metric(&m, "budget_whatif_running"), Some(0.0));
+    let ran = metric(&m, "budget_whatif_last_duration_seconds").unwrap_or(0.0);
+    assert!((3.0..10.0).contains(&ran), "last what-if ran {ran} s");
     assert_eq!(post(&c, &carol, &fields, &[]).status, 303);
+    assert_eq!(metric(&m, "budget_whatif_running"), Some(1.0));
 }
 
 #[test]
