@@ -164,7 +164,7 @@ pub extern "C" fn init() -> i32 {
                 "PreemptMode=0x{mode:x} is not REQUEUE: jobs of partitions without a \
                  PreemptMode of their own are stopped that way when preempted (as \
                  preempt/partition_prio does); preempt/budget is made for REQUEUE (a \
-                 cancelled victim is not in the preemption record), set PreemptMode=REQUEUE"
+                 cancelled victim's job ends for good), set PreemptMode=REQUEUE"
             ));
         }
         log::loaded();
@@ -296,6 +296,7 @@ fn settle_grants(p: &Plugin) {
                         running: is_running(job),
                         pending: slurm_ffi::job_state::is_pending(job.job_state),
                         restart_cnt: u32::from(job.restart_cnt),
+                        ended_preempted: ended_preempted(job),
                     },
                 );
             }
@@ -318,6 +319,13 @@ fn settle_grants(p: &Plugin) {
             d.lost_gpu_secs / 3600.0
         ));
     }
+}
+
+/// Whether `job` ended in state PREEMPTED: Slurm cancelled it to preempt it
+/// (`PreemptMode=CANCEL`, or a job it could not requeue); a requeued victim is
+/// pending instead.
+fn ended_preempted(job: &job_record_t) -> bool {
+    slurm_ffi::job_state::base(job.job_state) == sys::JOB_PREEMPTED
 }
 
 /// Confirm remembered preemptions against the job records (read lock, one walk, only
@@ -343,6 +351,7 @@ fn report_preemptions(p: &Plugin, client: &mut LazyClient) {
                         running: is_running(job),
                         pending: slurm_ffi::job_state::is_pending(job.job_state),
                         start: job.start_time,
+                        ended_preempted: ended_preempted(job),
                     },
                 );
             }

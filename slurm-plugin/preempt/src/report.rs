@@ -8,7 +8,8 @@
 //! `(run, reason)` of each of up to [`PER_VICTIM`] preemptors in a bounded in-memory
 //! map ([`Pending`]: a mutex and a hash insert, no I/O). A background thread (never a
 //! callback) then walks the jobs under the job *read* lock once per second and confirms
-//! a preemption when the victim's `restart_cnt` grew past the remembered run **and** a
+//! a preemption when the victim's `restart_cnt` grew past the remembered run (or the
+//! run ended in state PREEMPTED: a partition with `PreemptMode=CANCEL`) **and** a
 //! remembered preemptor has started since (the one decided on last if several did). The
 //! requeue comes first: with a GraceTime the victim keeps running through the grace
 //! (and every pending job that cannot start asks about it meanwhile, hence several
@@ -58,6 +59,9 @@ pub struct Seen {
     pub pending: bool,
     /// Start of the current run (0 if none).
     pub start: i64,
+    /// Ended in state PREEMPTED: Slurm cancelled it to preempt it (its
+    /// partition's `PreemptMode=CANCEL`, or a job it could not requeue).
+    pub ended_preempted: bool,
 }
 
 /// A confirmed preemption, ready to post.
@@ -152,8 +156,11 @@ impl Pending {
                 // Gone from job_list (purged): nothing more to learn.
                 return false;
             };
-            // Requeued past a remembered run: that run was taken by someone.
-            let requeued = |c: &Candidate| v.restart_cnt > c.run;
+            // Requeued past a remembered run, or that run cancelled by a
+            // preemption (PreemptMode=CANCEL): it was taken by someone.
+            let requeued = |c: &Candidate| {
+                v.restart_cnt > c.run || (v.ended_preempted && v.restart_cnt == c.run)
+            };
             // The preemptor must have started at or after the decision (a second of
             // slack: start_time and our clock are both whole seconds).
             let started = |c: &Candidate| {
@@ -204,6 +211,7 @@ mod tests {
             running: state == "R",
             pending: state == "PD",
             start,
+            ended_preempted: state == "PR",
         }
     }
 
@@ -295,6 +303,26 @@ mod tests {
             .collect();
         c.sort_unstable();
         assert_eq!(c, vec![(4, 6), (5, 7)]);
+    }
+
+    #[test]
+    fn a_victim_cancelled_by_its_preemption_is_confirmed_too() {
+        // PreemptMode=CANCEL: the victim's run ends PREEMPTED, no requeue.
+        let p = Pending::default();
+        p.remember(1, cand(0, 9, 100));
+        p.remember(2, cand(0, 8, 100));
+        let s: HashMap<u32, Seen> = [
+            (1, seen(0, "PR", 0)),
+            (9, seen(0, "R", 101)),
+            // Ended on its own (completed): not taken.
+            (2, seen(0, "CD", 0)),
+            (8, seen(0, "R", 101)),
+        ]
+        .into_iter()
+        .collect();
+        let c = p.resolve(&s, 102);
+        assert_eq!(c.len(), 1);
+        assert_eq!((c[0].victim, c[0].c.run, c[0].c.preemptor), (1, 0, 9));
     }
 
     #[test]

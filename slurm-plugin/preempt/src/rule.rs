@@ -208,6 +208,9 @@ pub struct JobNow {
     pub running: bool,
     pub pending: bool,
     pub restart_cnt: u32,
+    /// Ended in state PREEMPTED: Slurm cancelled it to preempt it (its
+    /// partition's `PreemptMode=CANCEL`, or a job it could not requeue).
+    pub ended_preempted: bool,
 }
 
 impl Grants {
@@ -264,7 +267,9 @@ impl Grants {
             .retain(|id, until| *until >= now && seen.get(id).is_some_and(|j| j.pending));
         let mut done = Vec::new();
         self.victims.retain(|id, g| match seen.get(id) {
-            Some(j) if j.restart_cnt > g.run || (j.pending && !j.running) => {
+            // Requeued, or cancelled by the preemption (CANCEL: the run is lost
+            // all the same, and counts against the caps and budgets).
+            Some(j) if j.restart_cnt > g.run || (j.pending && !j.running) || j.ended_preempted => {
                 let mut past = g.past.clone();
                 past.at = now;
                 done.push(past);
@@ -622,6 +627,7 @@ mod tests {
             running,
             pending,
             restart_cnt,
+            ended_preempted: false,
         };
         seen.insert(1, now(false, true, 1));
         seen.insert(11, now(false, true, 0));
@@ -645,6 +651,27 @@ mod tests {
         assert_eq!(g.history().len(), 1);
         g.settle(&seen, 2010 + W, W);
         assert!(g.history().is_empty());
+        // A victim Slurm cancelled to preempt it (PreemptMode=CANCEL) counts as
+        // one requeued does; one that merely ended (completed) does not.
+        let granted = || {
+            let mut g = Grants::default();
+            assert!(decide(Some(&h), &mut g, &jobs[2], &jobs[0], 2000).is_ok());
+            g
+        };
+        let ended = |ended_preempted| {
+            HashMap::from([(
+                1,
+                JobNow {
+                    running: false,
+                    pending: false,
+                    restart_cnt: 0,
+                    ended_preempted,
+                },
+            )])
+        };
+        assert!(granted().settle(&ended(false), 2030, W).is_empty());
+        let done = granted().settle(&ended(true), 2030, W);
+        assert_eq!(done.iter().map(|d| d.victim).collect::<Vec<_>>(), vec![1]);
     }
 
     use budget_protocol::preemption::PreemptionReason;

@@ -25,7 +25,12 @@
 //!    the budgets would take them) stays pending three cycles past the windows, nothing
 //!    is requeued; `scontrol show job` gives `frozen`'s jobs no `PreemptEligibleTime`
 //!    (the plugin answers their mode OFF, as `preempt/partition_prio` does) and `gpu`'s
-//!    one; `why` lists no victim and `budgetctl why` names the partition's PreemptMode.
+//!    one; `why` lists no victim and `budgetctl why` names the partition's PreemptMode;
+//! 6. the partition's own mode: partition `cancel` (`PriorityTier=1`,
+//!    `PreemptMode=CANCEL`, the global mode REQUEUE); teamb fills the cluster in it,
+//!    teama's job in `high` takes one at its window's end, and Slurm cancels that job
+//!    (state PREEMPTED, not requeued) as the plugin answers for its partition; budgetd
+//!    records the preemption (`partition_tier`) all the same.
 //!
 //! QOS `Preempt=` lists and `PreemptExemptTime` need slurmdbd, which the testbed does
 //! not run: not covered here.
@@ -65,7 +70,8 @@ fn suite() {
         config.extra_conf = Some(format!(
             "JobSubmitPlugins=budget\nPreemptType=preempt/budget\nPreemptMode=REQUEUE\n\
              PartitionName=high Nodes=gpu[1-{n}] PriorityTier=2 MaxTime=INFINITE State=UP\n\
-             PartitionName=frozen Nodes=gpu[1-{n}] PriorityTier=1 PreemptMode=OFF MaxTime=INFINITE State=UP",
+             PartitionName=frozen Nodes=gpu[1-{n}] PriorityTier=1 PreemptMode=OFF MaxTime=INFINITE State=UP\n\
+             PartitionName=cancel Nodes=gpu[1-{n}] PriorityTier=1 PreemptMode=CANCEL MaxTime=INFINITE State=UP",
             n = config.nodes
         ));
         config.unset = vec!["TESTBED_PRIORITY_EXTRA"];
@@ -93,6 +99,7 @@ fn scenario(c: &mut Checks, tb: &Testbed) -> Result<()> {
     section_3(c, tb)?;
     section_4(c, tb)?;
     section_5(c, tb)?;
+    section_6(c, tb)?;
     Ok(())
 }
 
@@ -402,5 +409,55 @@ fn section_5(c: &mut Checks, tb: &Testbed) -> Result<()> {
             ))
             .jobs(&[v1, probe]),
     );
+    Ok(tb.clear_jobs()?)
+}
+
+fn section_6(c: &mut Checks, tb: &Testbed) -> Result<()> {
+    say("== 6. PreemptMode=CANCEL on a partition: its victim is cancelled, and recorded");
+    let s = tb.slurm();
+    let [(v1, s1), (v2, s2)] = fill(c, s, "6", "teamb", "cancel", SHORT)?;
+    let p = sbatch_2gpu(s, "teama", "high", WINDOW, 600)?;
+    let window_end = s1.min(s2) + SHORT;
+    let deadline = window_end.max(now()) + 3 * CYCLE + 10;
+    let (pstart, early) = wait_preemption(s, p, [v1, v2], window_end, deadline)?;
+    // The victim: the one no longer running; Slurm ends it PREEMPTED (after
+    // KillWait), never requeues it.
+    let mut ended = Vec::new();
+    let w = wait_secs(15, || -> Result<bool> {
+        ended.clear();
+        for v in [v1, v2] {
+            let j = s.known_job(v)?;
+            if j.state != "RUNNING" {
+                ended.push((v, j.state, j.restarts));
+            }
+        }
+        Ok(ended.iter().any(|(_, state, _)| state == "PREEMPTED"))
+    });
+    c.record(
+        "6 teama's high-tier job started by taking one job of cancel's; Slurm cancelled it (PREEMPTED, no requeue)",
+        Check::that(
+            pstart > 0
+                && !early
+                && w.ok
+                && ended.len() == 1
+                && ended[0].1 == "PREEMPTED"
+                && ended[0].2 == 0,
+        )
+        .actual(format!(
+            "preemptor {p} start {pstart}, early {early}; ended (job, state, restarts) {ended:?} ({})",
+            w.describe()
+        ))
+        .jobs(&[p, v1, v2]),
+    );
+    if let Some(&(victim, _, _)) = ended.first().filter(|_| pstart > 0) {
+        check_recorded(
+            c,
+            tb.budgetd(),
+            "6 budgetd records the cancelled run's preemption as partition_tier",
+            victim,
+            p,
+            "partition_tier",
+        );
+    }
     Ok(tb.clear_jobs()?)
 }
