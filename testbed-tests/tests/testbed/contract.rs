@@ -55,6 +55,10 @@ use testbed_tests::slurm::{Job, JobId, Slurm};
 use testbed_tests::testbed::{Testbed, TestbedConfig, with_testbed};
 use testbed_tests::time::{now, utc_iso};
 
+use crate::preemption::{
+    both_running, check_recorded, sbatch_2gpu, start_of, wait_preemption, wait_start,
+};
+
 /// GraceTime of partition `grace` (section 5).
 const GRACE: i64 = 10;
 /// min_runtime of the protected jobs (s).
@@ -222,27 +226,6 @@ fn job(s: &Slurm, id: JobId) -> Result<Job> {
     Ok(s.known_job(id)?)
 }
 
-/// A job's start, 0 when unknown (the shell's `epoch` of `Unknown`).
-fn start_of(s: &Slurm, id: JobId) -> Result<i64> {
-    Ok(job(s, id)?.start.unwrap_or(0))
-}
-
-/// Submits a 2-GPU job of `account` that sleeps `sleep_for` seconds, with
-/// `comment` as `--comment` and `extra` sbatch options.
-fn sbatch_2gpu(
-    s: &Slurm,
-    account: &str,
-    comment: &str,
-    extra: &[&str],
-    sleep_for: u32,
-) -> Result<JobId> {
-    let wrap = format!("sleep {sleep_for}");
-    let mut args = vec!["-A", account, "--gres=gpu:2", "--comment", comment];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--wrap", &wrap]);
-    Ok(s.sbatch(&args)?)
-}
-
 /// Fills the cluster (2 x 2 GPUs) with two [`sbatch_2gpu`] jobs; waits up to 15 s
 /// for both to run and returns them.
 fn fill_cluster(
@@ -258,82 +241,6 @@ fn fill_cluster(
     ];
     wait_secs(15, || both_running(s, jobs[0], jobs[1]));
     Ok(jobs)
-}
-
-fn both_running(s: &Slurm, a: JobId, b: JobId) -> Result<bool> {
-    Ok(s.all_in_state("RUNNING", &[a, b])?)
-}
-
-/// Polls every 0.5 s until `job` runs or `deadline` (Unix s) has passed: its start
-/// (0 when it did not start). `watch(now)` runs on every poll while it waits.
-fn wait_start(
-    s: &Slurm,
-    job: JobId,
-    deadline: i64,
-    mut watch: impl FnMut(i64) -> Result<()>,
-) -> Result<i64> {
-    while now() < deadline {
-        if s.state(job)? == "RUNNING" {
-            return start_of(s, job);
-        }
-        watch(now())?;
-        sleep_secs(0.5);
-    }
-    Ok(0)
-}
-
-/// Waits (until `deadline`) for `preemptor` to start while both `victims` run; its
-/// start (0 if it did not start), and whether a victim stopped running before
-/// `window_end` (a second of polling slack).
-fn wait_preemption(
-    s: &Slurm,
-    preemptor: JobId,
-    victims: [JobId; 2],
-    window_end: i64,
-    deadline: i64,
-) -> Result<(i64, bool)> {
-    let mut early = false;
-    let start = wait_start(s, preemptor, deadline, |t| {
-        // Never before the windows end: both victims still running while protected.
-        if t < window_end - 1 && !both_running(s, victims[0], victims[1])? {
-            early = true;
-        }
-        Ok(())
-    })?;
-    Ok((start, early))
-}
-
-/// budgetd holds the preemption of `victim` by `preemptor` for `reason`, reported by
-/// the plugin, with GPU-hours > 0.
-fn recorded(api: &Budgetd, victim: JobId, preemptor: JobId, reason: &str) -> Result<bool> {
-    Ok(api.preemptions()?.iter().any(|r| {
-        r.job_id == victim
-            && r.preemptor == Some(preemptor)
-            && r.reason == reason
-            && r.source == "plugin"
-            && r.gpu_hours > 0.0
-    }))
-}
-
-fn check_recorded(
-    c: &mut Checks,
-    api: &Budgetd,
-    name: String,
-    victim: JobId,
-    preemptor: JobId,
-    reason: &str,
-) {
-    let w = wait_secs(20, || recorded(api, victim, preemptor, reason));
-    c.record(
-        name,
-        Check::that(w.ok)
-            .expected(format!(
-                "a row: victim {victim}, preemptor {preemptor}, reason {reason}, source plugin, GPU-hours > 0"
-            ))
-            .actual(w.describe())
-            .jobs(&[victim, preemptor])
-            .log("preempt/budget"),
-    );
 }
 
 fn section_1(c: &mut Checks, tb: &Testbed) -> Result<()> {
@@ -494,7 +401,7 @@ fn section_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
     check_recorded(
         c,
         api,
-        "2 preemption recorded by budgetd (reason over_budget)".into(),
+        "2 preemption recorded by budgetd (reason over_budget)",
         victim,
         p,
         "over_budget",
@@ -679,7 +586,7 @@ fn section_4(c: &mut Checks, tb: &Testbed) -> Result<()> {
     check_recorded(
         c,
         api,
-        "4 preemption recorded by budgetd (reason rebalance)".into(),
+        "4 preemption recorded by budgetd (reason rebalance)",
         victim,
         x,
         "rebalance",
@@ -934,7 +841,7 @@ fn section_5(c: &mut Checks, tb: &Testbed) -> Result<()> {
     check_recorded(
         c,
         api,
-        "5 preemption recorded by budgetd (reason over_budget)".into(),
+        "5 preemption recorded by budgetd (reason over_budget)",
         gv,
         gp,
         "over_budget",

@@ -24,6 +24,7 @@ mod contract;
 mod drain;
 mod ledger_faults;
 mod partition_tier;
+mod preemption;
 mod priority_usage;
 mod shadow;
 mod site_factor;

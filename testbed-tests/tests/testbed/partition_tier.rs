@@ -36,11 +36,13 @@
 //! not run: not covered here.
 
 use anyhow::Result;
-use testbed_tests::api::{Budgetd, PolicyPatch};
+use testbed_tests::api::PolicyPatch;
 use testbed_tests::checks::{Check, Checks, run_suite, say, sleep_secs, wait_secs};
 use testbed_tests::slurm::{JobId, Slurm};
 use testbed_tests::testbed::{Testbed, TestbedConfig, with_testbed};
 use testbed_tests::time::now;
+
+use crate::preemption::{check_recorded, sbatch_2gpu, wait_preemption};
 
 /// min_runtime of the protected victims of section 1 (s).
 const WINDOW: i64 = 20;
@@ -105,26 +107,9 @@ fn scenario(c: &mut Checks, tb: &Testbed) -> Result<()> {
 
 /// A 2-GPU job of `account` in `partition` with a window of `window` s, sleeping
 /// `sleep_for` s.
-fn sbatch_2gpu(
-    s: &Slurm,
-    account: &str,
-    partition: &str,
-    window: i64,
-    sleep_for: u32,
-) -> Result<JobId> {
+fn job_in(s: &Slurm, account: &str, partition: &str, window: i64, sleep_for: u32) -> Result<JobId> {
     let comment = format!("min_runtime={window}s");
-    let wrap = format!("sleep {sleep_for}");
-    Ok(s.sbatch(&[
-        "-A",
-        account,
-        "-p",
-        partition,
-        "--gres=gpu:2",
-        "--comment",
-        &comment,
-        "--wrap",
-        &wrap,
-    ])?)
+    sbatch_2gpu(s, account, &comment, &["-p", partition], sleep_for)
 }
 
 /// Fills the cluster (2 x 2 GPUs) with two jobs of `account` in `partition`; waits
@@ -138,8 +123,8 @@ fn fill(
     window: i64,
 ) -> Result<[(JobId, i64); 2]> {
     let jobs = [
-        sbatch_2gpu(s, account, partition, window, 600)?,
-        sbatch_2gpu(s, account, partition, window, 600)?,
+        job_in(s, account, partition, window, 600)?,
+        job_in(s, account, partition, window, 600)?,
     ];
     let w = wait_secs(15, || s.all_in_state("RUNNING", &jobs));
     c.record(
@@ -150,29 +135,6 @@ fn fill(
         (jobs[0], s.known_job(jobs[0])?.start.unwrap_or(0)),
         (jobs[1], s.known_job(jobs[1])?.start.unwrap_or(0)),
     ])
-}
-
-/// Polls until `preemptor` runs or `deadline` passes: its start (0 if it did not
-/// start), and whether a victim stopped running before `window_end` (a second of
-/// polling slack).
-fn wait_preemption(
-    s: &Slurm,
-    preemptor: JobId,
-    victims: [JobId; 2],
-    window_end: i64,
-    deadline: i64,
-) -> Result<(i64, bool)> {
-    let mut early = false;
-    while now() < deadline {
-        if s.state(preemptor)? == "RUNNING" {
-            return Ok((s.known_job(preemptor)?.start.unwrap_or(0), early));
-        }
-        if now() < window_end - 1 && !s.all_in_state("RUNNING", &victims)? {
-            early = true;
-        }
-        sleep_secs(0.5);
-    }
-    Ok((0, early))
 }
 
 /// The victims Slurm requeued (restart count above 0).
@@ -186,41 +148,11 @@ fn requeued(s: &Slurm, victims: &[JobId]) -> Result<Vec<JobId>> {
     Ok(out)
 }
 
-/// Waits up to 20 s for budgetd to hold the preemption of `victim` by `preemptor`
-/// for `reason`, reported by the plugin.
-fn check_recorded(
-    c: &mut Checks,
-    api: &Budgetd,
-    name: &str,
-    victim: JobId,
-    preemptor: JobId,
-    reason: &str,
-) {
-    let w = wait_secs(20, || -> Result<bool> {
-        Ok(api.preemptions()?.iter().any(|r| {
-            r.job_id == victim
-                && r.preemptor == Some(preemptor)
-                && r.reason == reason
-                && r.source == "plugin"
-        }))
-    });
-    c.record(
-        name,
-        Check::that(w.ok)
-            .expected(format!(
-                "a row: victim {victim}, preemptor {preemptor}, reason {reason}, source plugin"
-            ))
-            .actual(w.describe())
-            .jobs(&[victim, preemptor])
-            .log("preempt/budget"),
-    );
-}
-
 fn section_1_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
     say("== 1-2. a higher tier takes a lower tier's job, never inside its window");
     let s = tb.slurm();
     let [(v1, s1), (v2, s2)] = fill(c, s, "1", "teama", "gpu", WINDOW)?;
-    let p = sbatch_2gpu(s, "teamb", "high", WINDOW, 600)?;
+    let p = job_in(s, "teamb", "high", WINDOW, 600)?;
     let window_end = s1.min(s2) + WINDOW;
     let deadline = window_end + 3 * CYCLE + 10;
     let (pstart, early) = wait_preemption(s, p, [v1, v2], window_end, deadline)?;
@@ -285,7 +217,7 @@ fn section_3(c: &mut Checks, tb: &Testbed) -> Result<()> {
     say("== 3. a lower tier never takes a higher one, whatever the budgets say");
     let s = tb.slurm();
     let [(v1, s1), (v2, s2)] = fill(c, s, "3", "teamb", "high", SHORT)?;
-    let p = sbatch_2gpu(s, "teama", "gpu", WINDOW, 600)?;
+    let p = job_in(s, "teama", "gpu", WINDOW, 600)?;
     // Three cycles past both windows: the budgets alone would have taken one.
     let until = s1.max(s2) + SHORT + 3 * CYCLE + SLACK;
     let mut started = false;
@@ -323,7 +255,7 @@ fn section_4(c: &mut Checks, tb: &Testbed) -> Result<()> {
     say("== 4. the same tier: the budget rule as before");
     let s = tb.slurm();
     let [(v1, s1), (v2, s2)] = fill(c, s, "4", "teamb", "gpu", SHORT)?;
-    let p = sbatch_2gpu(s, "teama", "gpu", WINDOW, 600)?;
+    let p = job_in(s, "teama", "gpu", WINDOW, 600)?;
     let window_end = s1.min(s2) + SHORT;
     let deadline = window_end.max(now()) + 3 * CYCLE + 10;
     let (pstart, early) = wait_preemption(s, p, [v1, v2], window_end, deadline)?;
@@ -354,7 +286,7 @@ fn section_5(c: &mut Checks, tb: &Testbed) -> Result<()> {
     let s = tb.slurm();
     let [(v1, s1), (v2, s2)] = fill(c, s, "5", "teamb", "frozen", SHORT)?;
     // A higher tier and an under-budget team: both rules would take one.
-    let p = sbatch_2gpu(s, "teama", "high", WINDOW, 600)?;
+    let p = job_in(s, "teama", "high", WINDOW, 600)?;
     let until = s1.max(s2) + SHORT + 3 * CYCLE + SLACK;
     let mut started = false;
     while now() < until {
@@ -393,7 +325,7 @@ fn section_5(c: &mut Checks, tb: &Testbed) -> Result<()> {
     // prints PreemptEligibleTime only for a started job whose mode is not OFF.
     // teama's pending job goes first, so the probe in gpu gets v2's GPUs.
     s.cancel(&[p, v2])?;
-    let probe = sbatch_2gpu(s, "teama", "gpu", SHORT, 600)?;
+    let probe = job_in(s, "teama", "gpu", SHORT, 600)?;
     let w = wait_secs(15, || s.all_in_state("RUNNING", &[probe]));
     let eligible = |id: JobId| -> Result<bool> {
         Ok(s.run("scontrol", &["show", "job", "-o", &id.to_string()])?
@@ -416,7 +348,7 @@ fn section_6(c: &mut Checks, tb: &Testbed) -> Result<()> {
     say("== 6. PreemptMode=CANCEL on a partition: its victim is cancelled, and recorded");
     let s = tb.slurm();
     let [(v1, s1), (v2, s2)] = fill(c, s, "6", "teamb", "cancel", SHORT)?;
-    let p = sbatch_2gpu(s, "teama", "high", WINDOW, 600)?;
+    let p = job_in(s, "teama", "high", WINDOW, 600)?;
     let window_end = s1.min(s2) + SHORT;
     let deadline = window_end.max(now()) + 3 * CYCLE + 10;
     let (pstart, early) = wait_preemption(s, p, [v1, v2], window_end, deadline)?;
