@@ -1069,6 +1069,7 @@ impl<'a> Core<'a> {
             }
         }
         self.will_run.end_pass();
+        pol.end_pass();
     }
 
     /// Slurm's `cons_tres` step: remove allowed candidates in victim order

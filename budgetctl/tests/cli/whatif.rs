@@ -296,6 +296,26 @@ fn whatif_benchmark_100k_jobs() {
         t.elapsed().as_secs_f64()
     );
     let at = until.to_string();
+    // With WHATIF_BENCH_INPUT=FILE, the four documents are also written as one
+    // `--input` bundle, so the replay can be timed again without a budgetd
+    // (docs/benchmarks.md).
+    if let Ok(file) = std::env::var("WHATIF_BENCH_INPUT") {
+        let since = until - 4 * WEEK;
+        let get = |path: &str| {
+            let (st, b) = call(&d.unix(), "GET", path, None);
+            assert_eq!(st, 200, "{path}: {b}");
+            b
+        };
+        let input = json!({
+            "since": since, "until": until,
+            "accounts": get("/v1/accounts"),
+            "policy": get("/v1/policy"),
+            "runs": get(&format!("/v1/runs?since={since}&until={until}")),
+            "usage": get(&format!("/v1/usage?by=user&since={since}&at={until}")),
+        });
+        std::fs::write(&file, serde_json::to_vec(&input).expect("encode")).expect("write input");
+        eprintln!("wrote the --input bundle to {file}");
+    }
     let t = std::time::Instant::now();
     let cpu0 = children_cpu();
     let out = ctl(

@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
@@ -110,61 +111,85 @@ pub(super) struct Forecast {
     pub(super) releases: HashMap<usize, Vec<Release>>,
 }
 
+/// A small, fixed hasher for the placer's memo of `(account, user)` keys: the
+/// keys come from the caller, are looked up many times per computation, and
+/// need no protection from collisions chosen by an attacker (a bad key only
+/// costs time here). FNV-1a over the bytes, with a separator between parts.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
 /// Places jobs once per (account, user) while the state is computed; paths are
-/// kept once each and referred to by index.
-struct Placer<'f> {
+/// kept once each and referred to by index. The memo borrows the callers'
+/// names (no copies).
+struct Placer<'f, 'a> {
     fs: &'f FairShare,
-    index: HashMap<String, HashMap<String, Option<usize>>>,
+    index: HashMap<(&'a str, &'a str), Option<usize>, BuildHasherDefault<KeyHasher>>,
     /// Path index by leaf node, for callers that placed their jobs already.
     by_node: Vec<Option<usize>>,
     paths: Vec<Vec<usize>>,
 }
 
-impl<'f> Placer<'f> {
+impl<'f, 'a> Placer<'f, 'a> {
     fn new(fs: &'f FairShare) -> Self {
         Placer {
             fs,
-            index: HashMap::new(),
+            index: HashMap::default(),
             by_node: vec![None; fs.nodes.len()],
             paths: Vec::new(),
         }
     }
 
-    /// As [`Placer::place`], with the caller's leaf node when it has one.
-    fn place_hinted(&mut self, leaf: Option<usize>, account: &str, user: &str) -> Option<usize> {
-        match leaf {
-            Some(n) if n < self.by_node.len() => {
-                if let Some(p) = self.by_node[n] {
-                    return Some(p);
-                }
+    /// Index (into `paths`) of the root-first path of leaf node `n`.
+    fn at_node(&mut self, n: usize) -> usize {
+        match self.by_node[n] {
+            Some(p) => p,
+            None => {
                 self.paths.push(self.fs.path(n));
                 self.by_node[n] = Some(self.paths.len() - 1);
-                self.by_node[n]
+                self.paths.len() - 1
             }
+        }
+    }
+
+    /// As [`Placer::place`], with the caller's leaf node when it has one.
+    fn place_hinted(
+        &mut self,
+        leaf: Option<usize>,
+        account: &'a str,
+        user: &'a str,
+    ) -> Option<usize> {
+        match leaf {
+            Some(n) if n < self.by_node.len() => Some(self.at_node(n)),
             _ => self.place(account, user),
         }
     }
 
     /// Index (into `paths`) of the root-first path of a job of `(account, user)`.
-    fn place(&mut self, account: &str, user: &str) -> Option<usize> {
-        if let Some(hit) = self.index.get(account).and_then(|u| u.get(user)) {
+    fn place(&mut self, account: &'a str, user: &'a str) -> Option<usize> {
+        if let Some(hit) = self.index.get(&(account, user)) {
             return *hit;
         }
-        let found = self
-            .fs
-            .place(account, user)
-            .map(|p| match self.by_node[p.node] {
-                Some(i) => i,
-                None => {
-                    self.paths.push(self.fs.path(p.node));
-                    self.by_node[p.node] = Some(self.paths.len() - 1);
-                    self.paths.len() - 1
-                }
-            });
-        self.index
-            .entry(account.to_string())
-            .or_default()
-            .insert(user.to_string(), found);
+        let found = self.fs.place(account, user).map(|p| self.at_node(p.node));
+        self.index.insert((account, user), found);
         found
     }
 }
@@ -187,6 +212,32 @@ impl PreemptState {
         running: impl IntoIterator<Item = RunningJob<'a>>,
         pending: impl IntoIterator<Item = PendingJob<'a>>,
         history: impl IntoIterator<Item = PastPreemption<'a>>,
+        capacity_gpus: Option<f64>,
+        policy: RebalancePolicy,
+        now: i64,
+    ) -> PreemptState {
+        Self::compute_hinted(
+            fs,
+            running,
+            pending,
+            history.into_iter().map(|h| (h, [None, None])),
+            capacity_gpus,
+            policy,
+            now,
+        )
+    }
+
+    /// [`PreemptState::compute`] for a caller that placed the past
+    /// preemptions already: each comes with the leaf nodes of its preemptor
+    /// and its victim in `fs` (`[preemptor, victim]`, as
+    /// [`RunningJob::leaf`]: the node `FairShare::place` gives their account
+    /// and user; `None` to have it placed here). The same state as
+    /// `compute`, without looking names up.
+    pub fn compute_hinted<'a>(
+        fs: Option<&FairShare>,
+        running: impl IntoIterator<Item = RunningJob<'a>>,
+        pending: impl IntoIterator<Item = PendingJob<'a>>,
+        history: impl IntoIterator<Item = (PastPreemption<'a>, [Option<usize>; 2])>,
         capacity_gpus: Option<f64>,
         policy: RebalancePolicy,
         now: i64,
@@ -278,14 +329,14 @@ impl PreemptState {
         st.entitled_order(fs);
         st.band_tiers(fs);
         // History: reverse locks, spent budgets, site totals.
-        for h in history {
+        for (h, [p_leaf, v_leaf]) in history {
             if h.at <= now - window || h.at > now {
                 continue;
             }
             st.site_preemptions = st.site_preemptions.saturating_add(1);
             st.site_lost_gpu_secs += h.lost_gpu_secs.max(0.0);
-            let pp = placer.place(h.preemptor_account, h.preemptor_user);
-            let vp = placer.place(h.victim_account, h.victim_user);
+            let pp = placer.place_hinted(p_leaf, h.preemptor_account, h.preemptor_user);
+            let vp = placer.place_hinted(v_leaf, h.victim_account, h.victim_user);
             // A weighted site's budgets are spoken of in weighted GPU-hours.
             st.weighted |= billing_weight(h.weight) != 1.0;
             if let Some(pp) = pp {
@@ -334,30 +385,39 @@ impl PreemptState {
             shortfall: vec![0.0; self.nodes.len()],
             releases: HashMap::new(),
         };
-        // Parents with a deficit child, by depth of the child.
-        let mut parents: Vec<(usize, usize)> = Vec::new(); // (parent, depth of its children)
+        // Parents with a deficit child.
+        let mut parents: Vec<usize> = Vec::new();
+        let mut is_parent = vec![false; fs.nodes.len()];
         for (i, node) in fs.nodes.iter().enumerate() {
             if node.children.iter().any(|&c| self.nodes[c].deficit > 0.0) {
-                parents.push((i, depth(fs, i) + 1));
+                parents.push(i);
+                is_parent[i] = true;
             }
         }
-        for (parent, d) in parents {
-            // Releases by side, from sides above their entitlement, time order.
-            let mut by_side: HashMap<usize, Vec<(i64, u32, f64)>> = HashMap::new();
-            for (end, job, gpus, path) in runs.iter() {
-                let path = &paths[*path];
-                if path.len() > d && path[d - 1] == parent {
-                    let side = path[d];
-                    if self.nodes[side].held > self.nodes[side].entitled {
-                        by_side.entry(side).or_default().push((*end, *job, *gpus));
-                    }
+        // Releases by side (a child of such a parent, above its entitlement),
+        // in the order of `runs`: one walk over the runs for all parents.
+        let mut by_side: Vec<Vec<(i64, u32, f64)>> = vec![Vec::new(); fs.nodes.len()];
+        for (end, job, gpus, path) in runs.iter() {
+            let path = &paths[*path];
+            for k in 1..path.len() {
+                let side = path[k];
+                if is_parent[path[k - 1]] && self.nodes[side].held > self.nodes[side].entitled {
+                    by_side[side].push((*end, *job, *gpus));
                 }
             }
+        }
+        for parent in parents {
+            // Releases of the sides above their entitlement, time order, each
+            // side's capped at its excess.
             let mut merged: Vec<(i64, u32, f64)> = Vec::new();
-            for (side, mut rel) in by_side {
+            for &side in &fs.nodes[parent].children {
+                let rel = &mut by_side[side];
+                if rel.is_empty() {
+                    continue;
+                }
                 rel.sort_by_key(|r| (r.0, r.1));
                 let mut left = self.nodes[side].held - self.nodes[side].entitled;
-                for (t, j, g) in rel {
+                for &(t, j, g) in rel.iter() {
                     if left <= 0.0 {
                         break;
                     }
@@ -634,18 +694,6 @@ pub fn node_name(fs: &FairShare, node: usize) -> String {
         },
         None => String::new(),
     }
-}
-
-fn depth(fs: &FairShare, mut node: usize) -> usize {
-    let mut d = 0;
-    while let Some(p) = fs.nodes.get(node).and_then(|n| n.parent) {
-        d += 1;
-        node = p;
-        if d > fs.nodes.len() {
-            break;
-        }
-    }
-    d
 }
 
 /// GPU-seconds missing over `[now, horizon)` when `need` GPUs are missing at
@@ -1244,5 +1292,219 @@ mod tests {
         // 5 missing: 1 stays missing until the horizon.
         assert_eq!(shortfall(5.0, &rel, 0, 100), 50.0 + 30.0 + 80.0);
         assert_eq!(shortfall(0.0, &rel, 0, 100), 0.0);
+    }
+
+    /// The forecast as it was first written (one walk over the runs per
+    /// parent, releases grouped in a map): the reference the faster one in
+    /// `compute_forecast` is held to.
+    fn forecast_reference(st: &PreemptState, fs: &FairShare) -> Forecast {
+        fn depth(fs: &FairShare, mut node: usize) -> usize {
+            let mut d = 0;
+            while let Some(p) = fs.nodes.get(node).and_then(|n| n.parent) {
+                d += 1;
+                node = p;
+            }
+            d
+        }
+        let (window, now) = (st.window, st.at);
+        let mut out = Forecast {
+            uncovered: vec![0.0; st.nodes.len()],
+            shortfall: vec![0.0; st.nodes.len()],
+            releases: HashMap::new(),
+        };
+        let mut parents: Vec<(usize, usize)> = Vec::new();
+        for (i, node) in fs.nodes.iter().enumerate() {
+            if node.children.iter().any(|&c| st.nodes[c].deficit > 0.0) {
+                parents.push((i, depth(fs, i) + 1));
+            }
+        }
+        for (parent, d) in parents {
+            let mut by_side: HashMap<usize, Vec<(i64, u32, f64)>> = HashMap::new();
+            for (end, job, gpus, path) in st.runs.iter() {
+                let path = &st.paths[*path];
+                if path.len() > d && path[d - 1] == parent {
+                    let side = path[d];
+                    if st.nodes[side].held > st.nodes[side].entitled {
+                        by_side.entry(side).or_default().push((*end, *job, *gpus));
+                    }
+                }
+            }
+            let mut merged: Vec<(i64, u32, f64)> = Vec::new();
+            for (side, mut rel) in by_side {
+                rel.sort_by_key(|r| (r.0, r.1));
+                let mut left = st.nodes[side].held - st.nodes[side].entitled;
+                for (t, j, g) in rel {
+                    if left <= 0.0 {
+                        break;
+                    }
+                    let take = g.min(left);
+                    left -= take;
+                    merged.push((t, j, take));
+                }
+            }
+            merged.sort_by_key(|a| (a.0, a.1));
+            let mut needy: Vec<usize> = fs.nodes[parent]
+                .children
+                .iter()
+                .copied()
+                .filter(|&c| st.nodes[c].deficit > 0.0)
+                .collect();
+            needy.sort_by_key(|&c| (fs.nodes[c].sibling_rank, c));
+            let mut need: Vec<f64> = needy.iter().map(|&c| st.nodes[c].deficit).collect();
+            let mut got: Vec<Vec<Release>> = vec![Vec::new(); needy.len()];
+            for (t, j, mut g) in merged {
+                for (k, n) in need.iter_mut().enumerate() {
+                    if g <= 0.0 {
+                        break;
+                    }
+                    if *n > 0.0 {
+                        let take = g.min(*n);
+                        *n -= take;
+                        g -= take;
+                        got[k].push(Release {
+                            at: t,
+                            job_id: j,
+                            gpus: take,
+                        });
+                    }
+                }
+            }
+            for (k, &c) in needy.iter().enumerate() {
+                let s = &st.nodes[c];
+                let tolerance = st.policy.shortfall_tolerance.max(0.0) * s.entitled * window as f64;
+                let (deficit, rel) = (s.deficit, &got[k]);
+                let short = |x: f64| shortfall(deficit - x, rel, now, now + window);
+                let forecast = short(0.0);
+                let (mut lo, mut hi) = (0u32, deficit.ceil() as u32);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if short(f64::from(mid)) <= tolerance {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
+                }
+                out.shortfall[c] = forecast;
+                out.uncovered[c] = f64::from(lo).min(deficit);
+                out.releases.insert(c, std::mem::take(&mut got[k]));
+            }
+        }
+        out
+    }
+
+    /// (account 0..4, user 0..3, free, run start, gpus, limit, running)
+    type JobGen = (usize, usize, bool, i64, u32, i64, bool);
+    /// (at, preemptor account, preemptor user, victim account, victim user, lost, hinted)
+    type PastGen = (i64, usize, usize, usize, usize, f64, bool);
+
+    proptest::proptest! {
+        /// The placed history (`compute_hinted`) gives the same state as
+        /// placing it by name, and the forecast (one walk over the runs) the
+        /// same as the reference (one walk per parent), on nested trees
+        /// (sub-accounts: deficits under several parents).
+        #[test]
+        fn hinted_state_and_forecast_equal_the_reference(
+            allocs in proptest::collection::vec((0u32..4_000, 0u32..6_000), 4),
+            jobs in proptest::collection::vec(
+                (0usize..4, 0usize..4, proptest::bool::ANY, 0i64..20_000, 1u32..9, 1i64..300_000, proptest::bool::ANY),
+                0..40,
+            ),
+            past in proptest::collection::vec(
+                (0i64..40_000, 0usize..4, 0usize..4, 0usize..4, 0usize..4, 0.0f64..1e6, proptest::bool::ANY),
+                0..20,
+            ),
+            now in 20_000i64..40_000,
+            capacity in proptest::option::of(8.0f64..96.0),
+        ) {
+            let jobs: Vec<JobGen> = jobs;
+            let past: Vec<PastGen> = past;
+            let tree = crate::testkit::nested_tree(
+                &allocs.iter().map(|&(a, u)| (a, u, 0)).collect::<Vec<_>>(),
+            );
+            let mut usage = UsageByLeaf::new();
+            for (i, &(_, used)) in allocs.iter().enumerate() {
+                usage.insert((format!("a{i}"), "u0".into()), f64::from(used) * 3600.0);
+            }
+            let fs = FairShare::compute(&tree, &usage, now, W);
+            // User u3 is no member: placed at its account.
+            let names: Vec<(String, String)> = (0..4)
+                .flat_map(|a| (0..4).map(move |u| (format!("a{a}"), format!("u{u}"))))
+                .collect();
+            let name = |a: usize, u: usize| (&names[a * 4 + u].0, &names[a * 4 + u].1);
+            let leaf = |a: usize, u: usize| {
+                let (a, u) = name(a, u);
+                fs.place(a, u).map(|p| p.node)
+            };
+            let running = || {
+                jobs.iter().enumerate().filter(|(_, j)| j.6).map(|(i, j)| {
+                    let (account, user) = name(j.0, j.1);
+                    RunningJob {
+                        job_id: i as u32,
+                        account,
+                        user,
+                        free_tier: j.2,
+                        gpus: j.4,
+                        weight: 1.0,
+                        run_start: j.3,
+                        time_limit: Some(j.5),
+                        min_runtime: 0,
+                        checkpoint: None,
+                        grace: 0,
+                        requeues: 0,
+                        leaf: leaf(j.0, j.1),
+                        partition_tier: None,
+                    }
+                })
+            };
+            let pending = || {
+                jobs.iter().enumerate().filter(|(_, j)| !j.6).map(|(i, j)| {
+                    let (account, user) = name(j.0, j.1);
+                    PendingJob {
+                        job_id: i as u32,
+                        account,
+                        user,
+                        free_tier: j.2,
+                        gpus: j.4,
+                        weight: 1.0,
+                        leaf: None,
+                        partition_tier: None,
+                    }
+                })
+            };
+            let history = || {
+                past.iter().map(|h| {
+                    let (pa, pu) = name(h.1, h.2);
+                    let (va, vu) = name(h.3, h.4);
+                    PastPreemption {
+                        at: h.0,
+                        preemptor_account: pa,
+                        preemptor_user: pu,
+                        victim_account: va,
+                        victim_user: vu,
+                        lost_gpu_secs: h.5,
+                        weight: 1.0,
+                    }
+                })
+            };
+            for policy in [RebalancePolicy::default(), RebalancePolicy { benefit_factor: None, shortfall_tolerance: 0.0, ..RebalancePolicy::default() }] {
+                let by_name = PreemptState::compute(Some(&fs), running(), pending(), history(), capacity, policy, now);
+                let hinted = PreemptState::compute_hinted(
+                    Some(&fs),
+                    running(),
+                    pending(),
+                    history().zip(&past).map(|(h, g)| {
+                        let hint = |a, u| if g.6 { leaf(a, u) } else { None };
+                        (h, [hint(g.1, g.2), hint(g.3, g.4)])
+                    }),
+                    capacity,
+                    policy,
+                    now,
+                );
+                proptest::prop_assert_eq!(&by_name, &hinted);
+                let want = forecast_reference(&by_name, &fs);
+                proptest::prop_assert_eq!(by_name.forecast(&fs), &want);
+                proptest::prop_assert_eq!(hinted.forecast(&fs), &want);
+            }
+        }
     }
 }

@@ -57,6 +57,14 @@ pub(crate) struct FairSharePolicy {
     window_mismatches: u64,
     /// Period state of the cost-aware rule; `None` until needed in a pass.
     state: Option<PreemptState>,
+    /// The pass's first preemption attempt came and needed no state: the
+    /// jobs started since then, left out when the state is computed later in
+    /// the pass (see `candidates_v2`).
+    since_first_attempt: Option<Vec<u32>>,
+    /// Debug builds: the state computed at the first attempt as before, to
+    /// check the later one against.
+    #[cfg(debug_assertions)]
+    state_at_first_attempt: Option<PreemptState>,
     in_flight: InFlight,
     /// Rebalancing preemptions in the last window: (time, preemptor leaf,
     /// victim leaf, lost GPU-seconds as estimated when decided).
@@ -122,6 +130,9 @@ impl FairSharePolicy {
             exposed_count: 0,
             window_mismatches: 0,
             state: None,
+            since_first_attempt: None,
+            #[cfg(debug_assertions)]
+            state_at_first_attempt: None,
             in_flight: InFlight::default(),
             history: VecDeque::new(),
             refusals: cfg.count_refusals.map(|_| BTreeMap::new()),
@@ -254,15 +265,28 @@ impl FairSharePolicy {
     }
 
     /// The state the plugin's thread computes each period, from what it has.
-    fn period_state(&self, sim: &EngineView<'_>, fs: &FairShare) -> PreemptState {
+    /// `started`: jobs started since the instant the state is for (within
+    /// the same pass: same time, same snapshot, no other job stopped), left
+    /// out of the running jobs and counted as pending again, which is what
+    /// the jobs were at that instant.
+    fn period_state(&self, sim: &EngineView<'_>, fs: &FairShare, started: &[u32]) -> PreemptState {
         let now = sim.now;
         let leaves = &sim.leaves;
+        let mut started: Vec<u32> = started.to_vec();
+        started.sort_unstable();
+        let mut pending_gpus: Vec<u64> = sim.pending_gpus.to_vec();
+        for &j in &started {
+            let job = &sim.jobs[j as usize];
+            if !job.free {
+                pending_gpus[job.leaf as usize] += u64::from(job.gpus);
+            }
+        }
         let running = sim
             .running_by_limit
             .iter()
+            .filter(|&&(_, j)| started.binary_search(&j).is_err())
             .map(|&(_, j)| self.running(sim, j));
-        let pending = sim
-            .pending_gpus
+        let pending = pending_gpus
             .iter()
             .enumerate()
             .filter(|(_, g)| **g > 0)
@@ -276,10 +300,17 @@ impl FairSharePolicy {
                 leaf: self.leaf_place.get(leaf).copied().flatten().map(|p| p.node),
                 partition_tier: None,
             });
-        let history = self
-            .history
-            .iter()
-            .map(|&(at, pl, vl, lost)| PastPreemption {
+        // Each with its two leaves' nodes, placed in this snapshot as the
+        // running jobs' are.
+        let node = |leaf: u32| {
+            self.leaf_place
+                .get(leaf as usize)
+                .copied()
+                .flatten()
+                .map(|p| p.node)
+        };
+        let history = self.history.iter().map(|&(at, pl, vl, lost)| {
+            let past = PastPreemption {
                 at,
                 preemptor_account: &leaves[pl as usize].0,
                 preemptor_user: &leaves[pl as usize].1,
@@ -288,8 +319,10 @@ impl FairSharePolicy {
                 lost_gpu_secs: lost,
                 // The simulator's GPUs all weigh 1.
                 weight: 1.0,
-            });
-        PreemptState::compute(
+            };
+            (past, [node(pl), node(vl)])
+        });
+        PreemptState::compute_hinted(
             Some(fs),
             running,
             pending,
@@ -333,12 +366,6 @@ impl FairSharePolicy {
         let Some(fs) = self.fs.as_ref() else {
             return Vec::new();
         };
-        if self.state.is_none() {
-            self.state = Some(self.period_state(sim, fs));
-        }
-        let Some(state) = self.state.as_ref() else {
-            return Vec::new();
-        };
         let pj = &sim.jobs[p as usize];
         let (pa, pu) = &sim.leaves[pj.leaf as usize];
         let pview = PendingJob {
@@ -355,6 +382,38 @@ impl FairSharePolicy {
                 .flatten()
                 .map(|p| p.node),
             partition_tier: None,
+        };
+        // The state is the one of the pass's first attempt (the plugin's, fixed
+        // while Slurm's pass runs). It is computed when first read: a free-tier
+        // victim is judged with it, a non-free one only for a budgeted
+        // preemptor (`judge_sides` refuses any other before reading the state,
+        // the rule's first clause). When the first attempts of a pass need
+        // none, the jobs they let start are left out when it is computed.
+        if self.state.is_none() {
+            let budgeted = pview
+                .leaf
+                .filter(|&n| n < fs.nodes.len())
+                .or_else(|| fs.place(pa, pu).map(|p| p.node))
+                .is_some_and(|n| fs.nodes[n].tier == Tier::Budgeted);
+            let free_victims = self.exposed.keys().any(|&(_, free)| free);
+            let started = self.since_first_attempt.take().unwrap_or_default();
+            #[cfg(debug_assertions)]
+            if started.is_empty() && self.state_at_first_attempt.is_none() {
+                self.state_at_first_attempt = Some(self.period_state(sim, fs, &[]));
+            }
+            if !budgeted && !free_victims {
+                self.since_first_attempt = Some(started);
+                return Vec::new();
+            }
+            let state = self.period_state(sim, fs, &started);
+            #[cfg(debug_assertions)]
+            if let Some(first) = self.state_at_first_attempt.take() {
+                assert_eq!(state, first, "the state of the pass's first attempt");
+            }
+            self.state = Some(state);
+        }
+        let Some(state) = self.state.as_ref() else {
+            return Vec::new();
         };
         let mut out = Vec::new();
         let mut granted = false;
@@ -450,7 +509,7 @@ impl SchedPolicy for FairSharePolicy {
         }
         // The cost-aware policy ranks teams below their entitled GPUs first
         // (`PreemptState::priority_place`); the old one by Fair-Tree alone.
-        let order = (self.kind == PolicyKind::Budget).then(|| self.period_state(sim, &fs));
+        let order = (self.kind == PolicyKind::Budget).then(|| self.period_state(sim, &fs, &[]));
         for (i, (team, user)) in sim.leaves.iter().enumerate() {
             let place = self.leaf_place[i];
             let placed = match &order {
@@ -499,6 +558,9 @@ impl SchedPolicy for FairSharePolicy {
     }
 
     fn on_start(&mut self, sim: &EngineView<'_>, j: u32) {
+        if let Some(started) = self.since_first_attempt.as_mut() {
+            started.push(j);
+        }
         let job = &sim.jobs[j as usize];
         let (leaf, gpus, free) = (job.leaf, job.gpus, job.free);
         if free || job.min_runtime <= 0 {
@@ -510,6 +572,18 @@ impl SchedPolicy for FairSharePolicy {
     }
 
     fn on_stop(&mut self, sim: &EngineView<'_>, j: u32) {
+        // A job stopping in a pass whose state is not computed yet: it is
+        // computed now, while the job still runs (only a free-tier victim
+        // can stop so, and the state leaves those out, but the state must
+        // not depend on that).
+        if let (Some(started), Some(fs)) = (self.since_first_attempt.take(), self.fs.as_ref()) {
+            let state = self.period_state(sim, fs, &started);
+            #[cfg(debug_assertions)]
+            if let Some(first) = self.state_at_first_attempt.take() {
+                assert_eq!(state, first, "the state of the pass's first attempt");
+            }
+            self.state = Some(state);
+        }
         let job = &sim.jobs[j as usize];
         let key = (job.leaf, job.free);
         if let Some(set) = self.exposed.get_mut(&key) {
@@ -539,7 +613,22 @@ impl SchedPolicy for FairSharePolicy {
 
     fn begin_pass(&mut self) {
         self.state = None;
+        self.since_first_attempt = None;
+        #[cfg(debug_assertions)]
+        {
+            self.state_at_first_attempt = None;
+        }
         self.in_flight = InFlight::default();
+    }
+
+    fn end_pass(&mut self) {
+        // Starts and stops between passes are no pass's: a state the pass
+        // did not need is never computed.
+        self.since_first_attempt = None;
+        #[cfg(debug_assertions)]
+        {
+            self.state_at_first_attempt = None;
+        }
     }
 
     fn candidates(&mut self, sim: &EngineView<'_>, p: u32) -> Vec<Candidate> {

@@ -140,6 +140,8 @@ pub(crate) trait SchedPolicy {
     }
     /// A scheduling pass begins (the plugin's period state is refreshed).
     fn begin_pass(&mut self) {}
+    /// The scheduling pass that began last is over.
+    fn end_pass(&mut self) {}
     /// The running jobs pending job `p` may preempt, with their victim order.
     fn candidates(&mut self, _sim: &EngineView<'_>, _p: u32) -> Vec<Candidate> {
         Vec::new()
