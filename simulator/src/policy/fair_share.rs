@@ -388,7 +388,8 @@ impl FairSharePolicy {
         // victim is judged with it, a non-free one only for a budgeted
         // preemptor (`judge_sides` refuses any other before reading the state,
         // the rule's first clause). When the first attempts of a pass need
-        // none, the jobs they let start are left out when it is computed.
+        // none, the jobs they let start are left out when it is computed
+        // (except when refusals are counted: then each attempt's are).
         if self.state.is_none() {
             let budgeted = pview
                 .leaf
@@ -401,7 +402,8 @@ impl FairSharePolicy {
             if started.is_empty() && self.state_at_first_attempt.is_none() {
                 self.state_at_first_attempt = Some(self.period_state(sim, fs, &[]));
             }
-            if !budgeted && !free_victims {
+            // Counting refusals, every attempt's are counted as before.
+            if !budgeted && !free_victims && refusals.is_none() {
                 self.since_first_attempt = Some(started);
                 return Vec::new();
             }
