@@ -1453,6 +1453,7 @@ mod tests {
                         requeues: 0,
                         leaf: leaf(j.0, j.1),
                         partition_tier: None,
+                        partition_preempt_off: None,
                     }
                 })
             };
