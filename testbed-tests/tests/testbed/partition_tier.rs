@@ -137,6 +137,32 @@ fn fill(
     ])
 }
 
+/// Polls until three cycles past both victims' windows (they started at `s1`
+/// and `s2` with [`SHORT`] windows) and records, as `name`, that `p` never ran
+/// and neither victim was requeued.
+fn stays_pending(
+    c: &mut Checks,
+    s: &Slurm,
+    name: &str,
+    p: JobId,
+    [(v1, s1), (v2, s2)]: [(JobId, i64); 2],
+) -> Result<()> {
+    let until = s1.max(s2) + SHORT + 3 * CYCLE + SLACK;
+    let mut started = false;
+    while now() < until {
+        started |= s.state(p)? == "RUNNING";
+        sleep_secs(0.5);
+    }
+    let taken = requeued(s, &[v1, v2])?;
+    c.record(
+        name,
+        Check::that(!started && taken.is_empty() && s.all_in_state("RUNNING", &[v1, v2])?)
+            .actual(format!("preemptor started {started}, requeued {taken:?}"))
+            .jobs(&[p, v1, v2]),
+    );
+    Ok(())
+}
+
 /// The victims Slurm requeued (restart count above 0).
 fn requeued(s: &Slurm, victims: &[JobId]) -> Result<Vec<JobId>> {
     let mut out = Vec::new();
@@ -219,19 +245,13 @@ fn section_3(c: &mut Checks, tb: &Testbed) -> Result<()> {
     let [(v1, s1), (v2, s2)] = fill(c, s, "3", "teamb", "high", SHORT)?;
     let p = job_in(s, "teama", "gpu", WINDOW, 600)?;
     // Three cycles past both windows: the budgets alone would have taken one.
-    let until = s1.max(s2) + SHORT + 3 * CYCLE + SLACK;
-    let mut started = false;
-    while now() < until {
-        started |= s.state(p)? == "RUNNING";
-        sleep_secs(0.5);
-    }
-    let taken = requeued(s, &[v1, v2])?;
-    c.record(
+    stays_pending(
+        c,
+        s,
         "3 under-budget teama's job in gpu stays pending; no job of over-budget teamb in high is requeued",
-        Check::that(!started && taken.is_empty() && s.all_in_state("RUNNING", &[v1, v2])?)
-            .actual(format!("preemptor started {started}, requeued {taken:?}"))
-            .jobs(&[p, v1, v2]),
-    );
+        p,
+        [(v1, s1), (v2, s2)],
+    )?;
     // budgetd's why judges it as the plugin does: from Slurm's partitions.
     let w = tb.budgetd().why(p)?;
     let names: Vec<JobId> = w.preemption.may_preempt.iter().map(|o| o.job_id).collect();
@@ -287,19 +307,13 @@ fn section_5(c: &mut Checks, tb: &Testbed) -> Result<()> {
     let [(v1, s1), (v2, s2)] = fill(c, s, "5", "teamb", "frozen", SHORT)?;
     // A higher tier and an under-budget team: both rules would take one.
     let p = job_in(s, "teama", "high", WINDOW, 600)?;
-    let until = s1.max(s2) + SHORT + 3 * CYCLE + SLACK;
-    let mut started = false;
-    while now() < until {
-        started |= s.state(p)? == "RUNNING";
-        sleep_secs(0.5);
-    }
-    let taken = requeued(s, &[v1, v2])?;
-    c.record(
+    stays_pending(
+        c,
+        s,
         "5 teama's job in high stays pending; no job of over-budget teamb in frozen (PreemptMode=OFF) is requeued",
-        Check::that(!started && taken.is_empty() && s.all_in_state("RUNNING", &[v1, v2])?)
-            .actual(format!("preemptor started {started}, requeued {taken:?}"))
-            .jobs(&[p, v1, v2]),
-    );
+        p,
+        [(v1, s1), (v2, s2)],
+    )?;
     // budgetd's why judges it as the plugin does: from Slurm's partitions.
     let why = tb.budgetd().why(p)?;
     let names: Vec<JobId> = why
