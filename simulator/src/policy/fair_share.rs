@@ -333,6 +333,21 @@ impl FairSharePolicy {
         )
     }
 
+    /// Computes the pass's state, as of its first attempt (`started`: the
+    /// jobs started since, [`Self::period_state`]); debug builds check it
+    /// against the one computed at that attempt.
+    fn settle_state(&mut self, sim: &EngineView<'_>, started: &[u32]) {
+        let Some(fs) = self.fs.as_ref() else {
+            return;
+        };
+        let state = self.period_state(sim, fs, started);
+        #[cfg(debug_assertions)]
+        if let Some(first) = self.state_at_first_attempt.take() {
+            assert_eq!(state, first, "the state of the pass's first attempt");
+        }
+        self.state = Some(state);
+    }
+
     /// The cost-aware rule, exactly as the plugin's callback would answer.
     fn candidates_v2(&mut self, sim: &EngineView<'_>, p: u32) -> Vec<Candidate> {
         let now = sim.now;
@@ -407,13 +422,12 @@ impl FairSharePolicy {
                 self.since_first_attempt = Some(started);
                 return Vec::new();
             }
-            let state = self.period_state(sim, fs, &started);
-            #[cfg(debug_assertions)]
-            if let Some(first) = self.state_at_first_attempt.take() {
-                assert_eq!(state, first, "the state of the pass's first attempt");
-            }
-            self.state = Some(state);
+            self.settle_state(sim, &started);
         }
+        // The same snapshot, borrowed again past the state's computation.
+        let Some(fs) = self.fs.as_ref() else {
+            return Vec::new();
+        };
         let Some(state) = self.state.as_ref() else {
             return Vec::new();
         };
@@ -578,13 +592,8 @@ impl SchedPolicy for FairSharePolicy {
         // computed now, while the job still runs (only a free-tier victim
         // can stop so, and the state leaves those out, but the state must
         // not depend on that).
-        if let (Some(started), Some(fs)) = (self.since_first_attempt.take(), self.fs.as_ref()) {
-            let state = self.period_state(sim, fs, &started);
-            #[cfg(debug_assertions)]
-            if let Some(first) = self.state_at_first_attempt.take() {
-                assert_eq!(state, first, "the state of the pass's first attempt");
-            }
-            self.state = Some(state);
+        if let Some(started) = self.since_first_attempt.take() {
+            self.settle_state(sim, &started);
         }
         let job = &sim.jobs[j as usize];
         let key = (job.leaf, job.free);
