@@ -13,7 +13,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::common::*;
 use crate::daemon::{BUDGETD, Daemon, fake_slurm_budgetd, fake_slurm_budgetd_with_nodes};
@@ -538,12 +538,7 @@ fn one_job_that_cannot_be_requeued_does_not_stop_the_drain_pass() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (d, slurm) = fake_slurm_budgetd(dir.path());
     // Three free-tier jobs on n1 (requeued at once); Slurm refuses to requeue the first.
-    let job = |id: u32| {
-        json!({"job_id": id, "job_state": "RUNNING", "restart_cnt": 0, "start_time": 1000,
-               "nodes": "n1", "account": "teama", "user_name": "alice", "partition": "gpu",
-               "qos": "normal", "node_count": 1, "tres_per_node": "gres:gpu:1",
-               "admin_comment": "budget:min_runtime=0 budget:free", "comment": ""})
-    };
+    let job = |id: u32| free_job_on_n1(id, "gpu");
     std::fs::write(
         slurm.join("jobs.json"),
         json!({"jobs": [job(101), job(102), job(103)]}).to_string(),
@@ -594,21 +589,24 @@ fn one_job_that_cannot_be_requeued_does_not_stop_the_drain_pass() {
     );
 }
 
+/// A running free-tier job `id` of alice on n1 in `partition`, as the fake
+/// Slurm's `jobs.json` lists it (a drain may take it at once).
+fn free_job_on_n1(id: u32, partition: &str) -> Value {
+    json!({"job_id": id, "job_state": "RUNNING", "restart_cnt": 0, "start_time": 1000,
+           "nodes": "n1", "account": "teama", "user_name": "alice", "partition": partition,
+           "qos": "normal", "node_count": 1, "tres_per_node": "gres:gpu:1",
+           "admin_comment": "budget:min_runtime=0 budget:free", "comment": ""})
+}
+
 #[test]
 fn a_drain_waits_for_a_job_of_a_preempt_mode_off_partition() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (d, slurm) = fake_slurm_budgetd(dir.path());
     // Two free-tier jobs on n1 (a drain takes them at once), one in partition
     // frozen, whose PreemptMode=OFF says its jobs are never preempted.
-    let job = |id: u32, partition: &str| {
-        json!({"job_id": id, "job_state": "RUNNING", "restart_cnt": 0, "start_time": 1000,
-               "nodes": "n1", "account": "teama", "user_name": "alice", "partition": partition,
-               "qos": "normal", "node_count": 1, "tres_per_node": "gres:gpu:1",
-               "admin_comment": "budget:min_runtime=0 budget:free", "comment": ""})
-    };
     std::fs::write(
         slurm.join("jobs.json"),
-        json!({"jobs": [job(201, "gpu"), job(202, "frozen")]}).to_string(),
+        json!({"jobs": [free_job_on_n1(201, "gpu"), free_job_on_n1(202, "frozen")]}).to_string(),
     )
     .expect("jobs");
     std::fs::write(slurm.join("partitions"), "gpu 1\nfrozen 1 OFF\n").expect("partitions");

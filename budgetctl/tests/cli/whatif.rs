@@ -93,6 +93,23 @@ fn fill(d: &Budgetd, spec: &GenSpec) -> Vec<whatif::LedgerRun> {
     runs
 }
 
+/// The four documents of `[since, until)` as one `--input` bundle, read from
+/// budgetd's API as its web view reads them for the child.
+fn input_bundle(d: &Budgetd, since: i64, until: i64) -> Value {
+    let get = |path: &str| {
+        let (st, b) = call(&d.unix(), "GET", path, None);
+        assert_eq!(st, 200, "{path}: {b}");
+        b
+    };
+    json!({
+        "since": since, "until": until,
+        "accounts": get("/v1/accounts"),
+        "policy": get("/v1/policy"),
+        "runs": get(&format!("/v1/runs?since={since}&until={until}")),
+        "usage": get(&format!("/v1/usage?by=user&since={since}&at={until}")),
+    })
+}
+
 #[test]
 fn whatif_replays_the_ledger_faithfully() {
     let d = Budgetd::start_with_cluster("", CLUSTER_GPUS);
@@ -178,18 +195,7 @@ fn whatif_replays_the_ledger_faithfully() {
 
     // The same range handed over as one input (what budgetd's web view
     // writes to the child's stdin): the same answer, without a connection.
-    let (since, get) = (until - 2 * WEEK, |path: &str| {
-        let (st, b) = call(&d.unix(), "GET", path, None);
-        assert_eq!(st, 200, "{path}: {b}");
-        b
-    });
-    let input = json!({
-        "since": since, "until": until,
-        "accounts": get("/v1/accounts"),
-        "policy": get("/v1/policy"),
-        "runs": get(&format!("/v1/runs?since={since}&until={until}")),
-        "usage": get(&format!("/v1/usage?by=user&since={since}&at={until}")),
-    });
+    let input = input_bundle(&d, until - 2 * WEEK, until);
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("input.json");
     std::fs::write(&file, serde_json::to_vec(&input).expect("encode")).expect("write input");
@@ -300,19 +306,7 @@ fn whatif_benchmark_100k_jobs() {
     // `--input` bundle, so the replay can be timed again without a budgetd
     // (docs/benchmarks.md).
     if let Ok(file) = std::env::var("WHATIF_BENCH_INPUT") {
-        let since = until - 4 * WEEK;
-        let get = |path: &str| {
-            let (st, b) = call(&d.unix(), "GET", path, None);
-            assert_eq!(st, 200, "{path}: {b}");
-            b
-        };
-        let input = json!({
-            "since": since, "until": until,
-            "accounts": get("/v1/accounts"),
-            "policy": get("/v1/policy"),
-            "runs": get(&format!("/v1/runs?since={since}&until={until}")),
-            "usage": get(&format!("/v1/usage?by=user&since={since}&at={until}")),
-        });
+        let input = input_bundle(&d, until - 4 * WEEK, until);
         std::fs::write(&file, serde_json::to_vec(&input).expect("encode")).expect("write input");
         eprintln!("wrote the --input bundle to {file}");
     }
