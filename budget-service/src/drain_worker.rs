@@ -19,9 +19,9 @@ use budget_protocol::preemption::{PreemptionReason, PreemptionRecord};
 use policy_core::preempt::{JobView, drain_may_take};
 use policy_core::protection::window_end;
 
-use crate::drains::{SlurmView, contract, on_drained_node};
+use crate::drains::{SlurmView, contract, on_drained_node, preempt_off};
 use crate::error::AppResult;
-use crate::scontrol::{self, NodeInfo, SlurmJob};
+use crate::scontrol::{self, NodeInfo, PartitionInfo, SlurmJob};
 use crate::state::AppState;
 
 impl AppState {
@@ -31,10 +31,12 @@ impl AppState {
         &self,
         nodes: BTreeMap<String, NodeInfo>,
         jobs: Vec<SlurmJob>,
+        partitions: BTreeMap<String, PartitionInfo>,
     ) -> Arc<SlurmView> {
         let view = Arc::new(SlurmView {
             nodes,
             jobs,
+            partitions,
             read: Instant::now(),
         });
         *self.drain_view.lock().unwrap_or_else(|p| p.into_inner()) = Some(view.clone());
@@ -99,14 +101,14 @@ async fn pass(state: &AppState, requeued: &mut HashSet<(u32, u32)>) -> AppResult
         }
     }
     let jobs = scontrol::show_jobs().await?;
-    let view = state.publish_drain_view(nodes, jobs);
-    let jobs = &view.jobs;
-    let default_min = state
-        .with_store(|s| Ok(s.policy().default_min_runtime_secs))
-        .await?;
     // Read fresh with the jobs (not the 60 s reader's copy, empty until its
     // first read): a requeue cannot be taken back.
     let partitions = scontrol::show_partitions().await?;
+    let view = state.publish_drain_view(nodes, jobs, partitions);
+    let (jobs, partitions) = (&view.jobs, &view.partitions);
+    let default_min = state
+        .with_store(|s| Ok(s.policy().default_min_runtime_secs))
+        .await?;
     let drained: Vec<&str> = drains.iter().map(|d| d.node.as_str()).collect();
     let now = crate::clock::now();
     // One job that cannot be requeued (gone, already completing, refused)
@@ -116,7 +118,7 @@ async fn pass(state: &AppState, requeued: &mut HashSet<(u32, u32)>) -> AppResult
         if !on_drained_node(j, &drained) || requeued.contains(&(j.job_id, j.run)) {
             continue;
         }
-        if partitions.get(&j.partition).is_some_and(|p| p.preempt_off) {
+        if preempt_off(j, partitions) {
             tracing::debug!(job = j.job_id, partition = %j.partition, "drain worker: PreemptMode=OFF, waiting for the job to end");
             continue;
         }

@@ -12,14 +12,18 @@
 //! where `preempt/budget` lets any non-free pending job take a drained node's
 //! job once its window is over.
 //!
+//! A job of a partition with `PreemptMode=OFF` is never requeued by a drain
+//! (the site's "never preempted"): the drain waits for it to end, so its node
+//! is empty at the job's end time (its time limit), not at its window end.
+//!
 //! This module is the table and the pure rules over it (no Slurm call, no
-//! worker): [`status`] says per node which jobs hold it and when each will be
-//! requeued, from what the caller read from Slurm.
+//! worker): [`status`] says per node which jobs hold it and when and how each
+//! leaves it, from what the caller read from Slurm.
 
 use std::collections::BTreeMap;
 
 use budget_protocol::DrainSpec;
-use budget_protocol::drains::{DrainStatus, HoldingJob};
+use budget_protocol::drains::{DrainStatus, HoldingJob, Leaves};
 use policy_core::contract::{effective_contract, is_free_name};
 use policy_core::hostlist;
 use policy_core::protection::window_end;
@@ -27,7 +31,7 @@ use rusqlite::params;
 use serde_json::json;
 
 use crate::error::{AppError, AppResult};
-use crate::scontrol::{NodeInfo, SlurmJob, bare_reason};
+use crate::scontrol::{NodeInfo, PartitionInfo, SlurmJob, bare_reason};
 use crate::store::{Change, Store};
 
 /// One drained node as stored.
@@ -127,11 +131,42 @@ pub fn on_drained_node(job: &SlurmJob, drained: &[&str]) -> bool {
             .any(|n| drained.contains(&n.as_str()))
 }
 
+/// Whether `job` runs in a partition with `PreemptMode=OFF`: no drain
+/// requeues it (the drain worker skips it; `preempt/budget` lets no
+/// preemptor take it).
+pub fn preempt_off(job: &SlurmJob, partitions: &BTreeMap<String, PartitionInfo>) -> bool {
+    partitions
+        .get(&job.partition)
+        .is_some_and(|p| p.preempt_off)
+}
+
+/// How and when `job` leaves a drained node at `now`: requeued by the drain
+/// at its window end (now for free tier), or, in a `PreemptMode=OFF`
+/// partition, at its end time (its time limit). Slurm always gives a running
+/// job an end time; were it missing, the window end stands in (the earliest
+/// the job could leave were it preemptible).
+pub fn leaves(
+    job: &SlurmJob,
+    partitions: &BTreeMap<String, PartitionInfo>,
+    default_min: i64,
+    now: i64,
+) -> (Leaves, i64) {
+    let (free, min) = contract(job, default_min);
+    let window = window_end(free, min, job.start, now);
+    if preempt_off(job, partitions) {
+        (Leaves::TimeLimit, job.end.unwrap_or(window))
+    } else {
+        (Leaves::Requeue, window)
+    }
+}
+
 /// Drains with their holding jobs at `now` (pure: the caller reads Slurm).
+/// A node is empty when its last job leaves ([`leaves`]).
 pub fn status(
     drains: &[DrainRow],
     nodes: &BTreeMap<String, NodeInfo>,
     jobs: &[SlurmJob],
+    partitions: &BTreeMap<String, PartitionInfo>,
     default_min: i64,
     now: i64,
 ) -> Vec<DrainStatus> {
@@ -142,7 +177,8 @@ pub fn status(
                 .iter()
                 .filter(|j| on_drained_node(j, &[d.node.as_str()]))
                 .map(|j| {
-                    let (free, min) = contract(j, default_min);
+                    let (free, _) = contract(j, default_min);
+                    let (how, at) = leaves(j, partitions, default_min, now);
                     HoldingJob {
                         job_id: j.job_id,
                         run: j.run,
@@ -151,7 +187,9 @@ pub fn status(
                         gpus: j.gpus,
                         free_tier: free,
                         start: j.start,
-                        requeue_at: window_end(free, min, j.start, now),
+                        requeue_at: at,
+                        leaves: how,
+                        partition: j.partition.clone(),
                     }
                 })
                 .collect();
@@ -285,13 +323,54 @@ mod tests {
             since: 1,
             actor: "root".into(),
         };
-        let st = status(&[d("gpu1"), d("gpu3")], &nodes, &jobs, 30, 1030);
+        let parts = BTreeMap::new();
+        let st = status(&[d("gpu1"), d("gpu3")], &nodes, &jobs, &parts, 30, 1030);
         assert_eq!(st[0].jobs.len(), 2);
         assert_eq!(st[0].jobs[0].requeue_at, 1060);
+        assert_eq!(st[0].jobs[0].leaves, Leaves::Requeue);
         assert_eq!(st[0].jobs[1].requeue_at, 1030, "free tier: now");
         assert_eq!(st[0].empty_at, 1060);
         assert!(st[1].empty && st[1].empty_at == 1030);
         assert_eq!(st[1].slurm_state, "IDLE");
+    }
+
+    #[test]
+    fn a_preempt_mode_off_job_leaves_at_its_end_time() {
+        // Job 7 (window ends 1060, EndTime 4600) in partition frozen
+        // (PreemptMode=OFF); job 8, free tier, in gpu.
+        let jobs = parse_jobs(&format!(
+            "{}\n{}",
+            JOB.replace("Partition=gpu", "Partition=frozen EndTime=4600"),
+            JOB.replace("JobId=7", "JobId=8")
+                .replace("budget:min_runtime=60", "budget:min_runtime=0 budget:free")
+        ));
+        let nodes = parse_nodes("NodeName=gpu1 State=MIXED+DRAIN Reason=budget: fan [root@1]");
+        let part = |preempt_off| PartitionInfo {
+            tier: 1,
+            preempt_off,
+        };
+        let parts = BTreeMap::from([
+            ("frozen".to_string(), part(true)),
+            ("gpu".to_string(), part(false)),
+        ]);
+        let row = DrainRow {
+            node: "gpu1".into(),
+            reason: "fan".into(),
+            since: 1,
+            actor: "root".into(),
+        };
+        let st = status(std::slice::from_ref(&row), &nodes, &jobs, &parts, 30, 1030);
+        let j = &st[0].jobs;
+        assert_eq!((j[0].leaves, j[0].requeue_at), (Leaves::TimeLimit, 4600));
+        assert_eq!(j[0].partition, "frozen");
+        assert_eq!((j[1].leaves, j[1].requeue_at), (Leaves::Requeue, 1030));
+        assert_eq!(st[0].empty_at, 4600, "the node waits for the OFF job's end");
+        // frozen not OFF (or unknown): job 7 is requeued at its window end.
+        let st = status(&[row], &nodes, &jobs, &BTreeMap::new(), 30, 1030);
+        assert_eq!(
+            (st[0].jobs[0].leaves, st[0].empty_at),
+            (Leaves::Requeue, 1060)
+        );
     }
 
     #[test]
@@ -355,6 +434,8 @@ pub const VIEW_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(10)
 pub struct SlurmView {
     pub nodes: BTreeMap<String, NodeInfo>,
     pub jobs: Vec<SlurmJob>,
+    /// Read with the jobs: which of them runs to its time limit.
+    pub partitions: BTreeMap<String, PartitionInfo>,
     pub read: std::time::Instant,
 }
 
@@ -370,9 +451,14 @@ pub fn status_from_view(
         return Ok(Vec::new());
     }
     match view {
-        Some(v) if v.read.elapsed() <= VIEW_MAX_AGE => {
-            Ok(status(drains, &v.nodes, &v.jobs, default_min, now))
-        }
+        Some(v) if v.read.elapsed() <= VIEW_MAX_AGE => Ok(status(
+            drains,
+            &v.nodes,
+            &v.jobs,
+            &v.partitions,
+            default_min,
+            now,
+        )),
         Some(v) => Err(AppError::Unavailable(format!(
             "drain status unknown: budgetd last read Slurm {} s ago (at most {} s is served); \
              the drain worker cannot reach Slurm, see budgetd's log",

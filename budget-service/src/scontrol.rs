@@ -377,6 +377,20 @@ fn json_str(v: Option<&serde_json::Value>) -> String {
     }
 }
 
+/// A run's end from what Slurm printed: its `end_time`, else its start plus
+/// its time limit in minutes (unset, infinite or Slurm's `NO_VAL`/`INFINITE`
+/// sentinels are no limit). Slurm sets a running job's end time itself (start
+/// plus time limit; a year for an unlimited one), so the fallback is rarely
+/// needed.
+fn end_of(start: Option<i64>, end: Option<i64>, limit_mins: Option<i64>) -> Option<i64> {
+    const NO_LIMIT: i64 = 0xffff_fffe;
+    end.filter(|&t| t > 0).or_else(|| {
+        let start = start.filter(|&t| t > 0)?;
+        let mins = limit_mins.filter(|&m| (0..NO_LIMIT).contains(&m))?;
+        Some(start + mins * 60)
+    })
+}
+
 /// Parses `squeue --json` (Slurm 22.05's openapi v0.0.38 job fields, and
 /// the data_parser shapes of later releases).
 pub fn parse_squeue_json(text: &str) -> Result<Vec<SlurmJob>, String> {
@@ -410,6 +424,11 @@ pub fn parse_squeue_json(text: &str) -> Result<Vec<SlurmJob>, String> {
                 .unwrap_or(0),
             state,
             start: json_num(j.get("start_time")).filter(|&t| t > 0),
+            end: end_of(
+                json_num(j.get("start_time")),
+                json_num(j.get("end_time")),
+                json_num(j.get("time_limit")),
+            ),
             nodelist: json_str(j.get("nodes")),
             account: json_str(j.get("account")).to_lowercase(),
             user: json_str(j.get("user_name")),
@@ -584,6 +603,9 @@ pub struct SlurmJob {
     pub run: u32,
     pub state: String,
     pub start: Option<i64>,
+    /// When the run ends at the latest (Slurm's `EndTime`: for a running job,
+    /// its start plus its time limit); `None` when Slurm gave none.
+    pub end: Option<i64>,
     pub nodelist: String,
     pub account: String,
     pub user: String,
@@ -633,6 +655,8 @@ pub fn parse_jobs(text: &str) -> Vec<SlurmJob> {
             run: get("Restarts").parse().unwrap_or(0),
             state: get("JobState"),
             start: get("StartTime").parse::<i64>().ok().filter(|&t| t > 0),
+            // `TimeLimit` is printed as D-HH:MM:SS here; `EndTime` already holds it.
+            end: end_of(None, get("EndTime").parse().ok(), None),
             nodelist: get("NodeList"),
             account: get("Account").to_lowercase(),
             user: user.split('(').next().unwrap_or("").to_string(),

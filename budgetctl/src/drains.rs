@@ -3,19 +3,61 @@
 //!
 //! The service does the work (`/v1/drains`, `/v1/preemptions`); this prints it: per
 //! node the instant it will be empty and the jobs holding it, each with the instant
-//! the drain requeues it (now for free tier, else its protected window's end).
+//! it leaves: when the drain requeues it (now for free tier, else its protected
+//! window's end), or, for a job of a `PreemptMode=OFF` partition, which nothing
+//! requeues, its end at its time limit.
 
 use budget_protocol::RunState;
-use budget_protocol::drains::{DrainRequest, DrainStatus, Undrained};
+use budget_protocol::drains::{DrainRequest, DrainStatus, HoldingJob, Leaves, Undrained};
 use budget_protocol::preemption::{self, PreemptionReport};
 use budget_protocol::why::{Outlook, Why};
 
 use crate::api::{Api, enc};
 use crate::output::{Out, eta, local, now, num, render, time_arg};
 
-/// The drain table: one block per node.
-fn drains_text(items: &Vec<DrainStatus>) -> String {
-    let now = now();
+/// How a holding job leaves its node, in words: requeued, or running to its
+/// time limit where its partition forbids preemption.
+fn leaves_text(j: &HoldingJob, now: i64) -> String {
+    let at = format!("{} ({})", local(j.requeue_at), eta(j.requeue_at, now));
+    match j.leaves {
+        Leaves::Requeue => format!("requeued at {at}"),
+        Leaves::TimeLimit => {
+            let part = if j.partition.is_empty() {
+                "its partition".to_string()
+            } else {
+                format!("partition {}", j.partition)
+            };
+            format!(
+                "runs to its time limit, ends at {at}: never requeued ({part} has PreemptMode=OFF)"
+            )
+        }
+    }
+}
+
+/// The node line's note when the node waits for jobs that run to their time
+/// limit (none of them is requeued, so the drain cannot end sooner).
+fn held_to_time_limit(d: &DrainStatus) -> String {
+    let ids: Vec<String> = d
+        .jobs
+        .iter()
+        .filter(|j| j.leaves == Leaves::TimeLimit && j.requeue_at >= d.empty_at)
+        .map(|j| j.job_id.to_string())
+        .collect();
+    match ids.len() {
+        0 => String::new(),
+        1 => format!(
+            ", when job {} reaches its time limit (PreemptMode=OFF: never requeued)",
+            ids[0]
+        ),
+        _ => format!(
+            ", when jobs {} reach their time limit (PreemptMode=OFF: never requeued)",
+            ids.join(", ")
+        ),
+    }
+}
+
+/// The drain table at `now`: one block per node.
+fn drains_text(items: &[DrainStatus], now: i64) -> String {
     if items.is_empty() {
         return "no drains\n".into();
     }
@@ -31,7 +73,12 @@ fn drains_text(items: &Vec<DrainStatus>) -> String {
             if d.empty {
                 "empty now".to_string()
             } else {
-                format!("empty at {} ({})", local(d.empty_at), eta(d.empty_at, now))
+                format!(
+                    "empty at {} ({}){}",
+                    local(d.empty_at),
+                    eta(d.empty_at, now),
+                    held_to_time_limit(d)
+                )
             }
         ));
         let rows: Vec<Vec<String>> = d
@@ -44,20 +91,13 @@ fn drains_text(items: &Vec<DrainStatus>) -> String {
                     format!("{}/{}", j.account, j.user),
                     j.gpus.to_string(),
                     if j.free_tier { "free" } else { "contract" }.into(),
-                    format!("{} ({})", local(j.requeue_at), eta(j.requeue_at, now)),
+                    leaves_text(j, now),
                 ]
             })
             .collect();
         if !rows.is_empty() {
             o.push_str(&render(
-                &[
-                    "  JOB",
-                    "RUN",
-                    "ACCOUNT/USER",
-                    "GPUS",
-                    "KIND",
-                    "REQUEUED AT",
-                ],
+                &["  JOB", "RUN", "ACCOUNT/USER", "GPUS", "KIND", "LEAVES"],
                 &rows,
             ));
         }
@@ -71,12 +111,12 @@ pub fn drain(api: &Api, out: Out, nodes: &str, reason: &str) -> anyhow::Result<(
         reason: reason.to_string(),
     };
     let v: Vec<DrainStatus> = api.send_json("POST", "/v1/drains", &req)?;
-    out.print(&v, drains_text)
+    out.print(&v, |v| drains_text(v, now()))
 }
 
 pub fn drains(api: &Api, out: Out) -> anyhow::Result<()> {
     let v: Vec<DrainStatus> = api.get("/v1/drains")?;
-    out.print(&v, drains_text)
+    out.print(&v, |v| drains_text(v, now()))
 }
 
 pub fn undrain(api: &Api, out: Out, nodes: &str) -> anyhow::Result<()> {
@@ -179,4 +219,74 @@ pub fn why_text(w: &Why) -> String {
         ));
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: u32, leaves: Leaves, at: i64, partition: &str) -> HoldingJob {
+        HoldingJob {
+            job_id: id,
+            run: 0,
+            account: "teama".into(),
+            user: "alice".into(),
+            gpus: 1,
+            free_tier: false,
+            start: Some(1000),
+            requeue_at: at,
+            leaves,
+            partition: partition.into(),
+        }
+    }
+
+    #[test]
+    fn a_job_of_a_preempt_mode_off_partition_reads_as_running_to_its_time_limit() {
+        let d = DrainStatus {
+            node: "n1".into(),
+            reason: "fan".into(),
+            since: 1,
+            actor: "root".into(),
+            slurm_state: "MIXED+DRAIN".into(),
+            empty: false,
+            empty_at: 9000,
+            jobs: vec![
+                job(41, Leaves::Requeue, 2000, "gpu"),
+                job(42, Leaves::TimeLimit, 9000, "frozen"),
+            ],
+        };
+        let text = drains_text(std::slice::from_ref(&d), 1000);
+        assert!(
+            text.contains(&format!(
+                "empty at {} (in 8000 s), when job 42 reaches its time limit (PreemptMode=OFF: never requeued)",
+                local(9000)
+            )),
+            "{text}"
+        );
+        let row = |id: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(id))
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert!(
+            row("41").contains(&format!("requeued at {} (in 1000 s)", local(2000))),
+            "{text}"
+        );
+        assert!(
+            row("42").contains(&format!(
+                "runs to its time limit, ends at {} (in 8000 s): never requeued (partition frozen has PreemptMode=OFF)",
+                local(9000)
+            )),
+            "{text}"
+        );
+        // From a budgetd that predates `leaves`: every job is requeued, as before.
+        let old: HoldingJob = serde_json::from_value(serde_json::json!({
+            "job_id": 7, "run": 0, "account": "a", "user": "u", "gpus": 1,
+            "free_tier": false, "start": 1000, "requeue_at": 2000
+        }))
+        .expect("old answer");
+        assert_eq!((old.leaves, old.partition.as_str()), (Leaves::Requeue, ""));
+        assert!(leaves_text(&old, 1000).starts_with("requeued at"));
+    }
 }

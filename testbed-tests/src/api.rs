@@ -160,13 +160,18 @@ pub struct Why {
 #[derive(Debug, Clone, Deserialize)]
 pub struct HoldingJob {
     pub job_id: JobId,
+    /// When it leaves the node (requeued, or its end for `leaves: time_limit`).
+    pub requeue_at: i64,
+    /// `requeue`, or `time_limit` (a `PreemptMode=OFF` partition's job).
+    #[serde(default)]
+    pub leaves: String,
 }
 
 /// `GET /v1/drains` item.
 #[derive(Debug, Clone, Deserialize)]
 pub struct DrainStatus {
     pub node: String,
-    /// When the node will be empty (the latest requeue instant of its jobs).
+    /// When the node will be empty (the latest instant one of its jobs leaves).
     pub empty_at: i64,
     pub jobs: Vec<HoldingJob>,
 }

@@ -197,7 +197,8 @@ async fn live_status(st: &AppState, drains: Vec<DrainRow>) -> AppResult<Vec<Drai
     }
     let nodes = scontrol::show_nodes().await?;
     let jobs = scontrol::show_jobs().await?;
-    let view = st.publish_drain_view(nodes, jobs);
+    let partitions = scontrol::show_partitions().await?;
+    let view = st.publish_drain_view(nodes, jobs, partitions);
     let default_min = st
         .with_store(|s| Ok(s.policy().default_min_runtime_secs))
         .await?;
@@ -205,6 +206,7 @@ async fn live_status(st: &AppState, drains: Vec<DrainRow>) -> AppResult<Vec<Drai
         &drains,
         &view.nodes,
         &view.jobs,
+        &view.partitions,
         default_min,
         now(),
     ))

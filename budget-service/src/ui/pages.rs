@@ -442,8 +442,9 @@ pub async fn drains(
 
 fn drains_body(t: i64, rows: &[budget_protocol::drains::DrainStatus]) -> String {
     let mut out = format!(
-        "<p>Maintenance drains as of {}. A node is empty once its last job is requeued: free-tier jobs at \
-once, the others when their protected window ends.</p>",
+        "<p>Maintenance drains as of {}. A node is empty once its last job has left: free-tier jobs are \
+requeued at once, the others when their protected window ends; a job whose partition has PreemptMode=OFF \
+is never requeued and runs to its time limit.</p>",
         time_el(t)
     );
     if rows.is_empty() {
@@ -462,13 +463,26 @@ once, the others when their protected window ends.</p>",
         } else {
             time_el(d.empty_at)
         };
+        let to_limit = d
+            .jobs
+            .iter()
+            .filter(|j| j.leaves == budget_protocol::drains::Leaves::TimeLimit)
+            .count();
+        let left = match to_limit {
+            0 => d.jobs.len().to_string(),
+            n => format!(
+                "{} ({n} {} to {} time limit: PreemptMode=OFF)",
+                d.jobs.len(),
+                if n == 1 { "runs" } else { "run" },
+                if n == 1 { "its" } else { "their" }
+            ),
+        };
         out.push_str(&format!(
             "<tr data-node=\"{node}\"><th scope=\"row\">{node}</th><td>{}</td><td>{}</td><td>{}</td>\
-<td class=\"n\">{}</td><td>{eta}</td></tr>",
+<td class=\"n\">{left}</td><td>{eta}</td></tr>",
             escape(&d.reason),
             time_el(d.since),
-            escape(&d.slurm_state),
-            d.jobs.len()
+            escape(&d.slurm_state)
         ));
     }
     out.push_str("</tbody></table>");

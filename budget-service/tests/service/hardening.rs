@@ -5,7 +5,8 @@
 //! agent tokens report for their own nodes only, in bounded reports; `why`
 //! shows a user only the jobs they may see, and two budgetd refuse to share a
 //! database file, which is created 0600, a failed re-drain keeps the drain in
-//! force, and one job that cannot be requeued does not stop a drain pass.
+//! force, and one job that cannot be requeued does not stop a drain pass,
+//! nor one of a `PreemptMode=OFF` partition, whose node is empty at its time limit.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -635,6 +636,98 @@ fn a_drain_waits_for_a_job_of_a_preempt_mode_off_partition() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(!calls().contains("requeue 202"), "{}", calls());
+}
+
+#[test]
+fn a_preempt_mode_off_job_leaves_a_drained_node_at_its_time_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (d, slurm) = fake_slurm_budgetd(dir.path());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    // On n1: 301 in gpu, its 1 h window started now (requeued when it ends);
+    // 302 in frozen (PreemptMode=OFF), its 60 s window started now and its time
+    // limit ends in 2 h (Slurm 23.02+'s number shape).
+    let job = |id: u32, partition: &str, min: i64, end: Value| {
+        json!({"job_id": id, "job_state": "RUNNING", "restart_cnt": 0, "start_time": now,
+               "end_time": end, "nodes": "n1", "account": "teama", "user_name": "alice",
+               "partition": partition, "qos": "normal", "node_count": 1,
+               "tres_per_node": "gres:gpu:1",
+               "admin_comment": format!("budget:min_runtime={min}"), "comment": ""})
+    };
+    let (window_301, end_302) = (now + 3600, now + 7200);
+    let jobs = |with_302: bool| {
+        let mut v = vec![job(301, "gpu", 3600, json!(now + 86_400))];
+        if with_302 {
+            v.push(job(
+                302,
+                "frozen",
+                60,
+                json!({"set": true, "infinite": false, "number": end_302}),
+            ));
+        }
+        json!({ "jobs": v }).to_string()
+    };
+    std::fs::write(slurm.join("jobs.json"), jobs(true)).expect("jobs");
+    std::fs::write(slurm.join("partitions"), "gpu 1\nfrozen 1 OFF\n").expect("partitions");
+    let c = d.client();
+    let check = |b: &Value| {
+        let node = &b[0];
+        let held: Vec<(u64, String, i64, String)> = node["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .map(|j| {
+                (
+                    j["job_id"].as_u64().unwrap_or(0),
+                    j["leaves"].as_str().unwrap_or("").to_string(),
+                    j["requeue_at"].as_i64().unwrap_or(0),
+                    j["partition"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            held,
+            [
+                (301, "requeue".into(), window_301, "gpu".into()),
+                (302, "time_limit".into(), end_302, "frozen".into()),
+            ],
+            "{b}"
+        );
+        assert_eq!(
+            node["empty_at"], end_302,
+            "the node waits for 302's end: {b}"
+        );
+    };
+    // The drain's answer (read from Slurm then) and the list (the worker's view).
+    let (s, b) = call(
+        &c,
+        "POST",
+        "/v1/drains",
+        Some(&json!({"nodes": "n1", "reason": "maintenance"})),
+    );
+    assert_eq!(s, 201, "{b}");
+    check(&b);
+    let (s, b) = call(&c, "GET", "/v1/drains", None);
+    assert_eq!(s, 200, "{b}");
+    check(&b);
+    // 302 ended by itself: the node is empty when 301's window ends.
+    std::fs::write(slurm.join("jobs.json"), jobs(false)).expect("jobs");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (s, b) = call(&c, "GET", "/v1/drains", None);
+        assert_eq!(s, 200, "{b}");
+        if b[0]["jobs"].as_array().is_some_and(|j| j.len() == 1) {
+            assert_eq!(b[0]["empty_at"], window_301, "{b}");
+            assert_eq!(b[0]["jobs"][0]["leaves"], "requeue", "{b}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "302 still listed: {b}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let calls = std::fs::read_to_string(slurm.join("calls")).unwrap_or_default();
+    assert!(!calls.contains("requeue 30"), "nothing was due: {calls}");
 }
 
 /// budgetd over the fake Slurm whose `scontrol show node` lists `nodes`, and its

@@ -26,6 +26,8 @@
 //!    is requeued; `scontrol show job` gives `frozen`'s jobs no `PreemptEligibleTime`
 //!    (the plugin answers their mode OFF, as `preempt/partition_prio` does) and `gpu`'s
 //!    one; `why` lists no victim and `budgetctl why` names the partition's PreemptMode;
+//!    a drain of a node holding one of `frozen`'s jobs does not requeue it, and
+//!    budgetd's drain status shows it leaving at its `EndTime` (its time limit);
 //! 6. the partition's own mode: partition `cancel` (`PriorityTier=1`,
 //!    `PreemptMode=CANCEL`, the global mode REQUEUE); teamb fills the cluster in it,
 //!    teama's job in `high` takes one at its window's end, and Slurm cancels that job
@@ -355,7 +357,56 @@ fn section_5(c: &mut Checks, tb: &Testbed) -> Result<()> {
             ))
             .jobs(&[v1, probe]),
     );
+    drain_waits_for_time_limit(c, tb, v1)?;
     Ok(tb.clear_jobs()?)
+}
+
+/// Drains the node of `v1` (running in `frozen`, alone on its node) and records
+/// that budgetd's drain status shows it running to its time limit: leaving at
+/// Slurm's `EndTime`, the node empty no sooner, and `budgetctl drains` saying
+/// why; nothing requeues it. Undrains the node again.
+fn drain_waits_for_time_limit(c: &mut Checks, tb: &Testbed, v1: JobId) -> Result<()> {
+    let s = tb.slurm();
+    let job = s.known_job(v1)?;
+    let node = job.nodes.clone();
+    let (accepted, drain_out) = tb.run_budgetctl(&[], &["drain", &node, "--reason", "tiers"])?;
+    let listed = tb.budgetd().drains();
+    let (_, text) = tb.run_budgetctl(&[], &["drains"])?;
+    // Past the window, a few drain worker passes: still running, never requeued.
+    sleep_secs(3.0);
+    let after = s.known_job(v1)?;
+    tb.budgetd().undrain(&node)?;
+    let d = listed?.into_iter().find(|d| d.node == node);
+    let held = d
+        .as_ref()
+        .and_then(|d| d.jobs.iter().find(|j| j.job_id == v1).cloned());
+    // squeue's text prints EndTime NONE for a job without a time limit (frozen
+    // has MaxTime=INFINITE); Slurm's job record, which budgetd reads through
+    // `squeue --json`, sets such a run's end a year after its start.
+    let end = job.end.or(job.start.map(|t| t + 365 * 86_400)).unwrap_or(0);
+    c.record(
+        "5 a drained node holding frozen's job: budgetd shows the job leaving at its EndTime (time_limit), the node empty no sooner, budgetctl drains says why; not requeued",
+        Check::that(
+            accepted
+                && end > 0
+                && held.as_ref().is_some_and(|h| h.leaves == "time_limit" && h.requeue_at == end)
+                && d.as_ref().is_some_and(|d| d.empty_at >= end)
+                && text.contains("runs to its time limit")
+                && text.contains("partition frozen has PreemptMode=OFF")
+                && after.state == "RUNNING"
+                && after.restarts == 0,
+        )
+        .expected(format!("job {v1} on {node}: leaves time_limit at its EndTime {end}"))
+        .actual(format!(
+            "drain accepted {accepted} ({}); held {held:?}; empty_at {:?}; job now {} restarts {}; budgetctl drains:\n{text}",
+            drain_out.lines().next().unwrap_or(""),
+            d.as_ref().map(|d| d.empty_at),
+            after.state,
+            after.restarts
+        ))
+        .jobs(&[v1]),
+    );
+    Ok(())
 }
 
 fn section_6(c: &mut Checks, tb: &Testbed) -> Result<()> {
