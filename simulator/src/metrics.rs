@@ -133,8 +133,8 @@ pub struct PolicyReport {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Refusals {
     /// The rule's refusals by the preemptor's team and reason (the name of
-    /// `policy_core::rebalance::Denied`'s variant: `"l LostBudget"`), one per (pending job,
-    /// running job) pair the engine asked about, as often as the plugin's
+    /// `policy_core::rebalance::Denied`'s variant, `Denied::name`:
+    /// `"l LostBudget"`), one per (pending job, running job) pair the engine asked about, as often as the plugin's
     /// callback would be asked. A side-level refusal (`judge_sides`) counts
     /// once for each running job of the refused leaf.
     pub by_reason: BTreeMap<String, u64>,

@@ -157,6 +157,34 @@ pub enum Denied {
     },
 }
 
+impl Denied {
+    /// The variant's name (`"NotWorthIt"`, `"SameSide"`, ...): a stable key
+    /// for counting refusals by reason (`budget-sim --count-refusals`) that
+    /// does not depend on the derived `Debug` text.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Denied::PartitionPreemptOff { .. } => "PartitionPreemptOff",
+            Denied::Protected { .. } => "Protected",
+            Denied::PreemptorFree => "PreemptorFree",
+            Denied::LowerPartitionTier { .. } => "LowerPartitionTier",
+            Denied::SafeMode => "SafeMode",
+            Denied::StaleState => "StaleState",
+            Denied::UnknownAccount { .. } => "UnknownAccount",
+            Denied::PreemptorNotBudgeted { .. } => "PreemptorNotBudgeted",
+            Denied::SameSide => "SameSide",
+            Denied::WithinAccount { .. } => "WithinAccount",
+            Denied::RatioGapTooSmall { .. } => "RatioGapTooSmall",
+            Denied::VictimSideWithinEntitlement { .. } => "VictimSideWithinEntitlement",
+            Denied::TurnoverSuffices { .. } => "TurnoverSuffices",
+            Denied::RecentReverse { .. } => "RecentReverse",
+            Denied::RequeueCap { .. } => "RequeueCap",
+            Denied::LostBudget { .. } => "LostBudget",
+            Denied::NotWorthIt { .. } => "NotWorthIt",
+            Denied::SiteCap { .. } => "SiteCap",
+        }
+    }
+}
+
 /// A decision with its reason.
 pub type Decision = Result<Allowed, Denied>;
 
@@ -523,6 +551,112 @@ mod tests {
     use super::super::testkit::*;
     use super::super::*;
     use super::*;
+
+    /// One of each refusal (the match in `name` is exhaustive; `seen` checks
+    /// that this list is too).
+    fn one_of_each_denied() -> Vec<Denied> {
+        vec![
+            Denied::PartitionPreemptOff {
+                partition: "frozen".into(),
+            },
+            Denied::Protected { until: 1 },
+            Denied::PreemptorFree,
+            Denied::LowerPartitionTier {
+                preemptor_tier: 1,
+                victim_tier: 2,
+            },
+            Denied::SafeMode,
+            Denied::StaleState,
+            Denied::UnknownAccount {
+                account: "x".into(),
+            },
+            Denied::PreemptorNotBudgeted {
+                tier: Tier::OverBudget,
+            },
+            Denied::SameSide,
+            Denied::WithinAccount {
+                account: "a".into(),
+            },
+            Denied::RatioGapTooSmall {
+                preemptor_ratio: 0.5,
+                victim_ratio: 0.6,
+                hysteresis: 0.2,
+            },
+            Denied::VictimSideWithinEntitlement {
+                held: 1.0,
+                entitled: 2.0,
+                victim_gpus: 1.0,
+                weighted: true,
+            },
+            Denied::TurnoverSuffices {
+                deficit: 1.0,
+                uncovered: 0.0,
+                in_flight: 0.0,
+                next_release: Some(5),
+                weighted: false,
+            },
+            Denied::RecentReverse { at: 3 },
+            Denied::RequeueCap {
+                requeues: 3,
+                max: 3,
+            },
+            Denied::LostBudget {
+                spent_gpu_secs: 1.0,
+                budget_gpu_secs: 1.0,
+                victim_lost_gpu_secs: 1.0,
+                weighted: false,
+            },
+            Denied::NotWorthIt {
+                benefit_gpu_secs: 1.0,
+                cost_gpu_secs: 2.0,
+                factor: 1.5,
+                weighted: false,
+            },
+            Denied::SiteCap {
+                preemptions: 1,
+                lost_gpu_hours: 0.0,
+            },
+        ]
+    }
+
+    #[test]
+    fn every_refusal_has_its_own_name() {
+        let all = one_of_each_denied();
+        let names: std::collections::BTreeSet<&str> = all.iter().map(Denied::name).collect();
+        assert_eq!(names.len(), all.len(), "a name is used twice: {names:?}");
+        for n in &names {
+            assert!(
+                !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric()),
+                "{n:?} is not a bare variant name"
+            );
+        }
+        // Each variant is in the list: a variant added to `Denied` and not
+        // here fails to compile below, or leaves `seen` short.
+        let seen: std::collections::BTreeSet<u8> = all
+            .iter()
+            .map(|d| match d {
+                Denied::PartitionPreemptOff { .. } => 0,
+                Denied::Protected { .. } => 1,
+                Denied::PreemptorFree => 2,
+                Denied::LowerPartitionTier { .. } => 3,
+                Denied::SafeMode => 4,
+                Denied::StaleState => 5,
+                Denied::UnknownAccount { .. } => 6,
+                Denied::PreemptorNotBudgeted { .. } => 7,
+                Denied::SameSide => 8,
+                Denied::WithinAccount { .. } => 9,
+                Denied::RatioGapTooSmall { .. } => 10,
+                Denied::VictimSideWithinEntitlement { .. } => 11,
+                Denied::TurnoverSuffices { .. } => 12,
+                Denied::RecentReverse { .. } => 13,
+                Denied::RequeueCap { .. } => 14,
+                Denied::LostBudget { .. } => 15,
+                Denied::NotWorthIt { .. } => 16,
+                Denied::SiteCap { .. } => 17,
+            })
+            .collect();
+        assert_eq!(seen.len(), 18);
+    }
 
     #[test]
     fn turnover_that_comes_soon_enough_means_no_preemption() {

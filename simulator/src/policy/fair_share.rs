@@ -76,15 +76,14 @@ pub(crate) struct FairSharePolicy {
 }
 
 /// Adds `n` refusals for `denied` of a preemptor of `team` to `counts`, keyed
-/// `"team Variant"`.
+/// `"team Variant"` ([`Denied::name`]).
 fn tally(counts: &mut Option<BTreeMap<String, u64>>, team: &str, denied: &Denied, n: u64) {
     let Some(counts) = counts.as_mut() else {
         return;
     };
-    // The variant's name is the Debug text up to its fields.
-    let text = format!("{denied:?}");
-    let name = text.split([' ', '{', '(']).next().unwrap_or_default();
-    *counts.entry(format!("{team} {name}")).or_default() += n;
+    *counts
+        .entry(format!("{team} {}", denied.name()))
+        .or_default() += n;
 }
 
 impl FairSharePolicy {
