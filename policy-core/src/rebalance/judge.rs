@@ -1606,7 +1606,7 @@ mod tests {
             // Entitlement-first ranks are a permutation of Fair-Tree's leaf ranks.
             let mut ranks: Vec<u32> = fs.nodes.iter().enumerate()
                 .filter(|(_, n)| n.leaf_rank.is_some())
-                .map(|(i, _)| st.order_rank[i]).collect();
+                .map(|(i, _)| st.ranks(&fs).order_rank[i]).collect();
             ranks.sort_unstable();
             prop_assert_eq!(ranks, (0..fs.num_leaves).collect::<Vec<_>>());
             // Every node holds the weighted GPUs of the running non-free jobs beneath.

@@ -84,22 +84,30 @@ pub struct PreemptState {
     /// Running non-free jobs: (end at time limit, job, weighted GPUs, index into `paths`).
     pub(super) runs: Vec<(i64, u32, f64, usize)>,
     /// Root-first paths of the leaves seen, and which path each node has.
-    pub(super) paths: Vec<Vec<usize>>,
+    pub(super) paths: Paths,
     pub(super) path_of: Vec<Option<usize>>,
     /// The turnover forecast, computed on first need: most decisions are
     /// refused by cheaper checks first.
     pub(super) forecast: OnceLock<Forecast>,
     /// `(a, b)`: a job under side `a` preempted one under its sibling `b` in the window.
-    pub(super) took_from: HashMap<(usize, usize), i64>,
+    pub(super) took_from: HashMap<(usize, usize), i64, NodeHash>,
     pub(super) site_preemptions: u32,
     pub(super) site_lost_gpu_secs: f64,
+    /// The priority ranks, computed on first need: only the recalculation
+    /// reads them ([`PreemptState::priority_place`]), never the callback.
+    pub(super) ranks: OnceLock<Ranks>,
+    /// Some non-free job's GPUs weigh other than 1: messages say "weighted GPUs".
+    pub(super) weighted: bool,
+}
+
+/// The entitlement-first ranks of a state ([`PreemptState::priority_place`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Ranks {
     /// Per node: leaf rank with entitlement first (inner nodes: their worst leaf).
     pub(super) order_rank: Vec<u32>,
     /// Per node: the tier jobs placed there rank in, with the tier band
     /// applied (empty without a band: the snapshot's tier).
     pub(super) band_tier: Vec<Tier>,
-    /// Some non-free job's GPUs weigh other than 1: messages say "weighted GPUs".
-    pub(super) weighted: bool,
 }
 
 /// What the turnover forecast found, per node.
@@ -108,15 +116,17 @@ pub(super) struct Forecast {
     pub(super) uncovered: Vec<f64>,
     pub(super) shortfall: Vec<f64>,
     /// Releases that cover each deficit side, in time order.
-    pub(super) releases: HashMap<usize, Vec<Release>>,
+    pub(super) releases: HashMap<usize, Vec<Release>, NodeHash>,
 }
 
-/// A small, fixed hasher for the placer's memo of `(account, user)` keys: the
-/// keys come from the caller, are looked up many times per computation, and
-/// need no protection from collisions chosen by an attacker (a bad key only
-/// costs time here). FNV-1a over the bytes, with a separator between parts.
+/// A small, fixed hasher for the placer's memo of `(account, user)` keys and
+/// the state's maps by tree node: the keys come from the caller or the
+/// snapshot, are looked up many times per computation, and need no
+/// protection from collisions chosen by an attacker (a bad key only costs
+/// time here). FNV-1a over the bytes, with a separator between parts. No
+/// map hashed with it is iterated where its order could show.
 #[derive(Default)]
-struct KeyHasher(u64);
+pub(super) struct KeyHasher(u64);
 
 impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {
@@ -137,6 +147,47 @@ impl Hasher for KeyHasher {
     }
 }
 
+/// Root-first paths of tree nodes, stored one after the other in one vector
+/// (a state places a few hundred leaves: one allocation, not one per path).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Paths {
+    nodes: Vec<usize>,
+    /// Per path: where it ends in `nodes` (it starts where the previous ends).
+    ends: Vec<usize>,
+}
+
+impl Paths {
+    /// Appends the root-first path of `node` in `fs` (as [`FairShare::path`]);
+    /// returns its index.
+    fn push(&mut self, fs: &FairShare, node: usize) -> usize {
+        let start = self.nodes.len();
+        self.nodes.push(node);
+        let mut cur = fs.nodes.get(node).and_then(|n| n.parent);
+        while let Some(p) = cur {
+            if self.nodes.len() - start > fs.nodes.len() {
+                break;
+            }
+            self.nodes.push(p);
+            cur = fs.nodes[p].parent;
+        }
+        self.nodes[start..].reverse();
+        self.ends.push(self.nodes.len());
+        self.ends.len() - 1
+    }
+}
+
+impl std::ops::Index<usize> for Paths {
+    type Output = [usize];
+
+    fn index(&self, i: usize) -> &[usize] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.nodes[start..self.ends[i]]
+    }
+}
+
+/// Maps keyed by tree node indices ([`KeyHasher`]).
+pub(super) type NodeHash = BuildHasherDefault<KeyHasher>;
+
 /// Places jobs once per (account, user) while the state is computed; paths are
 /// kept once each and referred to by index. The memo borrows the callers'
 /// names (no copies).
@@ -145,7 +196,7 @@ struct Placer<'f, 'a> {
     index: HashMap<(&'a str, &'a str), Option<usize>, BuildHasherDefault<KeyHasher>>,
     /// Path index by leaf node, for callers that placed their jobs already.
     by_node: Vec<Option<usize>>,
-    paths: Vec<Vec<usize>>,
+    paths: Paths,
 }
 
 impl<'f, 'a> Placer<'f, 'a> {
@@ -154,7 +205,7 @@ impl<'f, 'a> Placer<'f, 'a> {
             fs,
             index: HashMap::default(),
             by_node: vec![None; fs.nodes.len()],
-            paths: Vec::new(),
+            paths: Paths::default(),
         }
     }
 
@@ -163,9 +214,9 @@ impl<'f, 'a> Placer<'f, 'a> {
         match self.by_node[n] {
             Some(p) => p,
             None => {
-                self.paths.push(self.fs.path(n));
-                self.by_node[n] = Some(self.paths.len() - 1);
-                self.paths.len() - 1
+                let p = self.paths.push(self.fs, n);
+                self.by_node[n] = Some(p);
+                p
             }
         }
     }
@@ -216,7 +267,7 @@ impl PreemptState {
         policy: RebalancePolicy,
         now: i64,
     ) -> PreemptState {
-        Self::compute_hinted(
+        let st = Self::compute_hinted(
             fs,
             running,
             pending,
@@ -224,7 +275,13 @@ impl PreemptState {
             capacity_gpus,
             policy,
             now,
-        )
+        );
+        // The ranks with the rest, where the caller computes the state
+        // (outside any lock): `priority_place` then only reads them.
+        if let Some(fs) = fs {
+            st.ranks(fs);
+        }
+        st
     }
 
     /// [`PreemptState::compute`] for a caller that placed the past
@@ -232,7 +289,9 @@ impl PreemptState {
     /// and its victim in `fs` (`[preemptor, victim]`, as
     /// [`RunningJob::leaf`]: the node `FairShare::place` gives their account
     /// and user; `None` to have it placed here). The same state as
-    /// `compute`, without looking names up.
+    /// `compute`, without looking names up, and with the priority ranks
+    /// computed when first read ([`PreemptState::priority_place`]) rather
+    /// than here: a caller that only judges preemptions never needs them.
     pub fn compute_hinted<'a>(
         fs: Option<&FairShare>,
         running: impl IntoIterator<Item = RunningJob<'a>>,
@@ -249,14 +308,13 @@ impl PreemptState {
             window: 0,
             nodes: Vec::new(),
             runs: Vec::new(),
-            paths: Vec::new(),
+            paths: Paths::default(),
             path_of: Vec::new(),
             forecast: OnceLock::new(),
-            took_from: HashMap::new(),
+            took_from: HashMap::default(),
             site_preemptions: 0,
             site_lost_gpu_secs: 0.0,
-            order_rank: Vec::new(),
-            band_tier: Vec::new(),
+            ranks: OnceLock::new(),
             weighted: false,
         };
         let Some(fs) = fs else { return st };
@@ -326,8 +384,6 @@ impl PreemptState {
                 None => f64::INFINITY,
             };
         }
-        st.entitled_order(fs);
-        st.band_tiers(fs);
         // History: reverse locks, spent budgets, site totals.
         for (h, [p_leaf, v_leaf]) in history {
             if h.at <= now - window || h.at > now {
@@ -383,7 +439,7 @@ impl PreemptState {
         let mut out = Forecast {
             uncovered: vec![0.0; self.nodes.len()],
             shortfall: vec![0.0; self.nodes.len()],
-            releases: HashMap::new(),
+            releases: HashMap::default(),
         };
         // Parents with a deficit child.
         let mut parents: Vec<usize> = Vec::new();
@@ -484,11 +540,11 @@ impl PreemptState {
     /// before the others (smallest
     /// share of it first with `share_order`, then by ratio, as Fair-Tree orders
     /// them).
-    fn entitled_order(&mut self, fs: &FairShare) {
+    fn entitled_order(&self, fs: &FairShare) -> Vec<u32> {
         let n = fs.nodes.len();
-        self.order_rank = vec![0; n];
+        let mut order_rank = vec![0; n];
         let Some(root) = fs.nodes.iter().position(|x| x.parent.is_none()) else {
-            return;
+            return order_rank;
         };
         let band = self.policy.balance_band;
         let window = self.window.max(1) as f64;
@@ -519,12 +575,12 @@ impl PreemptState {
         while let Some((i, done)) = stack.pop() {
             let kids = &fs.nodes[i].children;
             if kids.is_empty() {
-                self.order_rank[i] = next;
+                order_rank[i] = next;
                 next += 1;
                 continue;
             }
             if done {
-                self.order_rank[i] = kids.iter().map(|&c| self.order_rank[c]).max().unwrap_or(0);
+                order_rank[i] = kids.iter().map(|&c| order_rank[c]).max().unwrap_or(0);
                 continue;
             }
             stack.push((i, true));
@@ -534,6 +590,7 @@ impl PreemptState {
                 stack.push((c, false));
             }
         }
+        order_rank
     }
 
     /// Tiers with the band (`tier_band`), top-down in one pass over the nodes
@@ -544,16 +601,15 @@ impl PreemptState {
     /// ranks in the budgeted tier whatever the snapshot's tier. With
     /// `tier_projection`, `r` is the projected ratio and a node outside ranks
     /// over budget whatever the snapshot's tier (both ways).
-    fn band_tiers(&mut self, fs: &FairShare) {
-        self.band_tier = Vec::new();
+    fn band_tiers(&self, fs: &FairShare) -> Vec<Tier> {
         let projection = self.policy.tier_projection;
         if self.policy.tier_band.is_none() && projection.is_none() {
-            return;
+            return Vec::new();
         }
         let band = self.policy.tier_band.unwrap_or(0.0);
         let n = fs.nodes.len();
         let mut within = vec![false; n];
-        self.band_tier = vec![Tier::OverBudget; n];
+        let mut band_tier = vec![Tier::OverBudget; n];
         for (i, node) in fs.nodes.iter().enumerate() {
             let parent_ok = match node.parent {
                 Some(p) if p < i => within[p],
@@ -573,7 +629,7 @@ impl PreemptState {
             let own_ok =
                 !node.budget_bearing || ratio < 1.0 || (ratio < 1.0 + band && s.held < s.entitled);
             within[i] = parent_ok && own_ok;
-            self.band_tier[i] = if within[i] {
+            band_tier[i] = if within[i] {
                 Tier::Budgeted
             } else if projection.is_some() {
                 // Projected to 1 or more: over budget, whatever the snapshot says.
@@ -582,6 +638,16 @@ impl PreemptState {
                 node.tier
             };
         }
+        band_tier
+    }
+
+    /// The ranks (computed once, on first need; `fs` is the snapshot the
+    /// state was computed from, checked by the callers).
+    pub(super) fn ranks(&self, fs: &FairShare) -> &Ranks {
+        self.ranks.get_or_init(|| Ranks {
+            order_rank: self.entitled_order(fs),
+            band_tier: self.band_tiers(fs),
+        })
     }
 
     /// Where a pending job of `(account, user)` ranks, as `(tier, rank)` for
@@ -614,7 +680,8 @@ impl PreemptState {
         if !self.matches(fs) {
             return Some((place.tier, place.rank));
         }
-        let tier = match (place.tier, self.band_tier.get(place.node)) {
+        let ranks = self.ranks(fs);
+        let tier = match (place.tier, ranks.band_tier.get(place.node)) {
             (Tier::OverBudget, Some(&t)) => t,
             (Tier::Budgeted, Some(&t)) if self.policy.tier_projection.is_some() => t,
             (t, _) => t,
@@ -624,7 +691,8 @@ impl PreemptState {
         }
         Some((
             tier,
-            self.order_rank
+            ranks
+                .order_rank
                 .get(place.node)
                 .copied()
                 .unwrap_or(place.rank),
@@ -1310,7 +1378,7 @@ mod tests {
         let mut out = Forecast {
             uncovered: vec![0.0; st.nodes.len()],
             shortfall: vec![0.0; st.nodes.len()],
-            releases: HashMap::new(),
+            releases: HashMap::default(),
         };
         let mut parents: Vec<(usize, usize)> = Vec::new();
         for (i, node) in fs.nodes.iter().enumerate() {
@@ -1501,6 +1569,9 @@ mod tests {
                     policy,
                     now,
                 );
+                // The ranks wait for their first reader, and are then the same.
+                proptest::prop_assert!(hinted.ranks.get().is_none());
+                hinted.ranks(&fs);
                 proptest::prop_assert_eq!(&by_name, &hinted);
                 let want = forecast_reference(&by_name, &fs);
                 proptest::prop_assert_eq!(by_name.forecast(&fs), &want);

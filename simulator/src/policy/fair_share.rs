@@ -404,12 +404,12 @@ impl FairSharePolicy {
         // the rule's first clause). When the first attempts of a pass need
         // none, the jobs they let start are left out when it is computed
         // (except when refusals are counted: then each attempt's are).
+        let budgeted = pview
+            .leaf
+            .filter(|&n| n < fs.nodes.len())
+            .or_else(|| fs.place(pa, pu).map(|p| p.node))
+            .is_some_and(|n| fs.nodes[n].tier == Tier::Budgeted);
         if self.state.is_none() {
-            let budgeted = pview
-                .leaf
-                .filter(|&n| n < fs.nodes.len())
-                .or_else(|| fs.place(pa, pu).map(|p| p.node))
-                .is_some_and(|n| fs.nodes[n].tier == Tier::Budgeted);
             let free_victims = self.exposed.keys().any(|&(_, free)| free);
             let started = self.since_first_attempt.take().unwrap_or_default();
             #[cfg(debug_assertions)]
@@ -449,6 +449,12 @@ impl FairSharePolicy {
                         });
                     }
                 }
+                continue;
+            }
+            // `judge_sides` refuses a free-tier or not budgeted preemptor every
+            // non-free victim, before reading anything of the victim but its
+            // place: unless the refusals are counted, nothing to ask.
+            if (pj.free || !budgeted) && refusals.is_none() {
                 continue;
             }
             // Every member shares what the side-level checks read (leaf, not free).
