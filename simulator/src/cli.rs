@@ -271,6 +271,12 @@ pub struct SimulateArgs {
     /// `7d-14d`: a late team's first week); alone, the whole replay.
     #[arg(long, num_args = 0..=1, default_missing_value = "all", value_parser = parse_span)]
     pub count_refusals: Option<(i64, i64)>,
+    /// Report, for team TEAM (a late-arrival scenario's `l`), what an oracle
+    /// that knows every job's end would have given its first window and the
+    /// least work it would have destroyed for it (`late_oracle` in the JSON
+    /// report; `simulator/src/late_oracle.rs` says what it assumes).
+    #[arg(long, value_name = "TEAM")]
+    pub late_oracle: Option<String>,
 }
 
 /// Inputs resolved from the arguments, ready to replay.
@@ -281,6 +287,8 @@ pub struct Prepared {
     pub cfg: SimConfig,
     pub policies: Vec<PolicyKind>,
     pub notes: Vec<String>,
+    /// `--late-oracle`: the team whose first window the oracle judges.
+    pub late_oracle: Option<String>,
 }
 
 /// Reads the trace (or generates the scenario) and resolves teams, allocations and settings.
@@ -478,14 +486,31 @@ pub fn prepare(args: &SimulateArgs) -> anyhow::Result<Prepared> {
         count_refusals: args.count_refusals,
         ..SimConfig::default()
     };
+    if let Some(team) = &args.late_oracle {
+        if !shares.contains_key(team) {
+            anyhow::bail!(
+                "--late-oracle {team}: no such team (teams: {})",
+                shares.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
+        // The oracle counts a victim's whole run as lost.
+        if args.checkpoint_interval > 0 {
+            anyhow::bail!("--late-oracle does not model --checkpoint-interval; leave one out");
+        }
+    }
     Ok(Prepared {
         jobs: tr.jobs,
         shares,
         cfg,
         policies: policy_kinds(&args.policy),
         notes,
+        late_oracle: args.late_oracle.clone(),
     })
 }
+
+/// The late-arrival goal the oracle aims at: a late team's window misses at
+/// most this fraction of its entitlement.
+const LATE_GOAL: f64 = 0.10;
 
 /// Replays every requested policy (in parallel threads; each replay is
 /// deterministic and independent, so the output does not depend on timing).
@@ -497,7 +522,16 @@ pub fn run_policies(p: &Prepared) -> Vec<(Outcome, PolicyReport)> {
             .map(|&k| {
                 s.spawn(move || {
                     let o = simulate(&p.jobs, &p.shares, k, &p.cfg);
-                    let r = report(&o, p.cfg.window, &p.notes);
+                    let mut r = report(&o, p.cfg.window, &p.notes);
+                    r.late_oracle = p.late_oracle.as_deref().and_then(|team| {
+                        crate::late_oracle::late_oracle(
+                            &o,
+                            team,
+                            p.cfg.window,
+                            p.cfg.gpus_per_node,
+                            LATE_GOAL,
+                        )
+                    });
                     (o, r)
                 })
             })

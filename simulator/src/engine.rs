@@ -123,6 +123,8 @@ pub struct JobResult {
     pub first_start: i64,
     pub end: i64,
     pub gpus: u32,
+    /// How long it runs when nothing stops it (seconds).
+    pub duration: i64,
     /// Wait class: the tier at first start (budget), the declared level
     /// (static), `all` (decay).
     pub wait_class: &'static str,
@@ -1217,6 +1219,7 @@ impl<'a> Core<'a> {
                 first_start: j.first_start.unwrap_or(j.submit),
                 end: j.end,
                 gpus: j.gpus,
+                duration: j.duration,
                 wait_class: j.wait_class,
                 preemptions: j.preemptions,
             })

@@ -13,7 +13,8 @@
 //! through `view.rs`'s `EngineView`), [`usage`] (exact incremental
 //! sliding window), [`cluster`] (first-fit placement), `will_run.rs` (the
 //! backfill's will-run test, indexed), [`checker`]
-//! (invariants), [`metrics`] (figures and their definitions), [`svg`] (charts),
+//! (invariants), [`metrics`] (figures and their definitions), [`late_oracle`] (what a late
+//! team's first window could have had, and what that would have cost), [`svg`] (charts),
 //! [`whatif`] (a site's ledger replayed with allocations changed).
 
 pub mod checker;
@@ -21,6 +22,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod engine;
+pub mod late_oracle;
 pub mod limits;
 pub mod metrics;
 pub mod policy;

@@ -126,6 +126,10 @@ pub struct PolicyReport {
     /// What bound the cost-aware rule (`--count-refusals`; absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refusals: Option<Refusals>,
+    /// What an oracle would have given a late team's first window, and at
+    /// what loss (`--late-oracle TEAM`; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub late_oracle: Option<crate::late_oracle::LateOracle>,
 }
 
 /// What bound the cost-aware rule over one replay (`--count-refusals`): the
@@ -394,6 +398,7 @@ pub fn report(o: &Outcome, window: i64, notes: &[String]) -> PolicyReport {
         wait,
         notes: notes.to_vec(),
         refusals: o.refusals.clone(),
+        late_oracle: None,
     }
 }
 

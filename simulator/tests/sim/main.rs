@@ -4,6 +4,8 @@
 //! - [`baselines`]: the Slurm baselines (Fair Tree; multifactor with QOS
 //!   preemption after `PreemptExemptTime`) on hand-worked schedules;
 //! - [`determinism`]: same inputs and seed, same bytes;
+//! - [`late_oracle`]: `--late-oracle` reads the replay's own windows and
+//!   changes nothing in it;
 //! - [`hand_trace`]: a schedule worked out by hand, replayed through the old rule;
 //! - [`requeue`]: a requeued job waits Slurm's requeue delay before it restarts;
 //! - [`entitlement`]: the entitlement shortfall and work figures on a hand-computed trace;
@@ -15,5 +17,6 @@ mod baselines;
 mod determinism;
 mod entitlement;
 mod hand_trace;
+mod late_oracle;
 mod requeue;
 mod scenarios;
