@@ -9,7 +9,9 @@
 //! Every job it lists besides the explained one passes the caller's `visible`
 //! test, so a user's `why` never names other teams' jobs.
 
-use budget_protocol::why::{Outlook, PathStep, PeerReason, PreemptPeer, Why, WhyPreemption};
+use budget_protocol::why::{
+    DrainWait, Outlook, PathStep, PeerReason, PreemptPeer, Why, WhyPreemption,
+};
 use budget_protocol::{PluginSnapshot, RunState};
 use policy_core::fairshare::{NodeKind, Tier};
 use policy_core::priority::{job_priority, priority_parts};
@@ -306,7 +308,9 @@ fn explain_in(ex: &Explainer<'_>, job: &RunRecord, visible: &Visible<'_>) -> Why
 /// running job's window ends and whether the rule allows the pending `job` to
 /// take it then (today's state, evaluated at that instant); for a running
 /// `job`, the visible pending jobs that may take it once its own window ends;
-/// a drain's requeue time; the preemption of the previous (or this requeued) run.
+/// a drain's requeue time, or that the drain waits for its time limit (a
+/// `PreemptMode=OFF` partition); the preemption of the previous (or this
+/// requeued) run.
 fn timing(
     store: &Store,
     rule: &Rule<'_>,
@@ -347,13 +351,21 @@ fn timing(
                 }
             }
             let drained = crate::drains::list(store).unwrap_or_default();
-            // A job of a PreemptMode=OFF partition is never requeued by a
-            // drain (the drain worker waits for it to end).
-            let off = rule.running(job).partition_preempt_off.is_some();
-            if let (Some(nodes), false) = (&job.nodes, off) {
+            if let Some(nodes) = &job.nodes {
                 let mine = hostlist::expand(nodes).unwrap_or_default();
                 if drained.iter().any(|d| mine.contains(&d.node)) {
-                    out.drain_requeue_at = Some(at);
+                    // A job of a PreemptMode=OFF partition is never requeued
+                    // by a drain: the drain worker waits for it to reach its
+                    // time limit.
+                    match rule.running(job).partition_preempt_off {
+                        Some(partition) => {
+                            out.drain_waits = Some(DrainWait {
+                                partition: partition.to_string(),
+                                until: job.start.zip(job.time_limit_secs).map(|(s, l)| s + l),
+                            });
+                        }
+                        None => out.drain_requeue_at = Some(at),
+                    }
                 }
             }
             if job.run > 0 {

@@ -18,20 +18,30 @@ use crate::output::{Out, eta, local, now, num, render, time_arg};
 /// How a holding job leaves its node, in words: requeued, or running to its
 /// time limit where its partition forbids preemption.
 fn leaves_text(j: &HoldingJob, now: i64) -> String {
-    let at = format!("{} ({})", local(j.requeue_at), eta(j.requeue_at, now));
     match j.leaves {
-        Leaves::Requeue => format!("requeued at {at}"),
-        Leaves::TimeLimit => {
-            let part = if j.partition.is_empty() {
-                "its partition".to_string()
-            } else {
-                format!("partition {}", j.partition)
-            };
-            format!(
-                "runs to its time limit, ends at {at}: never requeued ({part} has PreemptMode=OFF)"
-            )
-        }
+        Leaves::Requeue => format!(
+            "requeued at {} ({})",
+            local(j.requeue_at),
+            eta(j.requeue_at, now)
+        ),
+        Leaves::TimeLimit => time_limit_text(&j.partition, Some(j.requeue_at), now),
     }
+}
+
+/// A drained node's job of a `PreemptMode=OFF` `partition` (empty: unknown),
+/// in words: it runs to its time limit (at `end`, when known) and is never
+/// requeued. `budgetctl drains` and `why` word it alike.
+fn time_limit_text(partition: &str, end: Option<i64>, now: i64) -> String {
+    let part = if partition.is_empty() {
+        "its partition".to_string()
+    } else {
+        format!("partition {partition}")
+    };
+    let ends = match end {
+        Some(t) => format!(", ends at {} ({})", local(t), eta(t, now)),
+        None => String::new(),
+    };
+    format!("runs to its time limit{ends}: never requeued ({part} has PreemptMode=OFF)")
 }
 
 /// The node line's note when the node waits for jobs that run to their time
@@ -200,6 +210,12 @@ pub fn why_text(w: &Why) -> String {
                 eta(t, now)
             ));
         }
+        if let Some(d) = &p.drain_waits {
+            o.push_str(&format!(
+                "drain: node drained; the drain waits for this job: it {}\n",
+                time_limit_text(&d.partition, d.until, now)
+            ));
+        }
     }
     if let Some(x) = &p.preempted {
         o.push_str(&format!(
@@ -288,5 +304,63 @@ mod tests {
         .expect("old answer");
         assert_eq!((old.leaves, old.partition.as_str()), (Leaves::Requeue, ""));
         assert!(leaves_text(&old, 1000).starts_with("requeued at"));
+    }
+
+    /// A running job's `why` answer at 1000 with `preemption` as given (the
+    /// other fields as a budgetd answers them, `preemption`'s defaulted ones
+    /// left out, as an older budgetd would).
+    fn running_why(preemption: serde_json::Value) -> Why {
+        serde_json::from_value(serde_json::json!({
+            "at": 1000, "job_id": 42, "run": 0, "account": "teama", "user": "alice",
+            "state": "running", "gpus": 1, "free_tier": false, "start": 900,
+            "min_runtime_secs": 60, "protected_now": false, "tier": "budgeted",
+            "num_leaves": 1, "fair_share_factor": 0.5, "priority": 1,
+            "priority_parts": {"tier": "budgeted", "rank_level": 0, "age_minutes": 0},
+            "path": [], "could_preempt": [], "preemptable_by": [],
+            "preemption": preemption
+        }))
+        .expect("why answer")
+    }
+
+    #[test]
+    fn why_says_the_drain_waits_for_a_preempt_mode_off_jobs_time_limit() {
+        let w = running_why(serde_json::json!({
+            "may_preempt": [], "may_be_taken_by": [],
+            "drain_waits": {"partition": "frozen", "until": 9000}
+        }));
+        let text = why_text(&w);
+        assert!(
+            text.contains(&format!(
+                "drain: node drained; the drain waits for this job: it runs to its time limit, ends at {} (in 8000 s): never requeued (partition frozen has PreemptMode=OFF)\n",
+                local(9000)
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("requeued at"), "{text}");
+        // No time limit in the ledger: no time is made up.
+        let w = running_why(serde_json::json!({
+            "may_preempt": [], "may_be_taken_by": [],
+            "drain_waits": {"partition": "frozen", "until": null}
+        }));
+        assert!(
+            why_text(&w).contains(
+                "drain: node drained; the drain waits for this job: it runs to its time limit: never requeued (partition frozen has PreemptMode=OFF)\n"
+            ),
+            "{}",
+            why_text(&w)
+        );
+        // From a budgetd that predates `drain_waits`: the requeue line as before.
+        let w = running_why(serde_json::json!({
+            "may_preempt": [], "may_be_taken_by": [], "drain_requeue_at": 2000
+        }));
+        assert_eq!(w.preemption.drain_waits, None);
+        let text = why_text(&w);
+        assert!(
+            text.contains(&format!(
+                "drain: node drained; requeued at {} (in 1000 s)",
+                local(2000)
+            )) && !text.contains("PreemptMode"),
+            "{text}"
+        );
     }
 }

@@ -170,8 +170,25 @@ pub struct WhyPreemption {
     pub may_be_taken_by: Vec<Outlook>,
     /// Running job on a drained node: when the drain requeues it.
     pub drain_requeue_at: Option<i64>,
+    /// Running job of a `PreemptMode=OFF` partition on a drained node:
+    /// nothing requeues it, the drain waits for it to reach its time limit
+    /// (`null` otherwise, and from a budgetd that predates this field).
+    #[serde(default)]
+    pub drain_waits: Option<DrainWait>,
     /// Requeued (or re-run) job: the preemption of its previous run.
     pub preempted: Option<Preemption>,
+}
+
+/// A drained node's job that the drain does not requeue: its partition has
+/// `PreemptMode=OFF` (the site's "never preempted", maintenance included), so
+/// it runs to its time limit and the node is empty no sooner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainWait {
+    /// The job's partition, the one with `PreemptMode=OFF`.
+    pub partition: String,
+    /// When it reaches its time limit (start plus the time limit the
+    /// controller synced); `null` when the ledger has no time limit for it.
+    pub until: Option<i64>,
 }
 
 /// `GET /v1/jobs/{id}/why`.

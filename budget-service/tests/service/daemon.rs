@@ -114,6 +114,23 @@ pub fn fake_slurm_budgetd_with_nodes(dir: &Path, nodes: &str) -> (Daemon, PathBu
     (d, slurm)
 }
 
+/// As [`fake_slurm_budgetd`], with the fake `scontrol show partition`'s
+/// `partitions` file (one `NAME TIER [PREEMPTMODE]` line each) written before
+/// budgetd starts: it reads the partitions at once, then once a minute.
+pub fn fake_slurm_budgetd_with_partitions(dir: &Path, partitions: &str) -> (Daemon, PathBuf) {
+    let slurm = dir.join("slurm");
+    std::fs::create_dir(&slurm).expect("slurm dir");
+    std::fs::write(slurm.join("nodes"), "n1\nn2\nn3\n").expect("nodes");
+    std::fs::write(slurm.join("partitions"), partitions).expect("partitions");
+    let d = Daemon::start_fake_slurm(
+        &dir.join("budget.db"),
+        &dir.join("budgetd.sock"),
+        &slurm,
+        &dir.join("budgetd.log"),
+    );
+    (d, slurm)
+}
+
 /// A tool of `tests/fixtures/fake-slurm` (`scontrol`, `squeue`).
 pub fn fake_slurm_tool(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

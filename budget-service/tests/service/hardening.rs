@@ -17,7 +17,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::common::*;
-use crate::daemon::{BUDGETD, Daemon, fake_slurm_budgetd, fake_slurm_budgetd_with_nodes};
+use crate::daemon::{
+    BUDGETD, Daemon, fake_slurm_budgetd, fake_slurm_budgetd_with_nodes,
+    fake_slurm_budgetd_with_partitions,
+};
 
 /// Sends `head` (a request head, no body) and returns the status line answered
 /// within `wait`, or `None` if the server said nothing (it waits for the body).
@@ -728,6 +731,87 @@ fn a_preempt_mode_off_job_leaves_a_drained_node_at_its_time_limit() {
     }
     let calls = std::fs::read_to_string(slurm.join("calls")).unwrap_or_default();
     assert!(!calls.contains("requeue 30"), "nothing was due: {calls}");
+}
+
+#[test]
+fn why_says_the_drain_waits_for_a_preempt_mode_off_job_to_reach_its_time_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (d, slurm) = fake_slurm_budgetd_with_partitions(dir.path(), "gpu 1\nfrozen 1 OFF\n");
+    let c = d.client();
+    add_account(&c, "teama", None, 8.0 * 168.0);
+    add_member(&c, "alice", "teama");
+    let now = budget_service::clock::now();
+    // On n1, both started a minute ago with a 1 h window: 501 in gpu (the
+    // drain requeues it when its window ends), 502 in frozen (PreemptMode=OFF)
+    // with a 2 h time limit; 503 in frozen with no time limit synced.
+    let (window, limit_502) = (now - 60 + 3600, now - 60 + 7200);
+    let run = |id: u32, partition: &str, limit: Option<i64>| {
+        json!({"job_id": id, "run": 0, "account": "teama", "user": "alice", "gpus": 1,
+               "partition": partition, "state": "running", "start": now - 60,
+               "min_runtime_secs": 3600, "nodes": "n1", "time_limit_secs": limit})
+    };
+    let runs = json!([
+        run(501, "gpu", Some(7200)),
+        run(502, "frozen", Some(7200)),
+        run(503, "frozen", None)
+    ]);
+    let (s, b) = call(
+        &c,
+        "POST",
+        "/v1/sync/jobs",
+        Some(&json!({"collected_at": now, "runs": runs})),
+    );
+    assert_eq!(s, 200, "{b}");
+    std::fs::write(slurm.join("jobs.json"), json!({"jobs": []}).to_string()).expect("jobs");
+    let timing = |id: u32| {
+        let (s, w) = call(&c, "GET", &format!("/v1/jobs/{id}/why"), None);
+        assert_eq!(s, 200, "{w}");
+        w["preemption"].clone()
+    };
+    // Not drained yet: neither is said.
+    let p = timing(502);
+    assert!(
+        p["drain_requeue_at"].is_null() && p["drain_waits"].is_null(),
+        "{p}"
+    );
+    let (s, b) = call(
+        &c,
+        "POST",
+        "/v1/drains",
+        Some(&json!({"nodes": "n1", "reason": "maintenance"})),
+    );
+    assert_eq!(s, 201, "{b}");
+    // budgetd read the partitions at start; until then frozen is not known OFF.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while timing(502)["drain_waits"].is_null() {
+        assert!(
+            Instant::now() < deadline,
+            "frozen never read as OFF: {}",
+            timing(502)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let p = timing(502);
+    assert_eq!(
+        (p["drain_waits"].clone(), p["drain_requeue_at"].clone()),
+        (
+            json!({"partition": "frozen", "until": limit_502}),
+            Value::Null
+        ),
+        "{p}"
+    );
+    let p = timing(503);
+    assert_eq!(
+        (p["drain_waits"].clone(), p["drain_requeue_at"].clone()),
+        (json!({"partition": "frozen", "until": null}), Value::Null),
+        "no time limit in the ledger, none made up: {p}"
+    );
+    let p = timing(501);
+    assert_eq!(
+        (p["drain_waits"].clone(), p["drain_requeue_at"].clone()),
+        (Value::Null, json!(window)),
+        "{p}"
+    );
 }
 
 /// budgetd over the fake Slurm whose `scontrol show node` lists `nodes`, and its
