@@ -363,8 +363,8 @@ fn section_5(c: &mut Checks, tb: &Testbed) -> Result<()> {
 
 /// Drains the node of `v1` (running in `frozen`, alone on its node) and records
 /// that budgetd's drain status shows it running to its time limit: leaving at
-/// Slurm's `EndTime`, the node empty no sooner, and `budgetctl drains` saying
-/// why; nothing requeues it. Undrains the node again.
+/// Slurm's `EndTime`, the node empty no sooner, and `budgetctl drains` and
+/// `budgetctl why` saying why; nothing requeues it. Undrains the node again.
 fn drain_waits_for_time_limit(c: &mut Checks, tb: &Testbed, v1: JobId) -> Result<()> {
     let s = tb.slurm();
     let job = s.known_job(v1)?;
@@ -372,6 +372,7 @@ fn drain_waits_for_time_limit(c: &mut Checks, tb: &Testbed, v1: JobId) -> Result
     let (accepted, drain_out) = tb.run_budgetctl(&[], &["drain", &node, "--reason", "tiers"])?;
     let listed = tb.budgetd().drains();
     let (_, text) = tb.run_budgetctl(&[], &["drains"])?;
+    let (_, why) = tb.run_budgetctl(&[], &["why", &v1.to_string()])?;
     // Past the window, a few drain worker passes: still running, never requeued.
     sleep_secs(3.0);
     let after = s.known_job(v1)?;
@@ -385,7 +386,7 @@ fn drain_waits_for_time_limit(c: &mut Checks, tb: &Testbed, v1: JobId) -> Result
     // `squeue --json`, sets such a run's end a year after its start.
     let end = job.end.or(job.start.map(|t| t + 365 * 86_400)).unwrap_or(0);
     c.record(
-        "5 a drained node holding frozen's job: budgetd shows the job leaving at its EndTime (time_limit), the node empty no sooner, budgetctl drains says why; not requeued",
+        "5 a drained node holding frozen's job: budgetd shows the job leaving at its EndTime (time_limit), the node empty no sooner, budgetctl drains and why say why; not requeued",
         Check::that(
             accepted
                 && end > 0
@@ -393,12 +394,14 @@ fn drain_waits_for_time_limit(c: &mut Checks, tb: &Testbed, v1: JobId) -> Result
                 && d.as_ref().is_some_and(|d| d.empty_at >= end)
                 && text.contains("runs to its time limit")
                 && text.contains("partition frozen has PreemptMode=OFF")
+                && why.contains("the drain waits for this job: it runs to its time limit")
+                && why.contains("partition frozen has PreemptMode=OFF")
                 && after.state == "RUNNING"
                 && after.restarts == 0,
         )
         .expected(format!("job {v1} on {node}: leaves time_limit at its EndTime {end}"))
         .actual(format!(
-            "drain accepted {accepted} ({}); held {held:?}; empty_at {:?}; job now {} restarts {}; budgetctl drains:\n{text}",
+            "drain accepted {accepted} ({}); held {held:?}; empty_at {:?}; job now {} restarts {}; budgetctl drains:\n{text}\nbudgetctl why:\n{why}",
             drain_out.lines().next().unwrap_or(""),
             d.as_ref().map(|d| d.empty_at),
             after.state,
