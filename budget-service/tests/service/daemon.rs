@@ -102,26 +102,25 @@ pub fn fake_slurm_budgetd(dir: &Path) -> (Daemon, PathBuf) {
 /// As [`fake_slurm_budgetd`], with the fake `scontrol show node`'s `nodes` file
 /// (one `NAME [GRES STATE]` line per node).
 pub fn fake_slurm_budgetd_with_nodes(dir: &Path, nodes: &str) -> (Daemon, PathBuf) {
-    let slurm = dir.join("slurm");
-    std::fs::create_dir(&slurm).expect("slurm dir");
-    std::fs::write(slurm.join("nodes"), nodes).expect("nodes");
-    let d = Daemon::start_fake_slurm(
-        &dir.join("budget.db"),
-        &dir.join("budgetd.sock"),
-        &slurm,
-        &dir.join("budgetd.log"),
-    );
-    (d, slurm)
+    fake_slurm_budgetd_with(dir, nodes, None)
 }
 
 /// As [`fake_slurm_budgetd`], with the fake `scontrol show partition`'s
 /// `partitions` file (one `NAME TIER [PREEMPTMODE]` line each) written before
 /// budgetd starts: it reads the partitions at once, then once a minute.
 pub fn fake_slurm_budgetd_with_partitions(dir: &Path, partitions: &str) -> (Daemon, PathBuf) {
+    fake_slurm_budgetd_with(dir, "n1\nn2\nn3\n", Some(partitions))
+}
+
+/// budgetd against a fake Slurm whose files are written first: `nodes` and,
+/// when given, `partitions`.
+fn fake_slurm_budgetd_with(dir: &Path, nodes: &str, partitions: Option<&str>) -> (Daemon, PathBuf) {
     let slurm = dir.join("slurm");
     std::fs::create_dir(&slurm).expect("slurm dir");
-    std::fs::write(slurm.join("nodes"), "n1\nn2\nn3\n").expect("nodes");
-    std::fs::write(slurm.join("partitions"), partitions).expect("partitions");
+    std::fs::write(slurm.join("nodes"), nodes).expect("nodes");
+    if let Some(p) = partitions {
+        std::fs::write(slurm.join("partitions"), p).expect("partitions");
+    }
     let d = Daemon::start_fake_slurm(
         &dir.join("budget.db"),
         &dir.join("budgetd.sock"),

@@ -199,19 +199,12 @@ fn a_job_planned_beyond_the_backfill_window_holds_nothing() {
 /// has its one.
 #[test]
 fn backfill_planning_flags_are_checked() {
-    use budget_sim::SimulateArgs;
     use budget_sim::cli::prepare;
-    use clap::Parser;
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: SimulateArgs,
-    }
     let parse = |extra: &[&str]| {
-        let mut v = vec!["sim", "--scenario", "overload", "--max-jobs", "10"];
+        let mut v = vec!["--scenario", "overload", "--max-jobs", "10"];
         v.extend_from_slice(extra);
-        Cli::try_parse_from(v).map(|c| c.args)
+        super::cli_args::try_args(&v)
     };
     let cfg = |extra: &[&str]| prepare(&parse(extra).expect("parses")).map(|p| p.cfg);
 

@@ -8,12 +8,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use budget_sim::SimulateArgs;
 use budget_sim::cli::{prepare, run_policies, to_json};
 use budget_sim::engine::{MinRuntimeRule, Outcome, PolicyKind, SimConfig, simulate};
 use budget_sim::policy::fair_tree::{Assoc, rank};
 use budget_sim::trace::JobSpec;
-use clap::Parser;
+
+use super::cli_args::args;
 
 const H: i64 = 3_600;
 
@@ -184,12 +184,6 @@ fn qos_never_preempts_normal_jobs() {
     assert_eq!(o.check, Default::default());
 }
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: SimulateArgs,
-}
-
 /// `--policy fair-tree,multifactor-qos` replays both and reports them under
 /// their names, with the invariants of every policy.
 #[test]
@@ -210,8 +204,7 @@ fn baselines_are_selectable_and_reported() {
     }
     let trace = dir.join("trace.csv");
     std::fs::write(&trace, s).expect("write trace");
-    let args = Cli::parse_from([
-        "sim",
+    let args = args(&[
         "--trace",
         trace.to_str().expect("utf-8 path"),
         "--nodes",
@@ -223,8 +216,7 @@ fn baselines_are_selectable_and_reported() {
         "--policy",
         "fair-tree,multifactor-qos",
         "--json",
-    ])
-    .args;
+    ]);
     let p = prepare(&args).expect("prepare");
     assert_eq!(
         p.policies,

@@ -7,19 +7,8 @@ use std::path::{Path, PathBuf};
 
 use budget_sim::SimulateArgs;
 use budget_sim::cli::{prepare, run_policies, to_json};
-use clap::Parser;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: SimulateArgs,
-}
-
-fn args(extra: &[&str]) -> SimulateArgs {
-    let mut v = vec!["sim"];
-    v.extend_from_slice(extra);
-    Cli::parse_from(v).args
-}
+use super::cli_args::args;
 
 fn json(a: &SimulateArgs) -> String {
     let p = prepare(a).expect("prepare");

@@ -4,22 +4,10 @@
 //! team the replay does not have. The baselines' replays are used: the
 //! oracle reads any replay's outcome alike, and they are quick.
 
-use budget_sim::SimulateArgs;
 use budget_sim::cli::{prepare, run_policies, to_json};
-use clap::Parser;
 use serde_json::Value;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: SimulateArgs,
-}
-
-fn args(extra: &[&str]) -> SimulateArgs {
-    let mut v = vec!["sim"];
-    v.extend_from_slice(extra);
-    Cli::parse_from(v).args
-}
+use super::cli_args::args;
 
 fn replay(extra: &[&str]) -> Value {
     let p = prepare(&args(extra)).expect("prepare");

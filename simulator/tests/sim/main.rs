@@ -3,6 +3,7 @@
 //!   and the wait for the next backfill pass (`bf_interval`);
 //! - [`baselines`]: the Slurm baselines (Fair Tree; multifactor with QOS
 //!   preemption after `PreemptExemptTime`) on hand-worked schedules;
+//! - [`cli_args`]: the command line parsed as `budget-sim` parses it;
 //! - [`determinism`]: same inputs and seed, same bytes;
 //! - [`late_oracle`]: `--late-oracle` reads the replay's own windows and
 //!   changes nothing in it;
@@ -14,6 +15,7 @@
 
 mod backfill;
 mod baselines;
+mod cli_args;
 mod determinism;
 mod entitlement;
 mod hand_trace;

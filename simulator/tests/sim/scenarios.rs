@@ -6,22 +6,15 @@
 //! thrashes on the same workload, so the scenario does test what issue 9 is
 //! about. Seeds 1-3: nothing here is tuned to one draw.
 
-use budget_sim::SimulateArgs;
 use budget_sim::cli::{Prepared, prepare};
 use budget_sim::engine::{PolicyKind, simulate};
 use budget_sim::metrics::{PolicyReport, report};
-use clap::Parser;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    args: SimulateArgs,
-}
+use super::cli_args::args;
 
 fn prepared(scenario: &str, seed: u64) -> Prepared {
     let seed = seed.to_string();
-    let args = Cli::parse_from(["sim", "--scenario", scenario, "--seed", &seed]).args;
-    prepare(&args).expect("scenario")
+    prepare(&args(&["--scenario", scenario, "--seed", &seed])).expect("scenario")
 }
 
 fn replay(p: &Prepared, kind: PolicyKind) -> PolicyReport {
