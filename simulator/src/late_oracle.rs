@@ -36,7 +36,7 @@
 use serde::Serialize;
 
 use crate::engine::Outcome;
-use crate::metrics::shortfall_at;
+use crate::metrics::{first_window, shortfall_at, window_ends};
 
 /// Resolution of the window's integration (seconds).
 const STEP: i64 = 300;
@@ -104,23 +104,13 @@ pub fn late_oracle(
     let t = o.teams.iter().position(|x| x.name == team)?;
     let e = o.entitled_gpus.get(t).copied().filter(|&e| e > 0.0)?;
     let per = o.sample_every.max(1);
-    let n = o.entitled.len().min(o.samples.len());
     let wlen = (window / per).max(1) as usize;
-    // The first window, as `first_week_shortfall` measures it: from the
-    // sample before the team first asked.
-    let k0 = (1..n).find(|&k| o.entitled[k][t] > o.entitled[k - 1][t])?;
-    let first = (k0 - 1, (k0 - 1 + wlen).min(n - 1));
-    // The worst window, as the report finds it (windows ending a day apart).
-    let last = o.samples.len().saturating_sub(1);
-    let step = (86_400 / per).max(1) as usize;
-    let ends: Vec<usize> = if last >= wlen {
-        (wlen..=last).step_by(step).collect()
-    } else {
-        vec![last]
-    };
-    let worst_end = ends
-        .iter()
-        .filter_map(|&k| shortfall_at(o, k, window)[t].map(|(m, en)| (k, m / en)))
+    // The report's own windows: the first as `first_week_shortfall` measures
+    // it, the worst as `entitlement_shortfall_worst` finds it.
+    let first = first_window(o, t, window)?;
+    let worst_end = window_ends(o, window)
+        .into_iter()
+        .filter_map(|k| shortfall_at(o, k, window)[t].map(|(m, en)| (k, m / en)))
         .fold(None, |best: Option<(usize, f64)>, (k, f)| match best {
             Some((_, b)) if b >= f => best,
             _ => Some((k, f)),
@@ -232,7 +222,8 @@ impl Ctx<'_> {
         let work = (o.busy_gpu_secs - o.lost_gpu_secs) as f64;
         let case = |received: &dyn Fn(&[bool]) -> f64, cost: &[f64], jobs: &[usize]| {
             let short = |got: f64| (asked_total - got).max(0.0) / denom;
-            let (picked, got) = greedy(received, cost, target);
+            let without = received(&vec![false; cost.len()]);
+            let (picked, got) = greedy(received, cost, target, without);
             let chosen = || {
                 picked
                     .iter()
@@ -242,7 +233,7 @@ impl Ctx<'_> {
             };
             let lost: f64 = chosen().map(|i| cost[i]).sum();
             OracleCase {
-                shortfall_without_preemption: r6(short(received(&vec![false; cost.len()]))),
+                shortfall_without_preemption: r6(short(without)),
                 reached: got >= target,
                 shortfall: r6(short(got)),
                 preempted: chosen().count(),
@@ -352,11 +343,16 @@ fn integrate(asked: &[f64], per: i64, start: i64, secs: i64, avail: impl Fn(i64)
 
 /// Picks items until `received` reaches `target`, each time the one that
 /// brings the most per GPU-second lost (a loss under one GPU-second counts as
-/// one, so free gains come first, largest first). Returns the picks and what
-/// they give.
-fn greedy(received: &dyn Fn(&[bool]) -> f64, cost: &[f64], target: f64) -> (Vec<bool>, f64) {
+/// one, so free gains come first, largest first), from `none` (what no pick
+/// receives). Returns the picks and what they give.
+fn greedy(
+    received: &dyn Fn(&[bool]) -> f64,
+    cost: &[f64],
+    target: f64,
+    none: f64,
+) -> (Vec<bool>, f64) {
     let mut picked = vec![false; cost.len()];
-    let mut got = received(&picked);
+    let mut got = none;
     while got < target {
         let mut best: Option<(usize, f64, f64)> = None;
         for i in 0..cost.len() {
@@ -381,9 +377,10 @@ fn greedy(received: &dyn Fn(&[bool]) -> f64, cost: &[f64], target: f64) -> (Vec<
     (picked, got)
 }
 
-/// Rounded to 1e-6, and never `-0` (an empty sum of floats is `-0.0`).
+/// [`crate::metrics::r6`], and never `-0` (an empty sum of floats is `-0.0`,
+/// which JSON would print as such).
 fn r6(x: f64) -> f64 {
-    (x * 1e6).round() / 1e6 + 0.0
+    crate::metrics::r6(x) + 0.0
 }
 
 #[cfg(test)]
@@ -411,7 +408,8 @@ mod tests {
         };
         assert_eq!(received(&[false, false]), 60.0 * h as f64);
         // The goal: at most 10% of 80 GPU-hours missed.
-        let (picked, got) = greedy(&received, &cost, 72.0 * h as f64);
+        let none = received(&[false, false]);
+        let (picked, got) = greedy(&received, &cost, 72.0 * h as f64, none);
         // Either preemption gains 20 GPU-hours; the one that loses 1 GPU-hour
         // is picked, and it is enough (80 >= 72).
         assert_eq!(picked, vec![false, true]);
@@ -424,7 +422,7 @@ mod tests {
         let h = 3600;
         let asked = vec![2.0; 4];
         let received = |_: &[bool]| integrate(&asked, h, 0, 4 * h, |_| 1.0);
-        let (picked, got) = greedy(&received, &[], 7.2 * h as f64);
+        let (picked, got) = greedy(&received, &[], 7.2 * h as f64, received(&[]));
         assert!(picked.is_empty());
         assert_eq!(got, 4.0 * h as f64);
     }

@@ -226,13 +226,10 @@ pub fn timeline_csv(o: &Outcome) -> String {
 /// first asked for GPUs (clipped to the replay); 0 if it never asked.
 pub fn first_week_shortfall(o: &Outcome, t: usize, window: i64) -> f64 {
     let per = o.sample_every.max(1);
-    let wlen = (window / per).max(1) as usize;
-    let n = o.entitled.len().min(o.samples.len());
     let e = o.entitled_gpus.get(t).copied().unwrap_or(0.0);
-    let Some(k0) = (1..n).find(|&k| o.entitled[k][t] > o.entitled[k - 1][t]) else {
+    let Some((lo, hi)) = first_window(o, t, window) else {
         return 0.0;
     };
-    let (lo, hi) = (k0 - 1, (k0 - 1 + wlen).min(n - 1));
     let secs = ((hi - lo) as i64 * per) as f64;
     if e <= 0.0 || secs <= 0.0 {
         return 0.0;
@@ -262,20 +259,38 @@ pub fn reversals(o: &Outcome, window: i64) -> u64 {
     n
 }
 
-/// Computes the report of one replay.
-pub fn report(o: &Outcome, window: i64, notes: &[String]) -> PolicyReport {
+/// The samples at which the report's windows end: one a day from the first
+/// full window on; the last sample alone when the replay is shorter than a
+/// window; none when it has no sample after its start.
+pub fn window_ends(o: &Outcome, window: i64) -> Vec<usize> {
     let per = o.sample_every.max(1);
-    let cap = o.capacity_gpus as f64;
     let last = o.samples.len().saturating_sub(1);
     let wlen = (window / per).max(1) as usize;
     let step = (86_400 / per).max(1) as usize;
-    let ends: Vec<usize> = if last >= wlen {
+    if last >= wlen {
         (wlen..=last).step_by(step).collect()
     } else if last > 0 {
         vec![last]
     } else {
         vec![]
-    };
+    }
+}
+
+/// Team `t`'s first window as samples `(lo, hi)`: from the sample before it
+/// first asked for GPUs, one window long, clipped to the replay; `None` if it
+/// never asked.
+pub fn first_window(o: &Outcome, t: usize, window: i64) -> Option<(usize, usize)> {
+    let per = o.sample_every.max(1);
+    let wlen = (window / per).max(1) as usize;
+    let n = o.entitled.len().min(o.samples.len());
+    let k0 = (1..n).find(|&k| o.entitled[k][t] > o.entitled[k - 1][t])?;
+    Some((k0 - 1, (k0 - 1 + wlen).min(n - 1)))
+}
+
+/// Computes the report of one replay.
+pub fn report(o: &Outcome, window: i64, notes: &[String]) -> PolicyReport {
+    let cap = o.capacity_gpus as f64;
+    let ends = window_ends(o, window);
     let shares: Vec<Vec<f64>> = ends.iter().map(|&k| attained_at(o, k, window)).collect();
     let short: Vec<Vec<Option<(f64, f64)>>> =
         ends.iter().map(|&k| shortfall_at(o, k, window)).collect();
