@@ -550,13 +550,7 @@ fn one_job_that_cannot_be_requeued_does_not_stop_the_drain_pass() {
     .expect("jobs");
     std::fs::write(slurm.join("fail-requeue-101"), "").expect("marker");
     let c = d.client();
-    let (s, b) = call(
-        &c,
-        "POST",
-        "/v1/drains",
-        Some(&json!({"nodes": "n1", "reason": "maintenance"})),
-    );
-    assert_eq!(s, 201, "{b}");
+    drain_n1(&c);
     let calls = || std::fs::read_to_string(slurm.join("calls")).unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(20);
     // Until 101 was tried at least twice (a later pass) and its neighbours requeued.
@@ -595,6 +589,18 @@ fn one_job_that_cannot_be_requeued_does_not_stop_the_drain_pass() {
 
 /// A running free-tier job `id` of alice on n1 in `partition`, as the fake
 /// Slurm's `jobs.json` lists it (a drain may take it at once).
+/// Drains node n1 for maintenance (`POST /v1/drains`, 201) and returns the answer.
+fn drain_n1(c: &budget_client::Client) -> Value {
+    let (s, b) = call(
+        c,
+        "POST",
+        "/v1/drains",
+        Some(&json!({"nodes": "n1", "reason": "maintenance"})),
+    );
+    assert_eq!(s, 201, "{b}");
+    b
+}
+
 fn free_job_on_n1(id: u32, partition: &str) -> Value {
     json!({"job_id": id, "job_state": "RUNNING", "restart_cnt": 0, "start_time": 1000,
            "nodes": "n1", "account": "teama", "user_name": "alice", "partition": partition,
@@ -615,13 +621,7 @@ fn a_drain_waits_for_a_job_of_a_preempt_mode_off_partition() {
     .expect("jobs");
     std::fs::write(slurm.join("partitions"), "gpu 1\nfrozen 1 OFF\n").expect("partitions");
     let c = d.client();
-    let (s, b) = call(
-        &c,
-        "POST",
-        "/v1/drains",
-        Some(&json!({"nodes": "n1", "reason": "maintenance"})),
-    );
-    assert_eq!(s, 201, "{b}");
+    drain_n1(&c);
     let calls = || std::fs::read_to_string(slurm.join("calls")).unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(20);
     // Until 201 was requeued and three more passes read the partitions.
@@ -645,10 +645,7 @@ fn a_drain_waits_for_a_job_of_a_preempt_mode_off_partition() {
 fn a_preempt_mode_off_job_leaves_a_drained_node_at_its_time_limit() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (d, slurm) = fake_slurm_budgetd(dir.path());
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_secs() as i64;
+    let now = budget_service::clock::now();
     // On n1: 301 in gpu, its 1 h window started now (requeued when it ends);
     // 302 in frozen (PreemptMode=OFF), its 60 s window started now and its time
     // limit ends in 2 h (Slurm 23.02+'s number shape).
@@ -704,13 +701,7 @@ fn a_preempt_mode_off_job_leaves_a_drained_node_at_its_time_limit() {
         );
     };
     // The drain's answer (read from Slurm then) and the list (the worker's view).
-    let (s, b) = call(
-        &c,
-        "POST",
-        "/v1/drains",
-        Some(&json!({"nodes": "n1", "reason": "maintenance"})),
-    );
-    assert_eq!(s, 201, "{b}");
+    let b = drain_n1(&c);
     check(&b);
     let (s, b) = call(&c, "GET", "/v1/drains", None);
     assert_eq!(s, 200, "{b}");
@@ -774,13 +765,7 @@ fn why_says_the_drain_waits_for_a_preempt_mode_off_job_to_reach_its_time_limit()
         p["drain_requeue_at"].is_null() && p["drain_waits"].is_null(),
         "{p}"
     );
-    let (s, b) = call(
-        &c,
-        "POST",
-        "/v1/drains",
-        Some(&json!({"nodes": "n1", "reason": "maintenance"})),
-    );
-    assert_eq!(s, 201, "{b}");
+    drain_n1(&c);
     // budgetd read the partitions at start; until then frozen is not known OFF.
     let deadline = Instant::now() + Duration::from_secs(20);
     while timing(502)["drain_waits"].is_null() {
