@@ -140,19 +140,16 @@ pub fn preempt_off(job: &SlurmJob, partitions: &BTreeMap<String, PartitionInfo>)
         .is_some_and(|p| p.preempt_off)
 }
 
-/// How and when `job` leaves a drained node at `now`: requeued by the drain
-/// at its window end (now for free tier), or, in a `PreemptMode=OFF`
-/// partition, at its end time (its time limit). Slurm always gives a running
-/// job an end time; were it missing, the window end stands in (the earliest
-/// the job could leave were it preemptible).
+/// How and when `job`, whose protected window ends at `window` (now for
+/// free tier), leaves a drained node: requeued by the drain then, or, in a
+/// `PreemptMode=OFF` partition, at its end time (its time limit). Slurm always
+/// gives a running job an end time; were it missing, the window end stands in
+/// (the earliest the job could leave were it preemptible).
 pub fn leaves(
     job: &SlurmJob,
     partitions: &BTreeMap<String, PartitionInfo>,
-    default_min: i64,
-    now: i64,
+    window: i64,
 ) -> (Leaves, i64) {
-    let (free, min) = contract(job, default_min);
-    let window = window_end(free, min, job.start, now);
     if preempt_off(job, partitions) {
         (Leaves::TimeLimit, job.end.unwrap_or(window))
     } else {
@@ -177,8 +174,9 @@ pub fn status(
                 .iter()
                 .filter(|j| on_drained_node(j, &[d.node.as_str()]))
                 .map(|j| {
-                    let (free, _) = contract(j, default_min);
-                    let (how, at) = leaves(j, partitions, default_min, now);
+                    let (free, min) = contract(j, default_min);
+                    let window = window_end(free, min, j.start, now);
+                    let (how, at) = leaves(j, partitions, window);
                     HoldingJob {
                         job_id: j.job_id,
                         run: j.run,
