@@ -1,5 +1,6 @@
 //! Slurm's client commands (`sbatch`, `squeue`, `scontrol`, `sinfo`, `sprio`, `sshare`,
-//! `scancel`) against one testbed, and their output parsed.
+//! `scancel`, and `sacctmgr` where the testbed runs slurmdbd) against one testbed, and
+//! their output parsed.
 //!
 //! Every command runs with the environment `scripts/testbed env` exports for that
 //! testbed ([`TestbedEnv`]: `SLURM_CONF`, and whatever else a testbed needs, e.g. a
@@ -102,6 +103,51 @@ impl Job {
                 admin.to_string()
             },
         })
+    }
+}
+
+/// One job's priority and multifactor's weighted factors, as `sprio` shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Factors {
+    /// The job's priority (`%Y`).
+    pub total: i64,
+    /// The site factor (`%S`).
+    pub site: i64,
+    /// Weighted age (`%A`).
+    pub age: i64,
+    /// Weighted fair share (`%F`): 0 without slurmdbd (multifactor zeroes its weight).
+    pub fairshare: i64,
+    /// Weighted partition factor (`%P`).
+    pub partition: i64,
+    /// Weighted QOS factor (`%Q`): 0 without slurmdbd (no QOS exists).
+    pub qos: i64,
+}
+
+impl Factors {
+    /// The `sprio -o` format [`Factors::parse`] reads.
+    pub const FORMAT: &'static str = "%Y %S %A %F %P %Q";
+
+    /// Parses one line of `sprio -h -o FORMAT` (numbers may print as decimals).
+    pub fn parse(line: &str) -> Result<Factors> {
+        let nums: Vec<i64> = line
+            .split_whitespace()
+            .map(|w| w.parse::<f64>().map(|v| v.round() as i64))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| Error::parse("sprio", format!("a non-number in {line:?}")))?;
+        match nums[..] {
+            [total, site, age, fairshare, partition, qos] => Ok(Factors {
+                total,
+                site,
+                age,
+                fairshare,
+                partition,
+                qos,
+            }),
+            _ => Err(Error::parse(
+                "sprio",
+                format!("{} numbers instead of 6 in {line:?}", nums.len()),
+            )),
+        }
     }
 }
 
@@ -335,6 +381,51 @@ impl Slurm {
         }
     }
 
+    /// sprio's priority and weighted factors of pending job `id` ([`Factors`]).
+    pub fn factors(&self, id: JobId) -> Result<Factors> {
+        let out = self.run(
+            "sprio",
+            &["-h", "-j", &id.to_string(), "-o", Factors::FORMAT],
+        )?;
+        let mut lines = out.lines().filter(|l| !l.trim().is_empty());
+        match (lines.next(), lines.next()) {
+            (Some(line), None) => Factors::parse(line),
+            _ => Err(Error::parse(
+                format!("sprio -j {id}"),
+                format!("not one line (a pending job in one partition): {out:?}"),
+            )),
+        }
+    }
+
+    /// `sacctmgr -i args` (no confirmation prompt) against the testbed's slurmdbd:
+    /// its standard output, or an error quoting sacctmgr's message. Only a testbed
+    /// with accounting has a slurmdbd to answer (`Testbed::sacctmgr` checks that).
+    pub fn sacctmgr(&self, args: &[&str]) -> Result<String> {
+        let mut cmd = self.command("sacctmgr");
+        cmd.arg("-i").args(args);
+        command::stdout(&mut cmd)
+    }
+
+    /// slurmctld's own copy of QOS `name` (`scontrol show assoc_mgr flags=qos`: what
+    /// the controller schedules by, which slurmdbd updates after each `sacctmgr`
+    /// change): the record's lines from `QOS=name(id)` on, `None` while the
+    /// controller does not know the QOS.
+    pub fn ctld_qos(&self, name: &str) -> Result<Option<String>> {
+        let filter = format!("qos={name}");
+        let out = self.run("scontrol", &["show", "assoc_mgr", "flags=qos", &filter])?;
+        let head = format!("QOS={name}(");
+        let mut lines = out.lines().skip_while(|l| !l.starts_with(&head));
+        let Some(first) = lines.next() else {
+            return Ok(None);
+        };
+        let mut record = first.to_string();
+        for l in lines.take_while(|l| l.starts_with(' ')) {
+            record.push('\n');
+            record.push_str(l);
+        }
+        Ok(Some(record))
+    }
+
     /// The Slurm release of the client commands (`22.05.8`), from `scontrol --version`.
     pub fn version(&self) -> Result<String> {
         let out = self.run("scontrol", &["--version"])?;
@@ -371,6 +462,25 @@ mod tests {
         assert_eq!(p.reason, "BeginTime");
         assert!(!p.requeue);
         assert_eq!(p.admin_comment, "");
+    }
+
+    #[test]
+    fn parses_sprio_factors() {
+        let f = Factors::parse("       26009  21008  3  1000  0  4000\n").unwrap();
+        assert_eq!(
+            f,
+            Factors {
+                total: 26009,
+                site: 21008,
+                age: 3,
+                fairshare: 1000,
+                partition: 0,
+                qos: 4000
+            }
+        );
+        assert_eq!(Factors::parse("1.6 0 0 0.4 0 0").unwrap().total, 2);
+        assert!(Factors::parse("1 2 3 4 5").is_err());
+        assert!(Factors::parse("1 2 3 4 5 x").is_err());
     }
 
     #[test]

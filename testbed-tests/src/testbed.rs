@@ -8,6 +8,10 @@
 //! `TESTBED_*` variables a suite chooses and passes every other one (`TESTBED_SLURM`,
 //! `TESTBED_GPU_TYPE`, `TESTBED_UP_TIMEOUT`, ...) through untouched.
 //!
+//! With [`TestbedConfig::accounting`] the testbed also runs MariaDB and slurmdbd
+//! (Slurm 22.05 only); [`Testbed::sacctmgr`] and [`Testbed::add_qos`] change its
+//! database (QOS, their `Preempt=` lists, users' QOS lists).
+//!
 //! `KEEP_TESTBED=1` leaves the testbed up for inspection; otherwise it is stopped,
 //! and its folder purged when every check passed (kept, with its logs, when one
 //! failed).
@@ -70,6 +74,16 @@ pub struct TestbedConfig {
     /// budgetd's `--config` file (TOML text), written into the testbed's folder
     /// and passed as `TESTBED_BUDGETD_CONFIG`; `None`: budgetd's defaults.
     pub budgetd_config: Option<String>,
+    /// `TESTBED_ACCOUNTING`: `true` runs MariaDB + slurmdbd beside slurmctld
+    /// (`AccountingStorageType=accounting_storage/slurmdbd`,
+    /// `AccountingStorageEnforce=associations`; Slurm 22.05 only). Always set by the
+    /// suite (`false` sends `0`), never taken from the caller's environment.
+    pub accounting: bool,
+    /// `TESTBED_ACCOUNTS` with accounting: the accounts created in slurmdbd, the
+    /// suite's user a member of each (the first its default). Every account the
+    /// suite submits as must be here: sbatch refuses any other. Empty: the
+    /// testbed's default, `teama teamb`.
+    pub accounts: Vec<String>,
 }
 
 impl TestbedConfig {
@@ -130,6 +144,8 @@ impl TestbedConfig {
             min_job_age: None,
             site_factor: None,
             budgetd_config: None,
+            accounting: false,
+            accounts: Vec::new(),
         })
     }
 
@@ -168,6 +184,15 @@ impl TestbedConfig {
         if self.budgetd_config.is_some() {
             // Written by `Testbed::up`; restarts of budgetd read it again.
             cmd.env("TESTBED_BUDGETD_CONFIG", self.dir.join("budgetd.toml"));
+        }
+        cmd.env(
+            "TESTBED_ACCOUNTING",
+            if self.accounting { "1" } else { "0" },
+        );
+        if self.accounts.is_empty() {
+            cmd.env_remove("TESTBED_ACCOUNTS");
+        } else {
+            cmd.env("TESTBED_ACCOUNTS", self.accounts.join(" "));
         }
         cmd
     }
@@ -366,6 +391,70 @@ impl Testbed {
     /// Runs `scripts/testbed args` quietly; an error quotes its output.
     pub fn script(&self, args: &[&str]) -> Result<()> {
         command::stdout(self.config.script().args(args)).map(|_| ())
+    }
+
+    /// Whether this testbed runs slurmdbd ([`TestbedConfig::accounting`]).
+    pub fn accounting(&self) -> bool {
+        self.config.accounting
+    }
+
+    /// `slurmdbd.log` (a testbed with accounting).
+    pub fn dbd_log(&self) -> LogFile {
+        LogFile::new(self.config.dir.join("log").join("slurmdbd.log"))
+    }
+
+    /// `sacctmgr -i args` against this testbed's slurmdbd (e.g. `["add", "qos",
+    /// "scavenger", "Priority=0"]`, `["modify", "qos", "high", "set",
+    /// "Preempt=scavenger", "PreemptMode=requeue"]`, `["modify", "user", "root",
+    /// "set", "qos=normal,high,scavenger"]`): its output. An error when the testbed
+    /// runs without accounting, or when sacctmgr refuses (its message quoted).
+    /// slurmdbd hands each change to slurmctld a moment later: wait for it with
+    /// [`Testbed::wait_ctld_qos`] before relying on it.
+    pub fn sacctmgr(&self, args: &[&str]) -> Result<String> {
+        if !self.config.accounting {
+            return Err(Error::Setting {
+                name: "TESTBED_ACCOUNTING".into(),
+                value: "0".into(),
+                detail: format!(
+                    "sacctmgr {} needs a testbed with slurmdbd (TestbedConfig::accounting)",
+                    args.join(" ")
+                ),
+            });
+        }
+        self.slurm.sacctmgr(args)
+    }
+
+    /// Creates QOS `name` with `settings` (`Priority=1000`, `Preempt=a,b`,
+    /// `PreemptMode=requeue`, ...) and waits (up to 10 s) until slurmctld knows it.
+    pub fn add_qos(&self, name: &str, settings: &[&str]) -> Result<()> {
+        let mut args = vec!["add", "qos", name];
+        args.extend_from_slice(settings);
+        self.sacctmgr(&args)?;
+        self.wait_ctld_qos(name, |_| true)
+    }
+
+    /// Waits (up to 10 s) until slurmctld's copy of QOS `name` (the record
+    /// [`Slurm::ctld_qos`] returns, e.g. holding `Priority=1000` or
+    /// `PreemptMode=REQUEUE`) satisfies `done`; an error naming the last record seen
+    /// when it does not in time.
+    pub fn wait_ctld_qos(&self, name: &str, done: impl Fn(&str) -> bool) -> Result<()> {
+        let mut last = None;
+        let w = wait_secs(10, || -> Result<bool> {
+            last = self.slurm.ctld_qos(name)?;
+            Ok(last.as_deref().is_some_and(&done))
+        });
+        if w.ok {
+            Ok(())
+        } else {
+            Err(Error::parse(
+                format!("scontrol show assoc_mgr flags=qos qos={name}"),
+                format!(
+                    "slurmctld's copy of QOS {name} not as expected after sacctmgr: {} ({})",
+                    last.as_deref().unwrap_or("unknown to slurmctld"),
+                    w.describe()
+                ),
+            ))
+        }
     }
 
     /// `scripts/testbed stop-ctld` (SIGTERM, or SIGKILL with `kill`).

@@ -17,7 +17,8 @@
 //! (priority_usage), `CONTRACT_DIR`/`CONTRACT_PORT_BASE` (contract),
 //! `DRAIN_DIR`/`DRAIN_PORT_BASE` (drain), `FAULTS_DIR`/`FAULTS_PORT_BASE`
 //! (ledger_faults), `SITE_FACTOR_DIR`/`SITE_FACTOR_PORT_BASE` (site_factor), `SHADOW_DIR`/`SHADOW_PORT_BASE` (shadow),
-//! `PARTITION_TIER_DIR`/`PARTITION_TIER_PORT_BASE` (partition_tier). Every other `TESTBED_*` variable (e.g.
+//! `PARTITION_TIER_DIR`/`PARTITION_TIER_PORT_BASE` (partition_tier), `QOS_DIR`/`QOS_PORT_BASE`
+//! (qos). Every other `TESTBED_*` variable (e.g.
 //! `TESTBED_SLURM`) reaches `scripts/testbed` unchanged.
 
 mod contract;
@@ -26,6 +27,7 @@ mod ledger_faults;
 mod partition_tier;
 mod preemption;
 mod priority_usage;
+mod qos;
 mod shadow;
 mod site_factor;
 mod stability;
