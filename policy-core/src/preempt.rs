@@ -50,11 +50,30 @@ pub fn over_share(fs: Option<&FairShare>, job: &JobView<'_>) -> f64 {
     let Some(place) = fs.place(job.account, job.user) else {
         return 0.0;
     };
-    fs.path(place.node)
-        .into_iter()
-        .filter(|&i| fs.nodes[i].budget_bearing)
-        .map(|i| fs.nodes[i].ratio)
-        .fold(0.0, f64::max)
+    over_share_at(fs, place.node)
+}
+
+/// [`over_share`] of a job placed at `node` of `fs` (the node
+/// [`FairShare::place`] gives its account and user), without looking the
+/// names up: the highest ratio among the budget-bearing nodes from `node` up
+/// to the root (0 for a node `fs` does not have).
+pub fn over_share_at(fs: &FairShare, node: usize) -> f64 {
+    let mut over = 0.0;
+    let mut cur = Some(node);
+    let mut steps = 0;
+    while let Some(i) = cur {
+        let Some(n) = fs.nodes.get(i) else { break };
+        // A malformed tree with a cycle stops after one walk over the nodes.
+        steps += 1;
+        if steps > fs.nodes.len() {
+            break;
+        }
+        if n.budget_bearing {
+            over = f64::max(over, n.ratio);
+        }
+        cur = n.parent;
+    }
+    over
 }
 
 #[cfg(test)]
@@ -98,6 +117,12 @@ mod tests {
             0.0
         );
         assert_eq!(over_share(None, &b), 0.0);
+        // Placed already: the same figure without the name lookup.
+        for j in [&a, &b] {
+            let node = fs.place(j.account, j.user).unwrap().node;
+            assert_eq!(over_share_at(&fs, node), over_share(Some(&fs), j));
+        }
+        assert_eq!(over_share_at(&fs, fs.nodes.len()), 0.0);
     }
 
     #[test]

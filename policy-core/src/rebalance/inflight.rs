@@ -33,9 +33,13 @@ impl InFlight {
         if self.grants.iter().any(|g| g.0 == p.job_id) {
             return;
         }
-        if let Some(place) = fs.place(p.account, p.user) {
-            self.grants
-                .push((p.job_id, fs.path(place.node), p.weighted_gpus()));
+        // Placed already (`PendingJob::leaf`, same snapshot): no name lookup.
+        let node = match p.leaf {
+            Some(n) if n < fs.nodes.len() => Some(n),
+            _ => fs.place(p.account, p.user).map(|place| place.node),
+        };
+        if let Some(n) = node {
+            self.grants.push((p.job_id, fs.path(n), p.weighted_gpus()));
         }
     }
 

@@ -540,7 +540,13 @@ pub fn victim_priority(fs: Option<&FairShare>, v: &RunningJob<'_>, now: i64) -> 
         min_runtime: v.min_runtime,
         gpus: v.gpus,
     };
-    let over = (crate::preempt::over_share(fs, &view) * 1000.0).clamp(0.0, f64::from(FIELD)) as u32;
+    // A victim placed already (`RunningJob::leaf`, same snapshot) is not
+    // looked up by name again.
+    let over_share = match (fs, v.leaf) {
+        (Some(fs), Some(n)) if n < fs.nodes.len() => crate::preempt::over_share_at(fs, n),
+        _ => crate::preempt::over_share(fs, &view),
+    };
+    let over = (over_share * 1000.0).clamp(0.0, f64::from(FIELD)) as u32;
     (1 << 30) | (lost_part << 15) | (FIELD - over)
 }
 
@@ -1133,6 +1139,15 @@ mod tests {
         assert!(o(&free) < o(&ckpt));
         assert!(o(&ckpt) < o(&old_small));
         assert!(o(&old_small) < o(&young_big));
+        // A victim placed already (its leaf node given) orders the same.
+        for j in [young_big, old_small, ckpt, free] {
+            let placed = RunningJob {
+                leaf: fs.place(j.account, j.user).map(|p| p.node),
+                ..j
+            };
+            assert!(placed.leaf.is_some());
+            assert_eq!(o(&placed), o(&j));
+        }
     }
 
     #[test]

@@ -24,7 +24,7 @@
 //! type, so every job's GPUs weigh 1 (`RunningJob::weight`): weighted GPUs
 //! are raw GPUs here and the figures are those of the rule before weights.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use policy_core::fairshare::{FairShare, LeafKey, Tier, UsageByLeaf};
 use policy_core::preempt::JobView;
@@ -37,7 +37,39 @@ use policy_core::tree::{AccountSpec, MemberSpec, TreeSpec};
 use super::budget_v1::{self, Context, PreemptPolicy};
 use super::{Candidate, PolicyKind, SchedPolicy};
 use crate::config::SimConfig;
-use crate::view::{EngineView, JobInit, TeamInfo};
+use crate::view::{EngineView, JobInit, JobState, TeamInfo};
+
+/// What the rule reads of a running job's record, copied when the run starts
+/// (none of it changes while it runs): the period state and each preemption
+/// attempt read it for hundreds of running jobs, and the replay's job table
+/// is too large to stay in cache.
+#[derive(Debug, Clone, Copy)]
+struct RunInfo {
+    leaf: u32,
+    free: bool,
+    gpus: u32,
+    run_start: i64,
+    limit_end: i64,
+    min_runtime: i64,
+    checkpoint: i64,
+    /// The run's number: the times the job was requeued before it.
+    run: u32,
+}
+
+impl RunInfo {
+    fn of(job: &JobState) -> RunInfo {
+        RunInfo {
+            leaf: job.leaf,
+            free: job.free,
+            gpus: job.gpus,
+            run_start: job.run_start,
+            limit_end: job.limit_end,
+            min_runtime: job.min_runtime,
+            checkpoint: job.checkpoint,
+            run: job.run,
+        }
+    }
+}
 
 pub(crate) struct FairSharePolicy {
     kind: PolicyKind,
@@ -52,7 +84,10 @@ pub(crate) struct FairSharePolicy {
     /// GPUs held per fair-share node, kept live (the old rule reads it).
     held: Vec<u32>,
     /// Running jobs past their protected window (or free tier), by (leaf, free).
-    exposed: BTreeMap<(u32, bool), BTreeSet<u32>>,
+    exposed: BTreeMap<(u32, bool), BTreeMap<u32, RunInfo>>,
+    /// The running jobs by `(end at time limit, job)`, as the engine's
+    /// `running_by_limit`, with what the rule reads of each.
+    running: BTreeMap<(i64, u32), RunInfo>,
     exposed_count: usize,
     window_mismatches: u64,
     /// Period state of the cost-aware rule; `None` until needed in a pass.
@@ -126,6 +161,7 @@ impl FairSharePolicy {
             leaf_path: vec![Vec::new(); leaves.len()],
             held: Vec::new(),
             exposed: BTreeMap::new(),
+            running: BTreeMap::new(),
             exposed_count: 0,
             window_mismatches: 0,
             state: None,
@@ -145,7 +181,8 @@ impl FairSharePolicy {
             .exposed
             .entry((job.leaf, job.free))
             .or_default()
-            .insert(j)
+            .insert(j, RunInfo::of(job))
+            .is_none()
         {
             self.exposed_count += 1;
         }
@@ -199,7 +236,11 @@ impl FairSharePolicy {
     /// What the plugin reads from a running job's record, with the leaf node
     /// placed at the last recalculation (the snapshot the state is built from).
     fn running<'c>(&self, sim: &'c EngineView<'_>, j: u32) -> RunningJob<'c> {
-        let job = &sim.jobs[j as usize];
+        self.running_job(sim, j, &RunInfo::of(&sim.jobs[j as usize]))
+    }
+
+    /// [`Self::running`] from what was copied of the job's record (`job`).
+    fn running_job<'c>(&self, sim: &'c EngineView<'_>, j: u32, job: &RunInfo) -> RunningJob<'c> {
         let self_leaf = self
             .leaf_place
             .get(job.leaf as usize)
@@ -245,14 +286,16 @@ impl FairSharePolicy {
         };
         let mut out = Vec::new();
         for set in self.exposed.values() {
-            let Some(&first) = set.first() else { continue };
+            let Some(&first) = set.keys().next() else {
+                continue;
+            };
             let reason = match budget_v1::may_preempt(&ctx, &pview, &Self::view(sim, first)) {
                 Ok(budget_v1::Allowed::VictimFreeTier) => 0u8,
                 Ok(budget_v1::Allowed::VictimOverBudget) => 1,
                 Ok(budget_v1::Allowed::Rebalance { .. }) => 2,
                 Err(_) => continue,
             };
-            for &v in set {
+            for &v in set.keys() {
                 out.push(Candidate {
                     job: v,
                     order: budget_v1::victim_order(Some(fs), &Self::view(sim, v), sim.now),
@@ -280,11 +323,13 @@ impl FairSharePolicy {
                 pending_gpus[job.leaf as usize] += u64::from(job.gpus);
             }
         }
-        let running = sim
-            .running_by_limit
+        // The same jobs in the same order as the engine's `running_by_limit`.
+        debug_assert!(self.running.keys().eq(sim.running_by_limit.iter()));
+        let running = self
+            .running
             .iter()
-            .filter(|&&(_, j)| started.binary_search(&j).is_err())
-            .map(|&(_, j)| self.running(sim, j));
+            .filter(|((_, j), _)| started.binary_search(j).is_err())
+            .map(|(&(_, j), r)| self.running_job(sim, j, r));
         let pending = pending_gpus
             .iter()
             .enumerate()
@@ -434,8 +479,8 @@ impl FairSharePolicy {
         let mut granted = false;
         for (&(_, free), set) in &self.exposed {
             if free {
-                for &v in set {
-                    let rv = self.running(sim, v);
+                for (&v, r) in set {
+                    let rv = self.running_job(sim, v, r);
                     let decision =
                         rebalance::decide(state, Some(fs), &self.in_flight, &pview, &rv, now);
                     if let Err(denied) = &decision {
@@ -458,13 +503,15 @@ impl FairSharePolicy {
                 continue;
             }
             // Every member shares what the side-level checks read (leaf, not free).
-            let Some(&first) = set.first() else { continue };
+            let Some((&first, r)) = set.first_key_value() else {
+                continue;
+            };
             let sides = match rebalance::judge_sides(
                 state,
                 Some(fs),
                 &self.in_flight,
                 &pview,
-                &self.running(sim, first),
+                &self.running_job(sim, first, r),
             ) {
                 Ok(sides) => sides,
                 Err(denied) => {
@@ -472,8 +519,8 @@ impl FairSharePolicy {
                     continue;
                 }
             };
-            for &v in set {
-                let rv = self.running(sim, v);
+            for (&v, r) in set {
+                let rv = self.running_job(sim, v, r);
                 let decision = rebalance::judge_victim(state, &sides, &rv, now);
                 if let Err(denied) = &decision {
                     tally(refusals, pa, denied, 1);
@@ -583,6 +630,7 @@ impl SchedPolicy for FairSharePolicy {
             started.push(j);
         }
         let job = &sim.jobs[j as usize];
+        self.running.insert((job.limit_end, j), RunInfo::of(job));
         let (leaf, gpus, free) = (job.leaf, job.gpus, job.free);
         if free || job.min_runtime <= 0 {
             self.add_exposed(sim, j);
@@ -601,9 +649,10 @@ impl SchedPolicy for FairSharePolicy {
             self.settle_state(sim, &started);
         }
         let job = &sim.jobs[j as usize];
+        self.running.remove(&(job.limit_end, j));
         let key = (job.leaf, job.free);
         if let Some(set) = self.exposed.get_mut(&key) {
-            if set.remove(&j) {
+            if set.remove(&j).is_some() {
                 self.exposed_count -= 1;
             }
             if set.is_empty() {
