@@ -211,6 +211,9 @@ impl RunRecord {
             // PreemptMode: `why::Rule` sets them from Slurm's partitions when known.
             partition_tier: None,
             partition_preempt_off: None,
+            // budgetd does not read the jobs' QOS (nor their Preempt= lists):
+            // the QOS order is left to `preempt/budget`, which reads them.
+            qos: None,
         }
     }
 
@@ -226,6 +229,7 @@ impl RunRecord {
             weight: weights.weight(self.gpu_type.as_deref()),
             leaf: None,
             partition_tier: None,
+            qos: None,
         }
     }
 

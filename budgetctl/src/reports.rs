@@ -209,6 +209,13 @@ fn peers(list: &[PreemptPeer]) -> String {
     format!("\n  {}", lines.join("\n  "))
 }
 
+/// What budgetd's answers above cannot know: it reads no job's QOS nor any
+/// QOS `Preempt=` list (its ledger holds partitions, not QOS), so its lists
+/// are the contract's, the partitions' and the budgets' answer; only
+/// `preempt/budget`, reading each job's QOS record in slurmctld, applies the
+/// QOS order, and it decides before the budgets.
+const QOS_UNKNOWN: &str = "qos:       not known here (budgetd reads no QOS Preempt= lists); preempt/budget reads them: a job whose QOS lists the other's takes it once its window is over, one whose QOS the other's lists never does, whatever the lists above say\n";
+
 fn why_text(w: &Why) -> String {
     let mut o = format!(
         "job {} run {}: {}/{}, {}, {} GPU(s){}{}\n",
@@ -286,9 +293,11 @@ fn why_text(w: &Why) -> String {
                 o.push_str(&format!("wait:      {wait}\n"));
             }
             o.push_str(&format!("could preempt: {}\n", peers(&w.could_preempt)));
+            o.push_str(QOS_UNKNOWN);
         }
         RunState::Running => {
             o.push_str(&format!("preemptable by: {}\n", peers(&w.preemptable_by)));
+            o.push_str(QOS_UNKNOWN);
         }
         RunState::Ended | RunState::Requeued => {}
     }

@@ -27,6 +27,10 @@ fn reason(r: &PeerReason) -> String {
             preemptor_tier,
             victim_tier,
         } => format!("partition tier {preemptor_tier} > {victim_tier}"),
+        PeerReason::Qos {
+            preemptor_qos,
+            victim_qos,
+        } => format!("QOS {preemptor_qos} lists {victim_qos}"),
     }
 }
 

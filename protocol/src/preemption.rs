@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub const ROUTE: &str = "/v1/preemptions";
 
 /// Why a run was preempted. Serialised in snake case (`free_tier`, `over_budget`,
-/// `rebalance`, `drain`, `partition_tier`), the spelling budgetd stores and reports.
+/// `rebalance`, `drain`, `partition_tier`, `qos`), the spelling budgetd stores and reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PreemptionReason {
@@ -32,16 +32,21 @@ pub enum PreemptionReason {
     /// `PriorityTier` (as `preempt/partition_prio` preempts), the victim was
     /// past its protected window; the budgets were not asked.
     PartitionTier,
+    /// The site's QOS order: the preemptor's QOS lists the victim's in its
+    /// `Preempt=` (as `preempt/qos` preempts), the victim was past its
+    /// protected window; the budgets were not asked.
+    Qos,
 }
 
 impl PreemptionReason {
     /// Every reason, in declaration order.
-    pub const ALL: [PreemptionReason; 5] = [
+    pub const ALL: [PreemptionReason; 6] = [
         PreemptionReason::FreeTier,
         PreemptionReason::OverBudget,
         PreemptionReason::Rebalance,
         PreemptionReason::Drain,
         PreemptionReason::PartitionTier,
+        PreemptionReason::Qos,
     ];
 
     /// The wire (and database) spelling.
@@ -52,6 +57,7 @@ impl PreemptionReason {
             PreemptionReason::Rebalance => "rebalance",
             PreemptionReason::Drain => "drain",
             PreemptionReason::PartitionTier => "partition_tier",
+            PreemptionReason::Qos => "qos",
         }
     }
 
@@ -76,6 +82,9 @@ impl PreemptionReason {
             PreemptionReason::Drain => "a maintenance drain took the node",
             PreemptionReason::PartitionTier => {
                 "the partition order: the preemptor's partition has the higher PriorityTier, which wins over the budgets once the victim's window is over"
+            }
+            PreemptionReason::Qos => {
+                "the QOS order: the preemptor's QOS lists the victim's in its Preempt=, which wins over the budgets once the victim's window is over"
             }
         }
     }

@@ -29,8 +29,8 @@ pub struct PathStep {
 /// Why the rule allows a preemption, as `why` reports it (`reason` of
 /// [`PreemptPeer`] and [`Outlook`]). Serialised with a `reason` tag in snake
 /// case: `victim_free_tier`, `victim_over_budget`, `rebalance` with the
-/// figures where the two jobs' paths split, or `partition_tier` with the two
-/// partitions' `PriorityTier`s.
+/// figures where the two jobs' paths split, `partition_tier` with the two
+/// partitions' `PriorityTier`s, or `qos` with the two jobs' QOS names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "reason")]
 pub enum PeerReason {
@@ -58,6 +58,14 @@ pub enum PeerReason {
         preemptor_tier: u16,
         victim_tier: u16,
     },
+    /// The site's QOS order won: the preemptor's QOS lists the victim's in
+    /// its `Preempt=` and the victim is past its protected window, so the
+    /// budgets were not asked. Only `preempt/budget` knows the jobs' QOS
+    /// (budgetd does not read them: its `why` never names this).
+    Qos {
+        preemptor_qos: String,
+        victim_qos: String,
+    },
 }
 
 impl PeerReason {
@@ -74,6 +82,13 @@ impl PeerReason {
             } => PeerReason::PartitionTier {
                 preemptor_tier: *preemptor_tier,
                 victim_tier: *victim_tier,
+            },
+            rebalance::Allowed::QosPreemptList {
+                preemptor_qos,
+                victim_qos,
+            } => PeerReason::Qos {
+                preemptor_qos: preemptor_qos.clone(),
+                victim_qos: victim_qos.clone(),
             },
             rebalance::Allowed::Rebalance(_) if victim_over_budget => PeerReason::VictimOverBudget,
             rebalance::Allowed::Rebalance(r) => match r.clause {
@@ -92,7 +107,7 @@ impl PeerReason {
     }
 
     /// Its short name, the `reason` tag of the JSON (`victim_free_tier`,
-    /// `victim_over_budget`, `rebalance`, `partition_tier`): what `budgetctl
+    /// `victim_over_budget`, `rebalance`, `partition_tier`, `qos`): what `budgetctl
     /// why` prints, so the text and the JSON say the same.
     pub fn name(&self) -> &'static str {
         match self {
@@ -100,6 +115,7 @@ impl PeerReason {
             PeerReason::VictimOverBudget => "victim_over_budget",
             PeerReason::Rebalance { .. } => "rebalance",
             PeerReason::PartitionTier { .. } => "partition_tier",
+            PeerReason::Qos { .. } => "qos",
         }
     }
 
@@ -120,6 +136,12 @@ impl PeerReason {
                 victim_tier,
             } => format!(
                 "the partition order: PriorityTier {preemptor_tier} above {victim_tier} wins over the budgets once the victim's window is over"
+            ),
+            PeerReason::Qos {
+                preemptor_qos,
+                victim_qos,
+            } => format!(
+                "the QOS order: QOS {preemptor_qos} lists {victim_qos} in its Preempt=, which wins over the budgets once the victim's window is over"
             ),
         }
     }
@@ -260,6 +282,7 @@ impl From<&PeerReason> for PreemptionReason {
             PeerReason::VictimOverBudget => PreemptionReason::OverBudget,
             PeerReason::Rebalance { .. } => PreemptionReason::Rebalance,
             PeerReason::PartitionTier { .. } => PreemptionReason::PartitionTier,
+            PeerReason::Qos { .. } => PreemptionReason::Qos,
         }
     }
 }
@@ -311,6 +334,13 @@ mod tests {
                     victim_tier: 1,
                 },
                 json!({"reason": "partition_tier", "preemptor_tier": 2, "victim_tier": 1}),
+            ),
+            (
+                PeerReason::Qos {
+                    preemptor_qos: "normal".into(),
+                    victim_qos: "scavenger".into(),
+                },
+                json!({"reason": "qos", "preemptor_qos": "normal", "victim_qos": "scavenger"}),
             ),
         ];
         for (reason, wire) in cases {
@@ -413,6 +443,19 @@ mod tests {
             PreemptionReason::PartitionTier
         );
         assert!(!PreemptionReason::PartitionTier.is_rebalancing());
+        // The QOS order too.
+        let qos = rebalance::Allowed::QosPreemptList {
+            preemptor_qos: "normal".into(),
+            victim_qos: "scavenger".into(),
+        };
+        let by_qos = PeerReason::of(&fs, &qos, true);
+        assert_eq!(by_qos.name(), "qos");
+        assert_eq!(PreemptionReason::of(Some(&by_qos)), PreemptionReason::Qos);
+        assert!(!PreemptionReason::Qos.is_rebalancing());
+        assert_eq!(
+            by_qos.words(),
+            "the QOS order: QOS normal lists scavenger in its Preempt=, which wins over the budgets once the victim's window is over"
+        );
         assert!(
             reason
                 .words()

@@ -57,6 +57,11 @@ fn cluster(runs: &[(u32, i64, i64)]) -> (Budgetd, i64) {
 
 fn wait_line(d: &Budgetd) -> String {
     let why = ctl_ok(&d.socket, &["why", "100"]);
+    // budgetd says what it cannot know: the jobs' QOS Preempt= lists.
+    assert!(
+        why.contains("\nqos:       not known here (budgetd reads no QOS Preempt= lists)"),
+        "{why}"
+    );
     why.lines()
         .find_map(|l| l.strip_prefix("wait:"))
         .map(|l| l.trim().to_string())

@@ -1,6 +1,7 @@
 //! The jobs as the rule sees them ([`RunningJob`], [`PendingJob`], a window's
 //! [`PastPreemption`]s) and their amounts: weighted GPUs, the one formula
-//! ([`weighted_gpus`]), and the work a victim loses ([`expected_lost_gpu_secs`]).
+//! ([`weighted_gpus`]), and the work a victim loses ([`expected_lost_gpu_secs`]);
+//! a job's QOS with the QOS its `Preempt=` list names ([`QosView`]).
 
 /// A running job as the plugin sees it in `job_record_t`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -41,6 +42,40 @@ pub struct RunningJob<'a> {
     /// takes it, as `preempt/partition_prio` never does; `None`: its
     /// partition allows preemption, or is not known.
     pub partition_preempt_off: Option<&'a str>,
+    /// Its QOS and the QOS that one may preempt (`job_ptr->qos_ptr`), the
+    /// order `preempt/qos` preempts by; `None`: not known (no QOS record,
+    /// the simulator, budgetd), and the QOS clause of
+    /// [`decide`](super::decide) stays out of it.
+    pub qos: Option<QosView<'a>>,
+}
+
+/// A job's QOS as `preempt/qos` reads it (`slurmdb_qos_rec_t`): its id, its
+/// name (for the words), and the ids of the QOS its `Preempt=` list names
+/// (sacctmgr; Slurm keeps them as the bit string `preempt_bitstr`, bit `i`
+/// set for QOS id `i`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QosView<'a> {
+    pub id: u32,
+    pub name: &'a str,
+    /// The bit string's data words: QOS id `i` is bit `i % 64` of word
+    /// `i / 64` (the layout of Slurm's `bitstr_t` past its two header words,
+    /// little-endian). Empty: it lists none.
+    pub preempts: &'a [u64],
+}
+
+impl QosView<'_> {
+    /// Whether this QOS's `Preempt=` list names `other`, as `preempt/qos`
+    /// tests it (`bit_test(qos_or->preempt_bitstr, qos_ee->id)`). A QOS never
+    /// lists itself for this rule: the same QOS is `PreemptMode=WITHIN`'s
+    /// business, which the rule does not read.
+    pub fn lists(&self, other: &QosView<'_>) -> bool {
+        if self.id == other.id {
+            return false;
+        }
+        let word = usize::try_from(other.id / 64).ok();
+        word.and_then(|w| self.preempts.get(w))
+            .is_some_and(|bits| bits & (1u64 << (other.id % 64)) != 0)
+    }
 }
 
 impl RunningJob<'_> {
@@ -75,6 +110,8 @@ pub struct PendingJob<'a> {
     /// submitted to several is tried in each in turn), as
     /// [`RunningJob::partition_tier`].
     pub partition_tier: Option<u16>,
+    /// As [`RunningJob::qos`].
+    pub qos: Option<QosView<'a>>,
 }
 
 impl PendingJob<'_> {

@@ -5,7 +5,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::inflight::InFlight;
-use super::jobs::{PendingJob, RunningJob, expected_lost_gpu_secs, tidy, weighted_lost_gpu_secs};
+use super::jobs::{
+    PendingJob, QosView, RunningJob, expected_lost_gpu_secs, tidy, weighted_lost_gpu_secs,
+};
 use super::state::{PreemptState, node_name, shortfall, split_at};
 use crate::fairshare::{FairShare, NodeKind, Tier};
 use crate::protection::{is_protected, protected_until};
@@ -47,7 +49,7 @@ pub struct Rebalance {
 }
 
 /// Why a preemption is allowed.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "reason")]
 pub enum Allowed {
     VictimFreeTier,
@@ -59,6 +61,13 @@ pub enum Allowed {
     HigherPartitionTier {
         preemptor_tier: u16,
         victim_tier: u16,
+    },
+    /// The site's QOS order: the preemptor's QOS lists the victim's in its
+    /// `Preempt=` (sacctmgr), and the victim is past its protected window, so
+    /// it is taken as `preempt/qos` would take it, whatever the budgets say.
+    QosPreemptList {
+        preemptor_qos: String,
+        victim_qos: String,
     },
 }
 
@@ -82,6 +91,15 @@ pub enum Denied {
     LowerPartitionTier {
         preemptor_tier: u16,
         victim_tier: u16,
+    },
+    /// The victim's QOS lists the preemptor's in its `Preempt=`: the
+    /// preemptor's QOS is the site's lower class (a scavenger QOS), and the
+    /// site's QOS order forbids it, whatever the budgets say (`preempt/qos`
+    /// never lets a QOS take one that may preempt it; slurmdbd refuses
+    /// loops).
+    LowerQos {
+        preemptor_qos: String,
+        victim_qos: String,
     },
     /// Safe mode: no fresh fair-share snapshot, only free-tier jobs yield.
     SafeMode,
@@ -167,6 +185,7 @@ impl Denied {
             Denied::Protected { .. } => "Protected",
             Denied::PreemptorFree => "PreemptorFree",
             Denied::LowerPartitionTier { .. } => "LowerPartitionTier",
+            Denied::LowerQos { .. } => "LowerQos",
             Denied::SafeMode => "SafeMode",
             Denied::StaleState => "StaleState",
             Denied::UnknownAccount { .. } => "UnknownAccount",
@@ -477,7 +496,18 @@ pub fn judge_victim(
 ///    victim whatever the budgets say ([`Allowed::HigherPartitionTier`]),
 ///    as `preempt/partition_prio` would, in safe mode too (it needs no
 ///    snapshot);
-/// 4. within one tier (or tiers unknown): the free tier, then the
+/// 4. the site's QOS order, when both jobs' QOS are known: a preemptor whose
+///    QOS the victim's QOS lists in its `Preempt=` (the site's lower class,
+///    a scavenger QOS) never takes it ([`Denied::LowerQos`]); a free-tier
+///    victim is taken as before; a preemptor whose QOS lists the victim's
+///    takes the (unprotected) victim whatever the budgets say
+///    ([`Allowed::QosPreemptList`]), as `preempt/qos` would, in safe mode
+///    too. Both refusals (3, 4) are tried before either allowance: where the
+///    partition order and the QOS order disagree, nothing is preempted (a
+///    preemption destroys work; neither of the site's orders is read as
+///    overriding the other). The same QOS, or neither listing the other:
+///    no QOS relation (`PreemptMode=WITHIN` is not read);
+/// 5. within one tier and no QOS relation: the free tier, then the
 ///    cost-aware rebalancing rule ([`judge_sides`], [`judge_victim`]).
 pub fn decide(
     state: &PreemptState,
@@ -505,6 +535,15 @@ pub fn decide(
             victim_tier,
         });
     }
+    let qos = p.qos.zip(v.qos);
+    if let Some((pq, vq)) = qos
+        && vq.lists(&pq)
+    {
+        return Err(Denied::LowerQos {
+            preemptor_qos: pq.name.to_string(),
+            victim_qos: vq.name.to_string(),
+        });
+    }
     if v.free_tier {
         return Ok(Allowed::VictimFreeTier);
     }
@@ -516,8 +555,21 @@ pub fn decide(
             victim_tier,
         });
     }
+    if let Some((pq, vq)) = qos
+        && pq.lists(&vq)
+    {
+        return Ok(qos_allowed(&pq, &vq));
+    }
     let sides = judge_sides(state, fs, in_flight, p, v)?;
     judge_victim(state, &sides, v, now)
+}
+
+/// [`Allowed::QosPreemptList`] of `preemptor`'s QOS over `victim`'s.
+fn qos_allowed(preemptor: &QosView<'_>, victim: &QosView<'_>) -> Allowed {
+    Allowed::QosPreemptList {
+        preemptor_qos: preemptor.name.to_string(),
+        victim_qos: victim.name.to_string(),
+    }
 }
 
 /// Victim order for Slurm's candidate sort (ascending: lowest preempted first):
@@ -570,6 +622,10 @@ mod tests {
             Denied::LowerPartitionTier {
                 preemptor_tier: 1,
                 victim_tier: 2,
+            },
+            Denied::LowerQos {
+                preemptor_qos: "scavenger".into(),
+                victim_qos: "normal".into(),
             },
             Denied::SafeMode,
             Denied::StaleState,
@@ -659,9 +715,10 @@ mod tests {
                 Denied::LostBudget { .. } => 15,
                 Denied::NotWorthIt { .. } => 16,
                 Denied::SiteCap { .. } => 17,
+                Denied::LowerQos { .. } => 18,
             })
             .collect();
-        assert_eq!(seen.len(), 18);
+        assert_eq!(seen.len(), 19);
     }
 
     #[test]
@@ -1434,6 +1491,202 @@ mod tests {
     }
 
     #[test]
+    fn the_qos_order_beside_the_contract() {
+        // a is far under budget, b far over: the budget rule alone lets a take
+        // b's jobs and never the reverse.
+        let (fs, running) = starved(48 * H);
+        let now = 2 * H;
+        let none = InFlight::default();
+        // normal (id 1) lists scavenger (id 2) in its Preempt=; wide (id 70,
+        // in the second word) lists nothing.
+        let normal = QosView {
+            id: 1,
+            name: "normal",
+            preempts: &[1 << 2, 0],
+        };
+        let scavenger = QosView {
+            id: 2,
+            name: "scavenger",
+            preempts: &[],
+        };
+        let wide = QosView {
+            id: 70,
+            name: "wide",
+            preempts: &[],
+        };
+        let runs_in = |v: &RunningJob<'static>, q| RunningJob { qos: Some(q), ..*v };
+        let pend_in = |id, team: &'static str, user: &'static str, q| PendingJob {
+            qos: Some(q),
+            ..pend(id, team, user, 4)
+        };
+        let st = PreemptState::compute(
+            Some(&fs),
+            running.iter().copied(),
+            [pend(9, "a", "ua", 4), pend(10, "b", "ub", 4)],
+            [],
+            Some(16.0),
+            RebalancePolicy::default(),
+            now,
+        );
+        let at = |p: &PendingJob<'_>, v: &RunningJob<'_>, t| decide(&st, Some(&fs), &none, p, v, t);
+        assert!(normal.lists(&scavenger) && !scavenger.lists(&normal));
+        assert!(!normal.lists(&normal) && !normal.lists(&wide) && !wide.lists(&normal));
+        // (1) A listed QOS is taken past its window even though the victim's
+        // team is under budget (the budget rule refuses it).
+        let (b_normal, a_scav) = (
+            pend_in(10, "b", "ub", normal),
+            runs_in(&running[0], scavenger),
+        );
+        assert!(at(&pend(10, "b", "ub", 4), &running[0], now).is_err());
+        let taken = at(&b_normal, &a_scav, now);
+        assert_eq!(
+            taken,
+            Ok(Allowed::QosPreemptList {
+                preemptor_qos: "normal".into(),
+                victim_qos: "scavenger".into()
+            })
+        );
+        assert_eq!(
+            allowed_words(taken.as_ref().unwrap()),
+            "the QOS order wins: QOS normal lists the victim's QOS scavenger in its Preempt=, and its window is over, so the budgets are not asked"
+        );
+        // ... in safe mode too: the QOS order needs no snapshot.
+        let safe = PreemptState::compute(None, [], [], [], None, RebalancePolicy::default(), now);
+        assert!(matches!(
+            decide(&safe, None, &none, &b_normal, &a_scav, now),
+            Ok(Allowed::QosPreemptList { .. })
+        ));
+        // (2) Not inside the victim's window: the contract wins.
+        assert_eq!(
+            at(&b_normal, &a_scav, 1800),
+            Err(Denied::Protected { until: 3600 })
+        );
+        // (3) A lower QOS never takes one that lists it, even from an
+        // under-budget team against an over-budget one the budget rule would
+        // take.
+        assert!(matches!(
+            at(&pend(9, "a", "ua", 4), &running[1], now),
+            Ok(Allowed::Rebalance(_))
+        ));
+        let d = at(
+            &pend_in(9, "a", "ua", scavenger),
+            &runs_in(&running[1], normal),
+            now,
+        );
+        assert_eq!(
+            d,
+            Err(Denied::LowerQos {
+                preemptor_qos: "scavenger".into(),
+                victim_qos: "normal".into()
+            })
+        );
+        assert!(
+            denied_words(Some(&fs), d.as_ref().unwrap_err(), now).contains(
+                "cannot be taken: the QOS order wins, its QOS normal lists this job's QOS scavenger in its Preempt="
+            )
+        );
+        // (4) The same QOS, or two that do not list each other, or one QOS
+        // unknown: the budget rule, as without QOS.
+        for (p, v) in [
+            (pend(9, "a", "ua", 4), running[1]),
+            (pend(10, "b", "ub", 4), running[0]),
+        ] {
+            for (pq, vq) in [(normal, normal), (scavenger, scavenger), (wide, normal)] {
+                let with = at(&PendingJob { qos: Some(pq), ..p }, &runs_in(&v, vq), now);
+                assert_eq!(with, at(&p, &v, now));
+            }
+            assert_eq!(
+                at(
+                    &PendingJob {
+                        qos: Some(normal),
+                        ..p
+                    },
+                    &v,
+                    now
+                ),
+                at(&p, &v, now)
+            );
+        }
+        // (5) The free tier: a free-tier victim is taken at once unless its
+        // QOS lists the preemptor's; a free-tier preemptor never preempts,
+        // whatever its QOS.
+        let free_scav = RunningJob {
+            free_tier: true,
+            ..a_scav
+        };
+        assert_eq!(at(&b_normal, &free_scav, 60), Ok(Allowed::VictimFreeTier));
+        let free_normal = RunningJob {
+            free_tier: true,
+            ..runs_in(&running[0], normal)
+        };
+        assert!(matches!(
+            at(&pend_in(10, "b", "ub", scavenger), &free_normal, 60),
+            Err(Denied::LowerQos { .. })
+        ));
+        let free_preemptor = PendingJob {
+            free_tier: true,
+            ..b_normal
+        };
+        assert_eq!(
+            at(&free_preemptor, &a_scav, now),
+            Err(Denied::PreemptorFree)
+        );
+        // (6) Where the two site orders disagree, the refusal wins: a higher
+        // partition tier does not take a QOS that lists its QOS, and a QOS
+        // that lists the victim's does not take a higher partition tier.
+        let tier = |p: PendingJob<'static>, t| PendingJob {
+            partition_tier: Some(t),
+            ..p
+        };
+        let high_scav = tier(pend_in(10, "b", "ub", scavenger), 2);
+        let low_normal = RunningJob {
+            partition_tier: Some(1),
+            ..runs_in(&running[0], normal)
+        };
+        assert!(matches!(
+            at(&high_scav, &low_normal, now),
+            Err(Denied::LowerQos { .. })
+        ));
+        let low_normal_p = tier(b_normal, 1);
+        let high_scav_v = RunningJob {
+            partition_tier: Some(2),
+            ..a_scav
+        };
+        assert!(matches!(
+            at(&low_normal_p, &high_scav_v, now),
+            Err(Denied::LowerPartitionTier { .. })
+        ));
+        // Both orders agree: the partition order is named.
+        assert!(matches!(
+            at(
+                &tier(b_normal, 2),
+                &RunningJob {
+                    partition_tier: Some(1),
+                    ..a_scav
+                },
+                now
+            ),
+            Ok(Allowed::HigherPartitionTier { .. })
+        ));
+        // (7) A PreemptMode=OFF partition is never taken, whatever the QOS.
+        let off = RunningJob {
+            partition_preempt_off: Some("frozen"),
+            ..a_scav
+        };
+        assert!(matches!(
+            at(&b_normal, &off, now),
+            Err(Denied::PartitionPreemptOff { .. })
+        ));
+        // The words say which rule won.
+        let w = explain_wait(&st, Some(&fs), &none, &b_normal, &[a_scav], now);
+        let text = describe_wait(Some(&fs), &w, now);
+        assert!(
+            text.starts_with("preempting job 1: its window ended 1h ago; the QOS order wins: QOS normal lists the victim's QOS scavenger"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_preempt_mode_off_partition_is_never_taken() {
         // a is far under budget, b far over: the budget rule alone lets a take
         // b's jobs (job 2 here).
@@ -1543,9 +1796,31 @@ mod tests {
         u32,
         bool,
         usize,
-        Option<u16>,
+        (Option<u16>, Option<usize>),
         bool,
     );
+
+    /// The QOS jobs are drawn from (id, name, `Preempt=` words): normal lists
+    /// scavenger; high lists normal, scavenger and wide (id 70, in the second
+    /// word); wide lists scavenger; ring4 and ring5 list each other (a loop
+    /// slurmdbd refuses, here to show the rule stays antisymmetric anyway).
+    const QOS: [(u32, &str, &[u64]); 7] = [
+        (1, "normal", &[1 << 2]),
+        (2, "scavenger", &[]),
+        (3, "high", &[(1 << 1) | (1 << 2), 1 << (70 - 64)]),
+        (70, "wide", &[1 << 2]),
+        (4, "ring4", &[1 << 5]),
+        (5, "ring5", &[1 << 4]),
+        (6, "plain", &[0, 0]),
+    ];
+
+    fn qos_view(i: Option<usize>) -> Option<QosView<'static>> {
+        i.map(|i| QosView {
+            id: QOS[i].0,
+            name: QOS[i].1,
+            preempts: QOS[i].2,
+        })
+    }
 
     /// Billing weights the jobs' GPUs are drawn from (a uniform site's 1 among them).
     const WEIGHTS: [f64; 5] = [1.0, 2.0, 2.2, 1.6, 0.5];
@@ -1565,7 +1840,10 @@ mod tests {
                     0u32..3,
                     any::<bool>(),
                     0usize..WEIGHTS.len(),
-                    proptest::option::of(0u16..3),
+                    (
+                        proptest::option::of(0u16..3),
+                        proptest::option::of(0usize..QOS.len()),
+                    ),
                     proptest::bool::weighted(0.15),
                 ),
                 2..14,
@@ -1599,11 +1877,11 @@ mod tests {
                     weight: WEIGHTS[j.9], run_start: j.3, time_limit: Some(j.6), min_runtime: j.4, checkpoint: None, grace: 0, requeues: j.7,
                     // Half the jobs come placed by the caller: the same state either way.
                     leaf: i.is_multiple_of(2).then(|| fs.place(&names[i].0, &names[i].1).map(|p| p.node)).flatten(),
-                    partition_tier: j.10, partition_preempt_off: j.11.then_some("frozen") }
+                    partition_tier: j.10.0, partition_preempt_off: j.11.then_some("frozen"), qos: qos_view(j.10.1) }
             };
             let as_pending = |i: usize| {
                 let j = jobs[i];
-                PendingJob { job_id: i as u32, account: &names[i].0, user: &names[i].1, free_tier: j.2, gpus: j.5, weight: WEIGHTS[j.9], leaf: None, partition_tier: j.10 }
+                PendingJob { job_id: i as u32, account: &names[i].0, user: &names[i].1, free_tier: j.2, gpus: j.5, weight: WEIGHTS[j.9], leaf: None, partition_tier: j.10.0, qos: qos_view(j.10.1) }
             };
             // No projection: the band's promotions are checked against the snapshot's
             // tiers below (the rule itself never reads the projected tier).
@@ -1702,20 +1980,35 @@ mod tests {
                     // The partition order, when both tiers are known: a lower
                     // tier never takes a higher one; a higher one takes an
                     // unprotected non-free victim whatever the budgets say.
-                    let (pt, vt) = (jobs[a].10, jobs[b].10);
+                    let (pt, vt) = (jobs[a].10.0, jobs[b].10.0);
                     let tiers = pt.zip(vt);
                     if tiers.is_some_and(|(p, v)| p < v) {
                         prop_assert!(ab.is_err(), "{:?}", ab);
                     }
-                    if tiers.is_some_and(|(p, v)| p > v) && !jobs[a].2 && !vb.free_tier && !jobs[b].11
-                        && !is_protected(vb.run_start, vb.min_runtime, false, now) {
+                    // The QOS order, when both QOS are known: a QOS listed by
+                    // the victim's never takes it (a loop: neither takes the
+                    // other); one that lists the victim's takes it.
+                    let qos = qos_view(jobs[a].10.1).zip(qos_view(jobs[b].10.1));
+                    let qos_lower = qos.is_some_and(|(p, v)| v.lists(&p));
+                    let qos_lists = qos.is_some_and(|(p, v)| p.lists(&v));
+                    if qos_lower {
+                        prop_assert!(ab.is_err(), "{:?}", ab);
+                    }
+                    // Either order's refusal wins over the other's allowance.
+                    let refused = tiers.is_some_and(|(p, v)| p < v) || qos_lower;
+                    let open = !refused && !jobs[a].2 && !vb.free_tier && !jobs[b].11
+                        && !is_protected(vb.run_start, vb.min_runtime, false, now);
+                    if open && tiers.is_some_and(|(p, v)| p > v) {
                         prop_assert!(matches!(ab, Ok(Allowed::HigherPartitionTier { .. })), "{:?}", ab);
                     }
-                    // Safe mode: only free-tier jobs yield, and lower partition
-                    // tiers (the site's order needs no snapshot).
+                    if open && tiers.is_none_or(|(p, v)| p <= v) && qos_lists {
+                        prop_assert!(matches!(ab, Ok(Allowed::QosPreemptList { .. })), "{:?}", ab);
+                    }
+                    // Safe mode: only free-tier jobs yield, lower partition
+                    // tiers and listed QOS (the site's orders need no snapshot).
                     for d in [decide(&safe, None, &none, &as_pending(a), &vb, now), decide(&st, None, &none, &as_pending(a), &vb, now)] {
                         if d.is_ok() {
-                            let lower = tiers.is_some_and(|(p, v)| p > v);
+                            let lower = tiers.is_some_and(|(p, v)| p > v) || qos_lists;
                             prop_assert!((vb.free_tier || lower) && !jobs[a].2 && !jobs[b].11);
                         }
                     }

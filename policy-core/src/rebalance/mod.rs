@@ -122,8 +122,14 @@
 //! victim in a higher one ([`Denied::LowerPartitionTier`]); one in a higher
 //! tier takes a victim past its window whatever the budgets say
 //! ([`Allowed::HigherPartitionTier`], as `preempt/partition_prio` would, in
-//! safe mode too). The contract is tried first and always wins; a free-tier
-//! preemptor never preempts, whatever its partition. Before all of them, a
+//! safe mode too). Beside it the site's QOS order, when both jobs' QOS are
+//! known ([`RunningJob::qos`], [`QosView`]: the `Preempt=` lists of
+//! `preempt/qos`): a preemptor whose QOS the victim's lists never takes it
+//! ([`Denied::LowerQos`]); one whose QOS lists the victim's takes it past its
+//! window whatever the budgets say ([`Allowed::QosPreemptList`]). Both orders'
+//! refusals are tried before either's allowance, so where they disagree
+//! nothing is preempted. The contract is tried first and always wins; a free-tier
+//! preemptor never preempts, whatever its partition or QOS. Before all of them, a
 //! victim whose partition has `PreemptMode=OFF`
 //! ([`RunningJob::partition_preempt_off`]) is never taken
 //! ([`Denied::PartitionPreemptOff`]), as `preempt/partition_prio` refuses it.
@@ -164,7 +170,7 @@ mod wait;
 
 pub use inflight::InFlight;
 pub use jobs::{
-    PastPreemption, PendingJob, RunningJob, expected_lost_gpu_secs, weighted_gpus,
+    PastPreemption, PendingJob, QosView, RunningJob, expected_lost_gpu_secs, weighted_gpus,
     weighted_lost_gpu_secs,
 };
 pub use judge::{

@@ -1522,6 +1522,7 @@ mod tests {
                         leaf: leaf(j.0, j.1),
                         partition_tier: None,
                         partition_preempt_off: None,
+                        qos: None,
                     }
                 })
             };
@@ -1537,6 +1538,7 @@ mod tests {
                         weight: 1.0,
                         leaf: None,
                         partition_tier: None,
+                        qos: None,
                     }
                 })
             };

@@ -61,6 +61,7 @@ pub(super) fn run<'a>(
         leaf: None,
         partition_tier: None,
         partition_preempt_off: None,
+        qos: None,
     }
 }
 
@@ -74,6 +75,7 @@ pub(super) fn pend<'a>(id: u32, team: &'a str, user: &'a str, gpus: u32) -> Pend
         weight: 1.0,
         leaf: None,
         partition_tier: None,
+        qos: None,
     }
 }
 

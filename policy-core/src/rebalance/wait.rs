@@ -246,11 +246,13 @@ pub fn describe_wait_shown(
                 (Allowed::VictimFreeTier, _) => {
                     format!("preempting {}: it runs in the free tier", job(*victim))
                 }
-                (a @ Allowed::HigherPartitionTier { .. }, _) => format!(
-                    "preempting {}: its window ended {ago} ago; {}",
-                    job(*victim),
-                    allowed_words(a)
-                ),
+                (a @ (Allowed::HigherPartitionTier { .. } | Allowed::QosPreemptList { .. }), _) => {
+                    format!(
+                        "preempting {}: its window ended {ago} ago; {}",
+                        job(*victim),
+                        allowed_words(a)
+                    )
+                }
                 (Allowed::Rebalance(r), Some(fs)) => format!(
                     "preempting {}: its window ended {ago} ago, least work lost ({:.2} GPU-h); {}",
                     job(*victim),
@@ -313,7 +315,7 @@ pub fn describe_wait_shown(
 }
 
 /// Why a preemption is allowed, in words, for the clauses that need no
-/// tree to name (the partition order and the free tier); a rebalancing is
+/// tree to name (the partition order, the QOS order and the free tier); a rebalancing is
 /// [`describe`]d.
 pub fn allowed_words(a: &Allowed) -> String {
     match a {
@@ -323,6 +325,12 @@ pub fn allowed_words(a: &Allowed) -> String {
             victim_tier,
         } => format!(
             "the partition order wins: PriorityTier {preemptor_tier} above the victim's {victim_tier}, and its window is over, so the budgets are not asked"
+        ),
+        Allowed::QosPreemptList {
+            preemptor_qos,
+            victim_qos,
+        } => format!(
+            "the QOS order wins: QOS {preemptor_qos} lists the victim's QOS {victim_qos} in its Preempt=, and its window is over, so the budgets are not asked"
         ),
         Allowed::Rebalance(_) => "the budgets rebalance it".into(),
     }
@@ -346,6 +354,12 @@ pub fn denied_words(_fs: Option<&FairShare>, d: &Denied, now: i64) -> String {
             victim_tier,
         } => format!(
             "cannot be taken: the partition order wins, its partition's PriorityTier {victim_tier} is above this job's {preemptor_tier} (a lower tier never preempts a higher one, whatever the budgets say)"
+        ),
+        Denied::LowerQos {
+            preemptor_qos,
+            victim_qos,
+        } => format!(
+            "cannot be taken: the QOS order wins, its QOS {victim_qos} lists this job's QOS {preemptor_qos} in its Preempt= (a QOS never preempts one that may preempt it, whatever the budgets say)"
         ),
         Denied::SafeMode => {
             "cannot be taken: no fresh fair-share snapshot (safe mode), only free-tier jobs yield"

@@ -263,9 +263,10 @@ impl FairSharePolicy {
             grace: 0,
             requeues: job.run,
             leaf: self_leaf,
-            // Traces name no partitions: the budget rule alone.
+            // Traces name no partitions and no QOS: the budget rule alone.
             partition_tier: None,
             partition_preempt_off: None,
+            qos: None,
         }
     }
 
@@ -343,6 +344,7 @@ impl FairSharePolicy {
                 weight: 1.0,
                 leaf: self.leaf_place.get(leaf).copied().flatten().map(|p| p.node),
                 partition_tier: None,
+                qos: None,
             });
         // Each with its two leaves' nodes, placed in this snapshot as the
         // running jobs' are.
@@ -441,6 +443,7 @@ impl FairSharePolicy {
                 .flatten()
                 .map(|p| p.node),
             partition_tier: None,
+            qos: None,
         };
         // The state is the one of the pass's first attempt (the plugin's, fixed
         // while Slurm's pass runs). It is computed when first read: a free-tier

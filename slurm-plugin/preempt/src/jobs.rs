@@ -6,12 +6,14 @@
 //! stored contract, TRES, hostlists) are `policy-core`'s; the GPU count and the
 //! uid -> name cache are `slurm-plugin-common`'s, as in `priority/budget`. The
 //! GPU type is kept so that the rule's views count the job's GPUs weighted by
-//! the snapshot's billing weights ([`JobFacts::weight`]).
+//! the snapshot's billing weights ([`JobFacts::weight`]). The job's QOS is
+//! read as `preempt/qos` reads it ([`QosFacts`]: `qos_ptr`'s id, name and
+//! `Preempt=` bit string, [`preempt_words`]).
 
 use policy_core::GpuWeights;
 use policy_core::comment::parse_comment;
 use policy_core::contract::{Contract, effective_contract, is_free_name};
-use policy_core::rebalance::{PendingJob, RunningJob};
+use policy_core::rebalance::{PendingJob, QosView, RunningJob};
 use slurm_ffi::job_state;
 use slurm_ffi::sys::{self, job_record_t};
 use slurm_plugin_common::cstr::opt_string;
@@ -50,6 +52,86 @@ pub struct JobFacts {
     /// (`part_ptr->preempt_mode`): the site's "never preempt these"
     /// ([`RunningJob::partition_preempt_off`]).
     pub partition_preempt_off: Option<String>,
+    /// Its QOS (`job_ptr->qos_ptr`) with the QOS its `Preempt=` list names;
+    /// `None` without a QOS record ([`RunningJob::qos`]).
+    pub qos: Option<QosFacts>,
+}
+
+/// A job's QOS as `preempt/qos` reads it, owned: its id, its name, and the
+/// data words of its `Preempt=` bit string ([`QosView::preempts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QosFacts {
+    pub id: u32,
+    pub name: String,
+    /// Trailing zero words dropped: a QOS that lists none holds no words.
+    pub preempts: Vec<u64>,
+}
+
+impl QosFacts {
+    /// The rule's view of it.
+    pub fn view(&self) -> QosView<'_> {
+        QosView {
+            id: self.id,
+            name: &self.name,
+            preempts: &self.preempts,
+        }
+    }
+}
+
+/// Slurm's bit string signature, its first word (`BITSTR_MAGIC` in
+/// `src/common/bitstring.[ch]`, the same from 22.05 to 26.05).
+const BITSTR_MAGIC: i64 = 0x4243_4445;
+/// Header words before the data: the signature and the size in bits
+/// (`BITSTR_OVERHEAD`, 2 from 22.05 to 26.05).
+const BITSTR_OVERHEAD: usize = 2;
+/// The most bits read from a `Preempt=` bit string. Slurm sizes it to the
+/// QOS table (`g_qos_count`: the highest QOS id + 1); a size beyond this is
+/// not a QOS table and is read as no list.
+const MAX_QOS_BITS: i64 = 1 << 16;
+
+/// The data words of a Slurm bit string (`bitstr_t *`, as `bit_alloc` lays it
+/// out in 22.05 to 26.05: `int64_t` words, `[0]` the signature, `[1]` the
+/// size in bits, then the bits, bit `i` at `1 << (i % 64)` of data word
+/// `i / 64` on a little-endian host), read without calling Slurm: bit `i`
+/// of the answer is bit `i` of the string, trailing zero words dropped. NULL,
+/// a wrong signature or an implausible size: no words (no QOS listed), never
+/// a read past the size the string states (what `bit_test` asserts).
+///
+/// # Safety
+/// `b` must be NULL or point to a Slurm bit string that stays valid and
+/// unchanged while this runs (a QOS record's `preempt_bitstr` under the job
+/// lock, as `preempt/qos` reads it).
+pub unsafe fn preempt_words(b: *const i64) -> Vec<u64> {
+    if b.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: a non-NULL bit string has its two header words.
+    let (magic, nbits) = unsafe { (b.read(), b.add(1).read()) };
+    if magic != BITSTR_MAGIC || !(0..=MAX_QOS_BITS).contains(&nbits) {
+        return Vec::new();
+    }
+    let bits = usize::try_from(nbits).unwrap_or(0);
+    // SAFETY: `bit_alloc(nbits)` allocates the header and ceil(nbits / 64) words.
+    let data = unsafe { std::slice::from_raw_parts(b.add(BITSTR_OVERHEAD), bits.div_ceil(64)) };
+    let word = |i: usize| {
+        // Slurm's `_bit_mask` counts from the other end on a big-endian host.
+        let w = u64::from_ne_bytes(data[i].to_ne_bytes());
+        let w = if cfg!(target_endian = "big") {
+            w.reverse_bits()
+        } else {
+            w
+        };
+        // Bits past the stated size are not the string's.
+        match bits - i * 64 {
+            n if n < 64 => w & ((1u64 << n) - 1),
+            _ => w,
+        }
+    };
+    let used = (0..data.len())
+        .rev()
+        .find(|&i| word(i) != 0)
+        .map_or(0, |i| i + 1);
+    (0..used).map(word).collect()
 }
 
 impl JobFacts {
@@ -91,6 +173,7 @@ impl JobFacts {
             leaf: None,
             partition_tier: self.partition_tier,
             partition_preempt_off: self.partition_preempt_off.as_deref(),
+            qos: self.qos.as_ref().map(QosFacts::view),
         }
     }
 
@@ -106,6 +189,7 @@ impl JobFacts {
             weight: self.weight(weights),
             leaf: None,
             partition_tier: self.partition_tier,
+            qos: self.qos.as_ref().map(QosFacts::view),
         }
     }
 }
@@ -125,7 +209,7 @@ pub fn is_running(job: &job_record_t) -> bool {
 ///
 /// # Safety
 /// `job` must be a valid job record under a Slurm job lock: its string fields, its
-/// QOS record and its GRES list are read.
+/// QOS record (its `Preempt=` bit string too) and its GRES list are read.
 pub unsafe fn facts(job: &job_record_t, users: &UserCache, default_min_runtime: i64) -> JobFacts {
     // SAFETY: forwarded contract.
     unsafe { facts_with_gpus(job, users, default_min_runtime, job_gpus(job)) }
@@ -142,14 +226,22 @@ pub unsafe fn facts_with_gpus(
     gpus: Gpus,
 ) -> JobFacts {
     // SAFETY (every read below): string fields of a valid record are NULL or
-    // NUL-terminated while the lock is held; qos_ptr is NULL or a valid QOS record.
+    // NUL-terminated while the lock is held; qos_ptr is NULL or a valid QOS
+    // record, its preempt_bitstr NULL or a bit string.
     let (partition, qos) = unsafe {
         (
             opt_string(job.partition),
-            job.qos_ptr.as_ref().and_then(|q| opt_string(q.name)),
+            job.qos_ptr.as_ref().map(|q| {
+                (
+                    q.id,
+                    opt_string(q.name),
+                    preempt_words(q.preempt_bitstr.cast_const()),
+                )
+            }),
         )
     };
-    let free_by_name = is_free_name(partition.as_deref()) || is_free_name(qos.as_deref());
+    let qos_name = qos.as_ref().and_then(|q| q.1.as_deref());
+    let free_by_name = is_free_name(partition.as_deref()) || is_free_name(qos_name);
     // SAFETY: as above.
     let (admin_comment, comment) =
         unsafe { (opt_string(job.admin_comment), opt_string(job.comment)) };
@@ -203,6 +295,13 @@ pub unsafe fn facts_with_gpus(
                     .or(partition)
                     .unwrap_or_default()
             }),
+        // A QOS record without a name still has its id and list (the words
+        // then name it by id).
+        qos: qos.map(|(id, name, preempts)| QosFacts {
+            id,
+            name: name.unwrap_or_else(|| format!("id {id}")),
+            preempts,
+        }),
     }
 }
 
@@ -306,5 +405,104 @@ mod tests {
         // A pending job holds no run.
         job.job_state = slurm_ffi::sys::JOB_PENDING;
         assert_eq!((read(&job).run_start, read(&job).running), (0, false));
+    }
+
+    /// A bit string as Slurm's `bit_alloc(nbits)` lays it out, with `set` set.
+    fn bitstr(nbits: i64, set: &[u32]) -> Vec<i64> {
+        let mut b = vec![0i64; 2 + usize::try_from(nbits).unwrap().div_ceil(64)];
+        b[0] = BITSTR_MAGIC;
+        b[1] = nbits;
+        for &i in set {
+            let w = 2 + usize::try_from(i / 64).unwrap();
+            b[w] |= 1i64 << (i % 64);
+        }
+        b
+    }
+
+    #[test]
+    fn the_qos_and_its_preempt_list_of_a_record() {
+        let mut job = running_job(9, c"TeamA", c"gres/gpu:h100=4", 1000, 2);
+        let users = UserCache::default();
+        // SAFETY: a valid record with literal strings and live bit strings,
+        // read by this thread only.
+        let read =
+            |job: &job_record_t| unsafe { facts_with_gpus(job, &users, 600, requested_gpus(job)) };
+        // No QOS record: no QOS relation (the budget rule alone).
+        let f = read(&job);
+        assert_eq!(f.qos, None);
+        assert_eq!(
+            (f.running_job(None).qos, f.pending_job(None).qos),
+            (None, None)
+        );
+        // normal (id 1) lists scavenger (2) and wide (70, the second word) in
+        // its Preempt=, as sacctmgr's `Preempt=scavenger,wide` sets the bits.
+        let mut bits = bitstr(71, &[2, 70]);
+        let mut normal = slurmdb_qos_rec_t::empty();
+        normal.id = 1;
+        normal.name = c"normal".as_ptr().cast_mut();
+        normal.preempt_bitstr = bits.as_mut_ptr();
+        job.qos_ptr = &mut normal;
+        // The record's list changes only through the job's pointer from here on.
+        let q = job.qos_ptr;
+        let set = |b: *mut i64| {
+            // SAFETY: `q` points to `normal`, alive for the whole test and
+            // touched through this pointer only.
+            unsafe { (*q).preempt_bitstr = b }
+        };
+        let f = read(&job);
+        let qf = f.qos.clone().expect("a QOS");
+        assert_eq!((qf.id, qf.name.as_str()), (1, "normal"));
+        assert_eq!(qf.preempts, vec![1 << 2, 1 << 6]);
+        let (rv, pv) = (f.running_job(None).qos, f.pending_job(None).qos);
+        assert_eq!(rv, Some(qf.view()));
+        assert_eq!(pv, Some(qf.view()));
+        let view = |id, name| QosView {
+            id,
+            name,
+            preempts: &[],
+        };
+        assert!(qf.view().lists(&view(2, "scavenger")));
+        assert!(qf.view().lists(&view(70, "wide")));
+        assert!(!qf.view().lists(&view(3, "high")));
+        assert!(!qf.view().lists(&view(64, "other")));
+        assert!(!qf.view().lists(&view(1000, "far")));
+        let preempts = |job: &job_record_t| read(job).qos.expect("a QOS").preempts;
+        // Slurm's empty list (a bit string with no bit set) and no bit
+        // string at all: it lists none (no words kept).
+        let mut empty = bitstr(8, &[]);
+        set(empty.as_mut_ptr());
+        assert_eq!(preempts(&job), Vec::<u64>::new());
+        set(std::ptr::null_mut());
+        assert_eq!(preempts(&job), Vec::<u64>::new());
+        // Never read past the size the string states, nor one that is not a
+        // bit string (wrong signature, a size that is no QOS table).
+        let mut past = bitstr(64, &[2, 63]);
+        past[1] = 3;
+        set(past.as_mut_ptr());
+        assert_eq!(preempts(&job), vec![1 << 2]);
+        let mut garbage = bitstr(64, &[2]);
+        garbage[0] = 7;
+        set(garbage.as_mut_ptr());
+        assert!(preempts(&job).is_empty());
+        let mut negative = bitstr(64, &[2]);
+        negative[1] = -1;
+        set(negative.as_mut_ptr());
+        assert!(preempts(&job).is_empty());
+        let mut huge = bitstr(64, &[2]);
+        huge[1] = MAX_QOS_BITS + 1;
+        set(huge.as_mut_ptr());
+        assert!(preempts(&job).is_empty());
+        // A QOS record without a name is named by its id.
+        // SAFETY: as in `set`.
+        unsafe { (*q).name = std::ptr::null_mut() };
+        assert_eq!(read(&job).qos.expect("a QOS").name, "id 1");
+        // The free QOS by name still makes a job free (no contract stored).
+        let mut free = slurmdb_qos_rec_t::empty();
+        free.id = 2;
+        free.name = c"free".as_ptr().cast_mut();
+        job.qos_ptr = &mut free;
+        let f = read(&job);
+        assert!(f.contract.free_tier);
+        assert_eq!(f.qos.map(|q| (q.id, q.name)), Some((2, "free".to_string())));
     }
 }

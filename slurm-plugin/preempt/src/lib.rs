@@ -10,7 +10,12 @@
 //!   the two partitions' `PriorityTier`, read from `part_ptr->priority_tier`, as
 //!   `preempt/partition_prio` compares them, a lower tier never taking a higher one
 //!   and a higher one taking a lower one past its window whatever the budgets say;
-//!   within one tier the cost-aware rule: a
+//!   the site's QOS order: each job's QOS (`qos_ptr`: id, name and the `Preempt=`
+//!   bit string `preempt_bitstr`, read in place as `preempt/qos` tests it,
+//!   [`jobs::preempt_words`]), a QOS listed by the victim's never taking it and
+//!   one listing the victim's taking it past its window whatever the budgets say;
+//!   either order's refusal before either's allowance;
+//!   within one tier and no QOS relation the cost-aware rule: a
 //!   budgeted job takes another team's job only when turnover at the running jobs'
 //!   time limits will not deliver its side's entitlement in time, within requeue,
 //!   lost-work, reverse-lock and site caps; [`rule`]), with the victims and
@@ -485,6 +490,7 @@ fn reason_of(a: Option<&Allowed>, h: Option<&Period>, v: &JobFacts) -> Preemptio
         None => PreemptionReason::Drain,
         Some(Allowed::VictimFreeTier) => PreemptionReason::FreeTier,
         Some(Allowed::HigherPartitionTier { .. }) => PreemptionReason::PartitionTier,
+        Some(Allowed::QosPreemptList { .. }) => PreemptionReason::Qos,
         Some(Allowed::Rebalance(r)) => {
             let tier = policy_core::preempt::job_tier(h.and_then(Period::fair_share), &v.view());
             if r.clause == Clause::OverBudget || tier == Tier::OverBudget {

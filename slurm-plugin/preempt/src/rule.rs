@@ -469,6 +469,7 @@ mod tests {
             grace: 0,
             partition_tier: None,
             partition_preempt_off: None,
+            qos: None,
         }
     }
 
@@ -578,6 +579,76 @@ mod tests {
                 victim_tier: 2
             })
         );
+    }
+
+    #[test]
+    fn the_qos_order_wins_over_the_budgets_but_not_over_the_contract() {
+        use crate::jobs::QosFacts;
+        // normal (id 1) lists scavenger (id 2) in its Preempt=.
+        let normal = QosFacts {
+            id: 1,
+            name: "normal".into(),
+            preempts: vec![1 << 2],
+        };
+        let scavenger = QosFacts {
+            id: 2,
+            name: "scavenger".into(),
+            preempts: vec![],
+        };
+        // teama is under budget, teamb far over: the budgets let teama take
+        // teamb's jobs and never the reverse.
+        let s = snapshot(10.0, 500.0, vec![], Policy::default());
+        let mut jobs = starved();
+        let mut a_run = job(3, "teama", "alice", 1000, true);
+        let mut b_wait = job(4, "teamb", "bob", 0, false);
+        a_run.qos = Some(scavenger.clone());
+        b_wait.qos = Some(normal.clone());
+        jobs.extend([a_run.clone(), b_wait.clone()]);
+        let h = Period::compute(7, Some(Arc::clone(&s)), &jobs, &[], 2000);
+        let mut g = Grants::default();
+        // Inside the victim's window: the contract wins.
+        assert!(matches!(
+            decide(Some(&h), &mut g, &b_wait, &a_run, 1010),
+            Err(Denied::Protected { .. })
+        ));
+        // Past it: normal takes scavenger, though teamb is over budget; the
+        // grants (rebalancing's) are untouched; recorded as `qos`.
+        let taken = decide(Some(&h), &mut g, &b_wait, &a_run, 2000);
+        assert_eq!(
+            taken,
+            Ok(Some(Allowed::QosPreemptList {
+                preemptor_qos: "normal".into(),
+                victim_qos: "scavenger".into()
+            }))
+        );
+        assert!(g.idle());
+        // In safe mode too.
+        assert!(matches!(
+            decide(None, &mut g, &b_wait, &a_run, 2000),
+            Ok(Some(Allowed::QosPreemptList { .. }))
+        ));
+        // A scavenger job never takes a normal one, whatever the budgets say
+        // (teama holding nothing: the budgets alone would take teamb's job).
+        let jobs = starved();
+        let h = Period::compute(7, Some(s), &jobs, &[], 2000);
+        let mut a_wait = jobs[2].clone();
+        let mut b_run = jobs[0].clone();
+        assert!(decide(Some(&h), &mut Grants::default(), &a_wait, &b_run, 2000).is_ok());
+        a_wait.qos = Some(scavenger);
+        b_run.qos = Some(normal.clone());
+        assert_eq!(
+            decide(Some(&h), &mut g, &a_wait, &b_run, 2000),
+            Err(Denied::LowerQos {
+                preemptor_qos: "scavenger".into(),
+                victim_qos: "normal".into()
+            })
+        );
+        // The same QOS: the budgets, as without QOS.
+        a_wait.qos = Some(normal);
+        assert!(matches!(
+            decide(Some(&h), &mut Grants::default(), &a_wait, &b_run, 2000),
+            Ok(Some(Allowed::Rebalance(_)))
+        ));
     }
 
     #[test]

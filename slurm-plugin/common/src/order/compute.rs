@@ -96,6 +96,7 @@ fn entitled_order_under<'a>(
             leaf: None,
             partition_tier: None,
             partition_preempt_off: None,
+            qos: None,
         },
     );
     // The snapshot's (weighted) cluster capacity, as preempt/budget computes
