@@ -34,8 +34,8 @@
 //!    (state PREEMPTED, not requeued) as the plugin answers for its partition; budgetd
 //!    records the preemption (`partition_tier`) all the same.
 //!
-//! QOS `Preempt=` lists and `PreemptExemptTime` need slurmdbd, which the testbed does
-//! not run: not covered here.
+//! QOS `Preempt=` lists need slurmdbd, which this testbed does not run: the `qos`
+//! suite covers them on the accounting testbed. `PreemptExemptTime`: not covered.
 
 use anyhow::Result;
 use testbed_tests::api::PolicyPatch;

@@ -19,17 +19,42 @@
 //! 1.4 (c) a higher QOS never lifts a job past a better-ranked team: teama's job in
 //!     `high` stays below teamb's job in `normal` over several plugin periods.
 //!
-//! Section 2 ([`section_preempt_lists`]): `preempt/budget` and QOS `Preempt=` lists
-//! with a scavenger QOS (not yet written).
+//! Section 2 ([`section_preempt_lists`]): `preempt/budget` (with the global
+//! `PreemptMode=REQUEUE`, loaded for the whole suite: section 1's jobs keep the site
+//! default's one-hour window, so nothing is preempted there; no `job_submit/budget`,
+//! which would refuse section 1's first jobs until its snapshot holds the accounts:
+//! the plugin reads each job's window from its `--comment` as that plugin would) and QOS
+//! `Preempt=` lists: QOS `scavenger` and `normal` (`Preempt=scavenger`), both
+//! `PreemptMode=requeue`. teama is well within budget (1000 GPU-h), teamb has none
+//! (always over budget), so the budgets alone let teama take teamb's jobs once their
+//! windows are over and never the reverse.
+//!
+//! 2.1 slurmdbd holds normal's `Preempt=scavenger`, and slurmctld the QOS' mode;
+//! 2.2 (a) a normal job takes a scavenger job past its window, where the budgets alone
+//!     would not: teama fills the cluster with scavenger jobs (20 s windows); budgetd's
+//!     why (which knows no QOS) lists no victim for teamb's normal job, and `budgetctl
+//!     why` says what it cannot know; teamb's job starts within a cycle of a window's
+//!     end by preempting one of them; budgetd records it as `qos`, and `budgetctl why` on
+//!     the requeued job says the QOS order took its run;
+//! 2.3 (c) the contract wins: no scavenger job is requeued inside its window (2.2's
+//!     wait, watched every 0.5 s);
+//! 2.4 (b) a scavenger job never takes a normal one: teamb fills the cluster with
+//!     normal jobs (5 s windows); teama's scavenger job, which the budgets alone would
+//!     let take one once the windows are over, stays pending three cycles past them,
+//!     and nothing is requeued.
 //!
 //! `QOS_SECTIONS="1"` runs only some sections (default all).
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, bail};
 use testbed_tests::DEFAULT_SLURM_RELEASE;
+use testbed_tests::api::{Budgetd, PolicyPatch};
 use testbed_tests::checks::{Check, Checks, run_suite, say, sleep_secs, wait_secs};
 use testbed_tests::logs::in_order;
 use testbed_tests::slurm::{Factors, JobId, Slurm};
 use testbed_tests::testbed::{Testbed, TestbedConfig, with_testbed};
+use testbed_tests::time::now;
+
+use crate::preemption::{check_recorded, wait_preemption};
 
 /// The plugin's refresh period (s).
 const PERIOD: u64 = 2;
@@ -278,17 +303,220 @@ fn section_site_factor(c: &mut Checks, tb: &Testbed) -> Result<()> {
     Ok(tb.clear_jobs()?)
 }
 
-/// slurm.conf lines section 2 needs (`TESTBED_EXTRA_CONF`), empty for none.
+/// slurm.conf lines section 2 needs (`TESTBED_EXTRA_CONF`), empty for none:
+/// `preempt/budget` with the global REQUEUE mode.
 fn preempt_lists_conf() -> &'static str {
-    ""
+    "PreemptType=preempt/budget\nPreemptMode=REQUEUE"
+}
+
+/// min_runtime of section 2's protected victims (s).
+const WINDOW: i64 = 20;
+/// min_runtime of section 2's victims that are never taken (s).
+const SHORT: i64 = 5;
+/// sched_interval (slurm.conf.in).
+const CYCLE: i64 = 5;
+/// Polling + RPC latency allowed on top of one cycle.
+const SLACK: i64 = 3;
+
+/// A 4-GPU job of `account` in QOS `qos` with a window of `window` s, sleeping
+/// `secs` s.
+fn job_with_window(s: &Slurm, account: &str, qos: &str, window: i64, secs: u32) -> Result<JobId> {
+    let qos = format!("--qos={qos}");
+    let comment = format!("min_runtime={window}s");
+    let wrap = format!("sleep {secs}");
+    Ok(s.sbatch(&[
+        "-A",
+        account,
+        &qos,
+        "--gres=gpu:4",
+        "--comment",
+        &comment,
+        "--wrap",
+        &wrap,
+    ])?)
+}
+
+/// Fills the cluster (2 x 4 GPUs) with two jobs of `account` in QOS `qos`; waits up
+/// to 15 s for both to run; their ids and starts.
+fn fill(
+    c: &mut Checks,
+    s: &Slurm,
+    label: &str,
+    account: &str,
+    qos: &str,
+    window: i64,
+) -> Result<[(JobId, i64); 2]> {
+    let jobs = [
+        job_with_window(s, account, qos, window, 600)?,
+        job_with_window(s, account, qos, window, 600)?,
+    ];
+    let w = wait_secs(15, || s.all_in_state("RUNNING", &jobs));
+    c.record(
+        format!("{label} {account} fills the cluster in QOS {qos}"),
+        Check::that(w.ok).actual(w.describe()).jobs(&jobs),
+    );
+    Ok([
+        (jobs[0], s.known_job(jobs[0])?.start.unwrap_or(0)),
+        (jobs[1], s.known_job(jobs[1])?.start.unwrap_or(0)),
+    ])
+}
+
+/// The jobs Slurm requeued (restart count above 0).
+fn requeued(s: &Slurm, jobs: &[JobId]) -> Result<Vec<JobId>> {
+    let mut out = Vec::new();
+    for &j in jobs {
+        if s.known_job(j)?.restarts >= 1 {
+            out.push(j);
+        }
+    }
+    Ok(out)
+}
+
+/// The running jobs budgetd's why says pending `job` may preempt, once the
+/// plugin's sync has told budgetd of the job (up to 15 s).
+fn may_preempt(api: &Budgetd, job: JobId) -> Result<Vec<JobId>> {
+    let mut names = None;
+    let w = wait_secs(15, || -> Result<bool> {
+        names = api
+            .why(job)
+            .ok()
+            .map(|w| w.preemption.may_preempt.iter().map(|o| o.job_id).collect());
+        Ok(names.is_some())
+    });
+    names.ok_or_else(|| anyhow!("job {job} not in budgetd's ledger: {}", w.describe()))
 }
 
 /// Section 2: `preempt/budget` honouring QOS `Preempt=` lists with a scavenger QOS.
-/// Not yet written; [`Testbed::add_qos`], [`Testbed::sacctmgr`] and
-/// [`Testbed::wait_ctld_qos`] create QOS, set their `Preempt=` lists and
-/// `PreemptMode`, and change users' QOS lists; [`preempt_lists_conf`] adds the
-/// slurm.conf lines it needs.
-fn section_preempt_lists(_c: &mut Checks, _tb: &Testbed) -> Result<()> {
-    say("== 2. preempt/budget and QOS Preempt= lists: no checks yet");
-    Ok(())
+fn section_preempt_lists(c: &mut Checks, tb: &Testbed) -> Result<()> {
+    say("== 2.1 QOS scavenger, normal with Preempt=scavenger; teama within budget, teamb over");
+    let api = tb.budgetd();
+    let s = tb.slurm();
+    api.set_policy(&PolicyPatch {
+        default_min_runtime_secs: Some(WINDOW),
+        max_min_runtime_secs: Some(120),
+        snapshot_max_age_secs: Some(30),
+        max_requeues: Some(3),
+        ..PolicyPatch::default()
+    })?;
+    api.set_allocation("teama", 1000.0)?;
+    api.set_allocation("teamb", 0.0)?;
+    tb.add_qos("scavenger", &["PreemptMode=requeue"])?;
+    tb.sacctmgr(&[
+        "modify",
+        "qos",
+        "where",
+        "name=normal",
+        "set",
+        "Preempt=scavenger",
+        "PreemptMode=requeue",
+    ])?;
+    // slurmctld's copy shows the mode (not the list), which the same update carries.
+    tb.wait_ctld_qos("normal", |q| q.contains("PreemptMode=REQUEUE"))?;
+    tb.wait_ctld_qos("scavenger", |q| q.contains("PreemptMode=REQUEUE"))?;
+    let lists = tb.sacctmgr(&["-n", "-P", "show", "qos", "format=name,preempt"])?;
+    c.record(
+        "2.1 slurmdbd: normal's Preempt= lists scavenger, scavenger's lists none",
+        Check::that(
+            lists.lines().any(|l| l.trim() == "normal|scavenger")
+                && lists.lines().any(|l| l.trim() == "scavenger|"),
+        )
+        .actual(lists.trim().replace('\n', "; ")),
+    );
+    // The plugins' next snapshot holds the policy and the allocations.
+    sleep_secs(PERIOD as f64 + 1.0);
+
+    say("== 2.2 (a) a normal job takes a scavenger job past its window, the budgets aside");
+    let [(v1, s1), (v2, s2)] = fill(c, s, "2.2", "teama", "scavenger", WINDOW)?;
+    let p = job_with_window(s, "teamb", "normal", WINDOW, 600)?;
+    // budgetd judges by the contract, the partitions and the budgets only.
+    let names = may_preempt(api, p)?;
+    c.record(
+        "2.2 budgetd's why on over-budget teamb's job (no QOS known to it): no victim, the budgets alone would not take teama's jobs",
+        Check::that(names.is_empty())
+            .actual(format!("may preempt {names:?}"))
+            .jobs(&[p, v1, v2]),
+    );
+    let (ok, out) = tb.run_budgetctl(&[], &["why", &p.to_string()])?;
+    c.record(
+        "2.2 budgetctl why on it says budgetd reads no QOS Preempt= lists",
+        Check::that(
+            ok && out.contains("qos:       not known here (budgetd reads no QOS Preempt= lists)"),
+        )
+        .actual(out.as_str()),
+    );
+    let window_end = s1.min(s2) + WINDOW;
+    let deadline = window_end + 3 * CYCLE + 10;
+    let (pstart, early) = wait_preemption(s, p, [v1, v2], window_end, deadline)?;
+    c.record(
+        "2.3 the contract wins: no scavenger job requeued inside its window",
+        Check::that(!early && (pstart == 0 || pstart >= window_end))
+            .actual(format!(
+                "early stop {early}, preemptor start {pstart}, window end {window_end}"
+            ))
+            .jobs(&[v1, v2, p]),
+    );
+    let taken = requeued(s, &[v1, v2])?;
+    c.record(
+        "2.2 over-budget teamb's normal job started by preempting one scavenger job of under-budget teama",
+        Check::that(pstart > 0 && taken.len() == 1)
+            .actual(format!("preemptor {p} start {pstart}, requeued {taken:?}"))
+            .jobs(&[p, v1, v2]),
+    );
+    if let Some(&victim) = taken.first().filter(|_| pstart > 0) {
+        let vstart = if victim == v1 { s1 } else { s2 };
+        c.record(
+            "2.2 it starts within a cycle of the victim's window end",
+            Check::within(pstart - (vstart + WINDOW), 0, CYCLE + SLACK).jobs(&[victim, p]),
+        );
+        check_recorded(c, api, "2.2 budgetd records it as qos", victim, p, "qos");
+        let mut out = String::new();
+        let w = wait_secs(20, || -> Result<bool> {
+            let (ok, text) = tb.run_budgetctl(&[], &["why", &victim.to_string()])?;
+            out = text;
+            Ok(ok
+                && out.lines().any(|l| {
+                    l.contains("preempted at ")
+                        && l.contains(&format!("by job {p}"))
+                        && l.contains("qos: the QOS order")
+                }))
+        });
+        let line = out
+            .lines()
+            .find(|l| l.contains("preempted at "))
+            .unwrap_or("");
+        c.record(
+            "2.2 budgetctl why on the victim: the QOS order took its run",
+            Check::that(w.ok)
+                .expected("'run 0 preempted at ... by job P (teamb) (qos: the QOS order: ...)'")
+                .actual(if line.is_empty() { out.as_str() } else { line }),
+        );
+    }
+    tb.clear_jobs()?;
+
+    say("== 2.4 (b) a scavenger job never takes a normal one, whatever the budgets say");
+    let [(v1, s1), (v2, s2)] = fill(c, s, "2.4", "teamb", "normal", SHORT)?;
+    let p = job_with_window(s, "teama", "scavenger", WINDOW, 600)?;
+    // Three cycles past both windows: the budgets alone would have taken one.
+    let until = s1.max(s2) + SHORT + 3 * CYCLE + SLACK;
+    let mut started = false;
+    while now() < until {
+        started |= s.state(p)? == "RUNNING";
+        sleep_secs(0.5);
+    }
+    let taken = requeued(s, &[v1, v2])?;
+    c.record(
+        "2.4 under-budget teama's scavenger job stays pending; no normal job of over-budget teamb is requeued",
+        Check::that(!started && taken.is_empty() && s.all_in_state("RUNNING", &[v1, v2])?)
+            .actual(format!("preemptor started {started}, requeued {taken:?}"))
+            .jobs(&[p, v1, v2]),
+    );
+    // budgetd, knowing no QOS, would let it take them: what its why cannot know.
+    let names = may_preempt(api, p)?;
+    c.record(
+        "2.4 budgetd's why (no QOS known to it) still lists teamb's jobs as victims: the budgets alone would take them",
+        Check::that(!names.is_empty())
+            .actual(format!("may preempt {names:?}"))
+            .jobs(&[p, v1, v2]),
+    );
+    Ok(tb.clear_jobs()?)
 }
