@@ -44,7 +44,7 @@ use testbed_tests::slurm::{JobId, Slurm};
 use testbed_tests::testbed::{Testbed, TestbedConfig, with_testbed};
 use testbed_tests::time::now;
 
-use crate::preemption::{check_recorded, sbatch_2gpu, wait_preemption};
+use crate::preemption::{check_recorded, check_why_took_run, sbatch_2gpu, wait_preemption};
 
 /// min_runtime of the protected victims of section 1 (s).
 const WINDOW: i64 = 20;
@@ -215,29 +215,14 @@ fn section_1_2(c: &mut Checks, tb: &Testbed) -> Result<()> {
         p,
         "partition_tier",
     );
-    // The words of `budgetctl why` on the requeued job: which rule took its run
-    // (once the plugin's sync told budgetd of the requeue, a period or two later).
-    let mut out = String::new();
-    let w = wait_secs(20, || -> Result<bool> {
-        let (ok, text) = tb.run_budgetctl(&[], &["why", &victim.to_string()])?;
-        out = text;
-        Ok(ok
-            && out.lines().any(|l| {
-                l.contains("preempted at ")
-                    && l.contains(&format!("by job {p}"))
-                    && l.contains("partition_tier: the partition order")
-            }))
-    });
-    let line = out
-        .lines()
-        .find(|l| l.contains("preempted at "))
-        .unwrap_or("");
-    c.record(
+    check_why_took_run(
+        c,
+        tb,
         "1 budgetctl why on the victim: the partition order took its run",
-        Check::that(w.ok)
-            .expected("'run 0 preempted at ... by job P (teamb) (partition_tier: the partition order: ...)'")
-            .actual(if line.is_empty() { out.as_str() } else { line }),
-    );
+        victim,
+        p,
+        "partition_tier: the partition order",
+    )?;
     Ok(tb.clear_jobs()?)
 }
 

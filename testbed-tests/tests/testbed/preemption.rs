@@ -7,6 +7,7 @@ use anyhow::Result;
 use testbed_tests::api::Budgetd;
 use testbed_tests::checks::{Check, Checks, sleep_secs, wait_secs};
 use testbed_tests::slurm::{JobId, Slurm};
+use testbed_tests::testbed::Testbed;
 use testbed_tests::time::now;
 
 /// A job's start, 0 when unknown (the shell's `epoch` of `Unknown`); an error
@@ -84,6 +85,44 @@ fn recorded(api: &Budgetd, victim: JobId, preemptor: JobId, reason: &str) -> Res
             && r.source == "plugin"
             && r.gpu_hours > 0.0
     }))
+}
+
+/// Waits up to 20 s for `budgetctl why` on the requeued `victim` to name the
+/// rule that took its run (its "preempted at ... by job P" line holding
+/// `words`, once the plugin's sync told budgetd of the requeue, a period or two
+/// later), and records the check as `name`.
+pub fn check_why_took_run(
+    c: &mut Checks,
+    tb: &Testbed,
+    name: &str,
+    victim: JobId,
+    preemptor: JobId,
+    words: &str,
+) -> Result<()> {
+    let mut out = String::new();
+    let w = wait_secs(20, || -> Result<bool> {
+        let (ok, text) = tb.run_budgetctl(&[], &["why", &victim.to_string()])?;
+        out = text;
+        Ok(ok
+            && out.lines().any(|l| {
+                l.contains("preempted at ")
+                    && l.contains(&format!("by job {preemptor}"))
+                    && l.contains(words)
+            }))
+    });
+    let line = out
+        .lines()
+        .find(|l| l.contains("preempted at "))
+        .unwrap_or("");
+    c.record(
+        name,
+        Check::that(w.ok)
+            .expected(format!(
+                "'run 0 preempted at ... by job {preemptor} (...) ({words}...)'"
+            ))
+            .actual(if line.is_empty() { out.as_str() } else { line }),
+    );
+    Ok(())
 }
 
 /// Waits up to 20 s for budgetd to hold the preemption of `victim` by

@@ -54,7 +54,7 @@ use testbed_tests::slurm::{Factors, JobId, Slurm};
 use testbed_tests::testbed::{Testbed, TestbedConfig, with_testbed};
 use testbed_tests::time::now;
 
-use crate::preemption::{check_recorded, wait_preemption};
+use crate::preemption::{check_recorded, check_why_took_run, wait_preemption};
 
 /// The plugin's refresh period (s).
 const PERIOD: u64 = 2;
@@ -469,27 +469,14 @@ fn section_preempt_lists(c: &mut Checks, tb: &Testbed) -> Result<()> {
             Check::within(pstart - (vstart + WINDOW), 0, CYCLE + SLACK).jobs(&[victim, p]),
         );
         check_recorded(c, api, "2.2 budgetd records it as qos", victim, p, "qos");
-        let mut out = String::new();
-        let w = wait_secs(20, || -> Result<bool> {
-            let (ok, text) = tb.run_budgetctl(&[], &["why", &victim.to_string()])?;
-            out = text;
-            Ok(ok
-                && out.lines().any(|l| {
-                    l.contains("preempted at ")
-                        && l.contains(&format!("by job {p}"))
-                        && l.contains("qos: the QOS order")
-                }))
-        });
-        let line = out
-            .lines()
-            .find(|l| l.contains("preempted at "))
-            .unwrap_or("");
-        c.record(
+        check_why_took_run(
+            c,
+            tb,
             "2.2 budgetctl why on the victim: the QOS order took its run",
-            Check::that(w.ok)
-                .expected("'run 0 preempted at ... by job P (teamb) (qos: the QOS order: ...)'")
-                .actual(if line.is_empty() { out.as_str() } else { line }),
-        );
+            victim,
+            p,
+            "qos: the QOS order",
+        )?;
     }
     tb.clear_jobs()?;
 
