@@ -14,6 +14,13 @@
 SB_RELEASES=(22.05 24.11 25.11 26.05)
 SB_DEFAULT_RELEASE=22.05
 
+# Releases whose testbed runs accounting (TESTBED_ACCOUNTING=1: MariaDB + slurmdbd):
+# 22.05 this machine's packages mariadb-server and slurmdbd, 24.11 its root's
+# (rootfs.sh installs them). The source builds (25.11, 26.05) have no slurmdbd with
+# accounting_storage/mysql: their configure needs MariaDB's client headers
+# (libmariadb-dev). testbed-tests' ACCOUNTING_SLURM_RELEASES lists the same.
+SB_ACCOUNTING_RELEASES=(22.05 24.11)
+
 # Debian suite the root of a release is made from (22.05: the host itself).
 declare -A SB_REL_SUITE=([24.11]=trixie)
 # Exact slurm-wlm package version installed in the root. When the archive no longer has
@@ -67,6 +74,13 @@ sb_release_known() {
 # Dies unless $1 is a known release.
 sb_release_check() {
     sb_release_known "$1" || sb_die "unknown Slurm release '$1' (known: ${SB_RELEASES[*]})"
+}
+
+# 0 if the testbed of release $1 can run accounting (SB_ACCOUNTING_RELEASES).
+sb_release_has_accounting() {
+    local r
+    for r in "${SB_ACCOUNTING_RELEASES[@]}"; do [[ "$r" == "$1" ]] && return 0; done
+    return 1
 }
 
 # 0 if release $1 runs from a debootstrap root (not the host's own packages).

@@ -75,3 +75,7 @@ pub fn plugin_dir() -> PathBuf {
 
 /// The Slurm release of this machine's own packages (`scripts/lib/releases.sh`).
 pub const DEFAULT_SLURM_RELEASE: &str = "22.05";
+
+/// The releases whose testbed runs accounting (`TestbedConfig::accounting`: MariaDB +
+/// slurmdbd; `SB_ACCOUNTING_RELEASES` in `scripts/lib/releases.sh`).
+pub const ACCOUNTING_SLURM_RELEASES: &[&str] = &["22.05", "24.11"];

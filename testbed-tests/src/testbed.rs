@@ -9,7 +9,7 @@
 //! `TESTBED_GPU_TYPE`, `TESTBED_UP_TIMEOUT`, ...) through untouched.
 //!
 //! With [`TestbedConfig::accounting`] the testbed also runs MariaDB and slurmdbd
-//! (Slurm 22.05 only); [`Testbed::sacctmgr`] and [`Testbed::add_qos`] change its
+//! (the releases of [`crate::ACCOUNTING_SLURM_RELEASES`]); [`Testbed::sacctmgr`] and [`Testbed::add_qos`] change its
 //! database (QOS, their `Preempt=` lists, users' QOS lists).
 //!
 //! `KEEP_TESTBED=1` leaves the testbed up for inspection; otherwise it is stopped,
@@ -76,7 +76,8 @@ pub struct TestbedConfig {
     pub budgetd_config: Option<String>,
     /// `TESTBED_ACCOUNTING`: `true` runs MariaDB + slurmdbd beside slurmctld
     /// (`AccountingStorageType=accounting_storage/slurmdbd`,
-    /// `AccountingStorageEnforce=associations`; Slurm 22.05 only). Always set by the
+    /// `AccountingStorageEnforce=associations`; the releases of
+    /// [`crate::ACCOUNTING_SLURM_RELEASES`]). Always set by the
     /// suite (`false` sends `0`), never taken from the caller's environment.
     pub accounting: bool,
     /// `TESTBED_ACCOUNTS` with accounting: the accounts created in slurmdbd, the

@@ -1,6 +1,7 @@
 //! Suite `testbed-qos`: slurm-budget beside real QOS, on a testbed with accounting
-//! (MariaDB + slurmdbd, `TestbedConfig::accounting`; Slurm 22.05 only: on another
-//! release the suite reports nothing and passes) and 2 slurmd with 4 fake GPUs each.
+//! (MariaDB + slurmdbd, `TestbedConfig::accounting`; the releases of
+//! [`ACCOUNTING_SLURM_RELEASES`]: on another one the suite reports nothing and passes)
+//! and 2 slurmd with 4 fake GPUs each.
 //! The user is a member of `teama` and `teamb` in slurmdbd and in budgetd; QOS
 //! `normal` (priority 0, every association's default) and `high` (priority 1000).
 //!
@@ -43,18 +44,36 @@
 //!     let take one once the windows are over, stays pending three cycles past them,
 //!     and nothing is requeued.
 //!
+//! Section 3 ([`section_exempt_time`]): the QOS `PreemptExemptTime` that Slurm's core
+//! checks after preempt/budget answered (`acct_policy_is_job_preempt_exempt`), with the
+//! policy and budgets of section 2: QOS `exempt` (`PreemptExemptTime` 60 s,
+//! `PreemptMode=requeue`) and `urgent` (`Preempt=exempt`), each created whole, so that
+//! slurmctld has its list and its exemption once it knows the QOS (its copy shows
+//! neither).
+//!
+//! 3.1 slurmdbd holds urgent's `Preempt=exempt` and exempt's 60 s exemption;
+//! 3.2 the exemption outlasts the window: teama fills the cluster with two exempt
+//!     jobs (windows 15 s and 90 s); teamb's urgent job, which the QOS order lets take
+//!     the first once its 15 s window is over, stays pending and nothing is requeued
+//!     until that job's exemption ends (watched every 0.5 s);
+//! 3.3 then the urgent job starts within a cycle by requeueing it, recorded `qos`;
+//! 3.4 the window outlasts the exemption: the second job, past its exemption but
+//!     inside its 90 s window, is not taken.
+//!
 //! `QOS_SECTIONS="1"` runs only some sections (default all).
 
 use anyhow::{Result, anyhow, bail};
-use testbed_tests::DEFAULT_SLURM_RELEASE;
 use testbed_tests::api::{Budgetd, PolicyPatch};
 use testbed_tests::checks::{Check, Checks, run_suite, say, sleep_secs, wait_secs};
 use testbed_tests::logs::in_order;
 use testbed_tests::slurm::{Factors, JobId, Slurm};
 use testbed_tests::testbed::{Testbed, TestbedConfig, with_testbed};
 use testbed_tests::time::now;
+use testbed_tests::{ACCOUNTING_SLURM_RELEASES, DEFAULT_SLURM_RELEASE};
 
-use crate::preemption::{check_recorded, check_why_took_run, wait_preemption};
+use crate::preemption::{
+    both_running, check_recorded, check_why_took_run, wait_preemption, wait_start,
+};
 
 /// The plugin's refresh period (s).
 const PERIOD: u64 = 2;
@@ -67,16 +86,22 @@ const WEIGHTS: i64 = 3000;
 const QOS_WEIGHT: i64 = 1000;
 
 /// The sections this suite has.
-const SECTIONS: [u32; 2] = [1, 2];
+const SECTIONS: [u32; 3] = [1, 2, 3];
 
 #[test]
 #[ignore = "starts a Slurm testbed; run with --ignored (see main.rs)"]
 fn suite() {
     run_suite("testbed-qos", |checks| -> Result<()> {
         let release = std::env::var("TESTBED_SLURM").unwrap_or_default();
-        if !release.is_empty() && release != DEFAULT_SLURM_RELEASE {
+        let release = if release.is_empty() {
+            DEFAULT_SLURM_RELEASE.to_string()
+        } else {
+            release
+        };
+        if !ACCOUNTING_SLURM_RELEASES.contains(&release.as_str()) {
             say(format_args!(
-                "[qos] skipped: the accounting testbed runs this machine's slurmdbd, Slurm {DEFAULT_SLURM_RELEASE} only (TESTBED_SLURM={release})"
+                "[qos] skipped: the accounting testbed (slurmdbd, MariaDB) runs on Slurm {} only (TESTBED_SLURM={release})",
+                ACCOUNTING_SLURM_RELEASES.join(", ")
             ));
             return Ok(());
         }
@@ -128,6 +153,9 @@ fn scenario(c: &mut Checks, tb: &Testbed, sections: &[u32]) -> Result<()> {
     }
     if sections.contains(&2) {
         section_preempt_lists(c, tb)?;
+    }
+    if sections.contains(&3) {
+        section_exempt_time(c, tb)?;
     }
     let panics = tb
         .ctld_log()
@@ -303,7 +331,7 @@ fn section_site_factor(c: &mut Checks, tb: &Testbed) -> Result<()> {
     Ok(tb.clear_jobs()?)
 }
 
-/// slurm.conf lines section 2 needs (`TESTBED_EXTRA_CONF`), empty for none:
+/// slurm.conf lines sections 2 and 3 need (`TESTBED_EXTRA_CONF`), empty for none:
 /// `preempt/budget` with the global REQUEUE mode.
 fn preempt_lists_conf() -> &'static str {
     "PreemptType=preempt/budget\nPreemptMode=REQUEUE"
@@ -361,6 +389,21 @@ fn fill(
     ])
 }
 
+/// Sections 2 and 3: budgetd's policy (windows up to 120 s) and the budgets: teama
+/// well within budget (1000 GPU-h), teamb with none (always over budget).
+fn preempt_policy(api: &Budgetd) -> Result<()> {
+    api.set_policy(&PolicyPatch {
+        default_min_runtime_secs: Some(WINDOW),
+        max_min_runtime_secs: Some(120),
+        snapshot_max_age_secs: Some(30),
+        max_requeues: Some(3),
+        ..PolicyPatch::default()
+    })?;
+    api.set_allocation("teama", 1000.0)?;
+    api.set_allocation("teamb", 0.0)?;
+    Ok(())
+}
+
 /// The jobs Slurm requeued (restart count above 0).
 fn requeued(s: &Slurm, jobs: &[JobId]) -> Result<Vec<JobId>> {
     let mut out = Vec::new();
@@ -391,15 +434,7 @@ fn section_preempt_lists(c: &mut Checks, tb: &Testbed) -> Result<()> {
     say("== 2.1 QOS scavenger, normal with Preempt=scavenger; teama within budget, teamb over");
     let api = tb.budgetd();
     let s = tb.slurm();
-    api.set_policy(&PolicyPatch {
-        default_min_runtime_secs: Some(WINDOW),
-        max_min_runtime_secs: Some(120),
-        snapshot_max_age_secs: Some(30),
-        max_requeues: Some(3),
-        ..PolicyPatch::default()
-    })?;
-    api.set_allocation("teama", 1000.0)?;
-    api.set_allocation("teamb", 0.0)?;
+    preempt_policy(api)?;
     tb.add_qos("scavenger", &["PreemptMode=requeue"])?;
     tb.sacctmgr(&[
         "modify",
@@ -504,6 +539,138 @@ fn section_preempt_lists(c: &mut Checks, tb: &Testbed) -> Result<()> {
         Check::that(!names.is_empty())
             .actual(format!("may preempt {names:?}"))
             .jobs(&[p, v1, v2]),
+    );
+    Ok(tb.clear_jobs()?)
+}
+
+/// Section 3's `PreemptExemptTime` of QOS `exempt` (s).
+const EXEMPT: i64 = 60;
+/// min_runtime of section 3's first victim: its window ends well inside its exemption.
+const EXEMPT_WINDOW: i64 = 15;
+/// min_runtime of section 3's second victim: its window outlasts its exemption.
+const LONG_WINDOW: i64 = 90;
+
+/// Section 3: a QOS `PreemptExemptTime` longer or shorter than a job's window: the
+/// later of the two ends decides when preempt/budget's victim is taken.
+fn section_exempt_time(c: &mut Checks, tb: &Testbed) -> Result<()> {
+    say(format_args!(
+        "== 3.1 QOS exempt (PreemptExemptTime={EXEMPT} s), urgent with Preempt=exempt; teama within budget, teamb over"
+    ));
+    let api = tb.budgetd();
+    let s = tb.slurm();
+    preempt_policy(api)?;
+    // sacctmgr reads a bare number as minutes.
+    let exempt = format!(
+        "PreemptExemptTime={:02}:{:02}:{:02}",
+        EXEMPT / 3600,
+        EXEMPT / 60 % 60,
+        EXEMPT % 60
+    );
+    tb.add_qos("exempt", &["PreemptMode=requeue", &exempt])?;
+    // Created with its list: slurmctld's copy (which shows no list) is complete once
+    // it knows the QOS.
+    tb.add_qos("urgent", &["Preempt=exempt", "PreemptMode=requeue"])?;
+    let rows = tb.sacctmgr(&[
+        "-n",
+        "-P",
+        "show",
+        "qos",
+        "format=name,preempt,preemptexempttime",
+    ])?;
+    c.record(
+        "3.1 slurmdbd: urgent's Preempt= lists exempt; exempt's PreemptExemptTime is 60 s",
+        Check::that(
+            rows.lines().any(|l| l.trim() == "urgent|exempt|")
+                && rows.lines().any(|l| l.trim() == "exempt||00:01:00"),
+        )
+        .expected("'urgent|exempt|' and 'exempt||00:01:00'")
+        .actual(rows.trim().replace('\n', "; ")),
+    );
+    // The plugins' next snapshot holds the policy and the allocations.
+    sleep_secs(PERIOD as f64 + 1.0);
+
+    say("== 3.2 the exemption outlasts the window: nothing requeued until it ends");
+    let short = job_with_window(s, "teama", "exempt", EXEMPT_WINDOW, 600)?;
+    let long = job_with_window(s, "teama", "exempt", LONG_WINDOW, 600)?;
+    let w = wait_secs(15, || s.all_in_state("RUNNING", &[short, long]));
+    c.record(
+        format!(
+            "3.2 teama fills the cluster in QOS exempt (windows {EXEMPT_WINDOW} s and {LONG_WINDOW} s)"
+        ),
+        Check::that(w.ok).actual(w.describe()).jobs(&[short, long]),
+    );
+    let (s1, s2) = (
+        s.known_job(short)?.start.unwrap_or(0),
+        s.known_job(long)?.start.unwrap_or(0),
+    );
+    let p = job_with_window(s, "teamb", "urgent", WINDOW, 600)?;
+    let window_end = s1 + EXEMPT_WINDOW;
+    let exempt_end = s1 + EXEMPT;
+    let deadline = exempt_end + 3 * CYCLE + 10;
+    // The first poll that saw a victim not running.
+    let mut stopped: Option<i64> = None;
+    let mut polled_past_window = false;
+    let pstart = wait_start(s, p, deadline, |t| {
+        polled_past_window |= t > window_end + CYCLE;
+        if stopped.is_none() && !both_running(s, short, long)? {
+            stopped = Some(t);
+        }
+        Ok(())
+    })?;
+    c.record(
+        "3.2 the window ended, yet no exempt job was requeued before its exemption's end: both ran, the urgent job pending",
+        Check::that(
+            polled_past_window
+                && stopped.is_none_or(|t| t >= exempt_end - 1)
+                && (pstart == 0 || pstart >= exempt_end),
+        )
+        .expected(format!(
+            "both running until {exempt_end} (start {s1} + {EXEMPT} s), though the window ended at {window_end}"
+        ))
+        .actual(format!(
+            "first seen stopped {stopped:?}, urgent job start {pstart}, watched past the window + a cycle {polled_past_window}"
+        ))
+        .jobs(&[short, long, p]),
+    );
+
+    say("== 3.3 at the exemption's end the urgent job takes the job whose window is over");
+    let taken = requeued(s, &[short, long])?;
+    c.record(
+        "3.3 teamb's urgent job started by requeueing teama's exempt job past its window and its exemption",
+        Check::that(pstart > 0 && taken == [short])
+            .actual(format!("urgent {p} start {pstart}, requeued {taken:?}"))
+            .jobs(&[p, short, long]),
+    );
+    if pstart > 0 {
+        c.record(
+            "3.3 it starts within a cycle of the exemption's end",
+            Check::within(pstart - exempt_end, 0, CYCLE + SLACK).jobs(&[short, p]),
+        );
+    }
+    if taken == [short] {
+        check_recorded(c, api, "3.3 budgetd records it as qos", short, p, "qos");
+    }
+    say("== 3.4 the window outlasts the exemption: the job inside its window is not taken");
+    let l = s.known_job(long)?;
+    c.record(
+        "3.4 nothing requeued inside a window: the exempt job past its exemption but inside its 90 s window still runs, never requeued",
+        Check::that(
+            pstart > 0
+                && pstart < s2 + LONG_WINDOW
+                && pstart >= s2 + EXEMPT
+                && l.state == "RUNNING"
+                && l.restarts == 0,
+        )
+        .expected(format!(
+            "running, 0 restarts, at the urgent job's start in {}..{} (exemption end..window end)",
+            s2 + EXEMPT,
+            s2 + LONG_WINDOW
+        ))
+        .actual(format!(
+            "{} with {} restarts; urgent job start {pstart}",
+            l.state, l.restarts
+        ))
+        .jobs(&[long, p]),
     );
     Ok(tb.clear_jobs()?)
 }
