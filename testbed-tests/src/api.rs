@@ -8,6 +8,7 @@
 //! this module, so such a move changes only this file.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use budget_client::{Client, ClientError, Endpoint};
 use budget_protocol::RunState;
@@ -17,6 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::slurm::JobId;
+
+/// How long [`Budgetd::drains`] waits for budgetd's first read of Slurm.
+pub const DRAINS_READ_WAIT: Duration = Duration::from_secs(30);
 
 /// `POST /v1/accounts` body.
 #[derive(Debug, Serialize)]
@@ -328,9 +332,21 @@ impl Budgetd {
         self.get(&format!("/v1/jobs/{job}/why"))
     }
 
-    /// Every drain with its live status.
+    /// Every drain with its live status. Until its first read of Slurm after it
+    /// starts, budgetd answers 503 ("has not read Slurm yet; try again in a second"),
+    /// for longer on a loaded machine: that answer is waited out, up to
+    /// [`DRAINS_READ_WAIT`], as a client told to try again would.
     pub fn drains(&self) -> Result<Vec<DrainStatus>> {
-        self.get("/v1/drains")
+        let deadline = Instant::now() + DRAINS_READ_WAIT;
+        loop {
+            match self.get("/v1/drains") {
+                Err(Error::Api {
+                    source: ClientError::Status { status: 503, .. },
+                    ..
+                }) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(250)),
+                answer => return answer,
+            }
+        }
     }
 
     /// Ends the drain of `nodes`.
