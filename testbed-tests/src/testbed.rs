@@ -87,9 +87,39 @@ pub struct TestbedConfig {
     pub accounts: Vec<String>,
 }
 
+/// The releases other than the machine's own, in `scripts/lib/releases.sh`'s order:
+/// each one's suites default to their own folders and ports.
+const OTHER_RELEASES: [&str; 3] = ["24.11", "25.11", "26.05"];
+
+/// Ports between two releases' defaults: every suite's testbed (its nodes, budgetd,
+/// slurmdbd and MariaDB at most 91 above its base) and every suite's base (18817-20617)
+/// fit below the next release's.
+const RELEASE_PORT_STRIDE: u16 = 3000;
+
+/// The folder suffix and port offset of release `release`'s default testbeds: none for
+/// the machine's own release, `-V` and a stride of ports per other release (a release
+/// not in the list after them), so that the suites of several releases can run at once
+/// without one testbed meeting another's folder or ports.
+fn release_defaults(release: Option<&str>) -> (String, u16) {
+    match release {
+        None => (String::new(), 0),
+        Some(r) if r == crate::DEFAULT_SLURM_RELEASE => (String::new(), 0),
+        Some(r) => {
+            let slot = OTHER_RELEASES
+                .iter()
+                .position(|known| *known == r)
+                .unwrap_or(OTHER_RELEASES.len());
+            // At most 4 slots: 4 * 3000 fits a u16.
+            (format!("-{r}"), (slot as u16 + 1) * RELEASE_PORT_STRIDE)
+        }
+    }
+}
+
 impl TestbedConfig {
     /// Settings with the folder from `$dir_var` (else `default_dir`) and the port base
-    /// from `$port_var` (else `default_port`): each suite's overrides.
+    /// from `$port_var` (else `default_port`): each suite's overrides. For a release
+    /// other than the machine's own (`TESTBED_SLURM=V`), the defaults are the release's
+    /// own ([`release_defaults`]), so that releases' suites can run side by side.
     pub fn from_env(
         dir_var: &str,
         default_dir: &str,
@@ -113,10 +143,12 @@ impl TestbedConfig {
         port_var: &str,
         default_port: u16,
     ) -> Result<TestbedConfig> {
+        let release = var("TESTBED_SLURM").filter(|r| !r.is_empty());
+        let (dir_suffix, port_offset) = release_defaults(release.as_deref());
         let dir = PathBuf::from(
             var(dir_var)
                 .filter(|d| !d.is_empty())
-                .unwrap_or_else(|| default_dir.to_string()),
+                .unwrap_or_else(|| format!("{default_dir}{dir_suffix}")),
         );
         if !dir.is_absolute() || dir == Path::new("/") {
             return Err(Error::Setting {
@@ -131,7 +163,16 @@ impl TestbedConfig {
                 value: p.clone(),
                 detail: "must be a port number".into(),
             })?,
-            _ => default_port,
+            _ => default_port
+                .checked_add(port_offset)
+                .ok_or_else(|| Error::Setting {
+                    name: port_var.into(),
+                    value: String::new(),
+                    detail: format!(
+                        "the default port base {default_port} + {port_offset} for Slurm {} is past 65535: set it",
+                        release.as_deref().unwrap_or(crate::DEFAULT_SLURM_RELEASE)
+                    ),
+                })?,
         };
         Ok(TestbedConfig {
             dir,
@@ -701,5 +742,35 @@ mod tests {
         assert!(TestbedConfig::from_vars(vars("99999"), "D", "/tmp/d", "P", 1).is_err());
         assert!(TestbedConfig::from_vars(vars("1"), "ND", "rel", "NP", 1).is_err());
         assert!(TestbedConfig::from_vars(vars("1"), "ND", "/", "NP", 1).is_err());
+    }
+
+    #[test]
+    fn other_releases_default_to_their_own_folders_and_ports() {
+        let with_release = |release: &'static str| {
+            move |name: &str| (name == "TESTBED_SLURM").then(|| release.to_string())
+        };
+        let at = |release| {
+            let c =
+                TestbedConfig::from_vars(with_release(release), "D", "/tmp/d", "P", 18817).unwrap();
+            (c.dir, c.port_base)
+        };
+        assert_eq!(at(""), (PathBuf::from("/tmp/d"), 18817));
+        assert_eq!(at("22.05"), (PathBuf::from("/tmp/d"), 18817));
+        assert_eq!(at("24.11"), (PathBuf::from("/tmp/d-24.11"), 21817));
+        assert_eq!(at("25.11"), (PathBuf::from("/tmp/d-25.11"), 24817));
+        assert_eq!(at("26.05"), (PathBuf::from("/tmp/d-26.05"), 27817));
+        // Set variables still win.
+        let set = |name: &str| match name {
+            "TESTBED_SLURM" => Some("24.11".to_string()),
+            "D" => Some("/tmp/x".to_string()),
+            "P" => Some("18299".to_string()),
+            _ => None,
+        };
+        let c = TestbedConfig::from_vars(set, "D", "/tmp/d", "P", 18817).unwrap();
+        assert_eq!((c.dir, c.port_base), (PathBuf::from("/tmp/x"), 18299));
+        // A default pushed past the last port is refused, not wrapped.
+        assert!(
+            TestbedConfig::from_vars(with_release("26.05"), "D", "/tmp/d", "P", 60000).is_err()
+        );
     }
 }
