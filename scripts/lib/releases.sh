@@ -16,10 +16,10 @@ SB_DEFAULT_RELEASE=22.05
 
 # Releases whose testbed runs accounting (TESTBED_ACCOUNTING=1: MariaDB + slurmdbd):
 # 22.05 this machine's packages mariadb-server and slurmdbd, 24.11 its root's
-# (rootfs.sh installs them). The source builds (25.11, 26.05) have no slurmdbd with
-# accounting_storage/mysql: their configure needs MariaDB's client headers
-# (libmariadb-dev). testbed-tests' ACCOUNTING_SLURM_RELEASES lists the same.
-SB_ACCOUNTING_RELEASES=(22.05 24.11)
+# (rootfs.sh installs them), 25.11 and 26.05 their source build's slurmdbd (configured
+# with MariaDB's client library, SB_SRC_CONFIGURE) beside this machine's MariaDB.
+# testbed-tests' ACCOUNTING_SLURM_RELEASES lists the same.
+SB_ACCOUNTING_RELEASES=(22.05 24.11 25.11 26.05)
 
 # Debian suite the root of a release is made from (22.05: the host itself).
 declare -A SB_REL_SUITE=([24.11]=trixie)
@@ -62,7 +62,10 @@ declare -A SB_REL_UPSTREAM=([25.11]=25.11.7 [26.05]=26.05.3)
 # (libjson-c): without it configure only warns and skips serializer/json, and every
 # `--json` client call fails ("serializer_required: could not find plugin for
 # application/json"): budgetd's drain worker reads `squeue --json`.
-SB_SRC_CONFIGURE=(--disable-debug --with-json)
+# --with-mysql_config (the folder holding mariadb_config, from libmariadb-dev): slurmdbd's
+# accounting_storage/mysql, which the testbed's accounting (TESTBED_ACCOUNTING=1) needs;
+# without it configure only warns and builds slurmdbd with no storage plugin.
+SB_SRC_CONFIGURE=(--disable-debug --with-json --with-mysql_config=/usr/bin)
 
 # 0 if $1 is a release we know.
 sb_release_known() {

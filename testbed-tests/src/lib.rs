@@ -78,4 +78,4 @@ pub const DEFAULT_SLURM_RELEASE: &str = "22.05";
 
 /// The releases whose testbed runs accounting (`TestbedConfig::accounting`: MariaDB +
 /// slurmdbd; `SB_ACCOUNTING_RELEASES` in `scripts/lib/releases.sh`).
-pub const ACCOUNTING_SLURM_RELEASES: &[&str] = &["22.05", "24.11"];
+pub const ACCOUNTING_SLURM_RELEASES: &[&str] = &["22.05", "24.11", "25.11", "26.05"];
